@@ -1,0 +1,214 @@
+"""The ``convergent`` command: the only place that parses configuration.
+
+User mistakes (an unknown source, a value out of range, a missing checkpoint) print one
+sentence and exit with status 2; set ``CONVERGENT_DEBUG=1`` to see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+USER_ERROR_STATUS = 2
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for; reported as one sentence, no traceback."""
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    from .data import DataSourceError
+    from .train import CheckpointError
+
+    return (UserError, ValueError, DataSourceError, CheckpointError, FileNotFoundError)
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    from .train.recipe import TrainConfig
+
+    parser = commands.add_parser(
+        "train",
+        help="train a model on a data source and write a run folder",
+        description="Train a model on a data source. Values come from the defaults, then "
+        "--config FILE.json, then the flags below.",
+    )
+    parser.add_argument("--config", type=Path, help="a JSON file of TrainConfig fields")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the run folder (default runs/DATA-MODEL)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the run folder's newest checkpoint"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        kind = {"int": int, "float": float, "str": str}[str(field.type)]
+        parser.add_argument(flag, type=kind, default=None, help=f"(default {field.default})")
+    parser.set_defaults(handler=_train)
+
+
+def _train(arguments: argparse.Namespace) -> int:
+    from .train.recipe import TrainConfig, run_training
+
+    values: dict[str, Any] = {}
+    if arguments.config is not None:
+        if not arguments.config.is_file():
+            raise UserError(f"config file {arguments.config} does not exist")
+        try:
+            values = json.loads(arguments.config.read_text())
+        except json.JSONDecodeError as error:
+            raise UserError(f"config file {arguments.config} is not valid JSON: {error}") from None
+    for field in dataclasses.fields(TrainConfig):
+        if getattr(arguments, field.name) is not None:
+            values[field.name] = getattr(arguments, field.name)
+    config = TrainConfig.from_dict(values)
+    run_dir = (
+        arguments.out
+        or Path("runs") / f"{config.data.replace(':', '-').replace('/', '_')}-{config.model}"
+    )
+    summary = run_training(
+        config, run_dir, resume=arguments.resume, progress=not arguments.no_progress
+    )
+    validation, test = summary["validation"], summary["test"]
+    score = "accuracy" if "accuracy" in test else "rmse"
+    print(
+        f"{config.model} on {config.data}: validation {score} {validation.get(score, float('nan')):.4f},"
+        f" test {score} {test[score]:.4f}, test loss {test['loss']:.4f}"
+        f" ({summary['steps']} steps, {summary['seconds']} s)"
+    )
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def _add_data(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("data", help="list and fetch the offline data sources")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="each source and whether it is cached").set_defaults(
+        handler=_data_list
+    )
+    fetch = actions.add_parser("fetch", help="fetch sources into the cache")
+    fetch.add_argument("names", nargs="+", metavar="NAME")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if cached")
+    fetch.set_defaults(handler=_data_fetch)
+
+
+def _data_list(arguments: argparse.Namespace) -> int:
+    from .data import cache_root, describe_sources
+
+    rows = describe_sources()
+    width = max(len(row["name"]) for row in rows)
+    for row in rows:
+        state = "cached" if row["cached"] else "not cached"
+        size = f"{row['size'] / 1e6:8.1f} MB" if row.get("size") else " " * 11
+        print(f"{row['name']:<{width}}  {state:<10}  {size}  {row['description']}")
+    print(f"cache: {cache_root()}")
+    return 0
+
+
+def _data_fetch(arguments: argparse.Namespace) -> int:
+    from .data import fetch
+
+    for name in arguments.names:
+        path = fetch(name, force=arguments.force)
+        print(f"{name}: {path}")
+    return 0
+
+
+def _add_reproduce(commands: argparse._SubParsersAction) -> None:
+    from .studies import MODES, STUDIES
+
+    parser = commands.add_parser(
+        "reproduce",
+        help="run a paper-reproduction study (or all of them) and write its report",
+        description="Run studies: " + ", ".join(sorted(STUDIES)) + ". Each writes report.md, "
+        "results.json and PNG figures under OUT/NAME.",
+    )
+    parser.add_argument("names", nargs="+", metavar="STUDY", help="study names, or 'all'")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--mode", choices=MODES, default="full", help="study size (default full)")
+    for mode in MODES:
+        size.add_argument(
+            f"--{mode}",
+            dest="mode",
+            action="store_const",
+            const=mode,
+            help=f"same as --mode {mode}",
+        )
+    parser.add_argument("--out", type=Path, default=Path("runs/studies"), help="where reports go")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.set_defaults(handler=_reproduce)
+
+
+def _reproduce(arguments: argparse.Namespace) -> int:
+    from .studies import STUDIES, run_study, write_index
+
+    names = sorted(STUDIES) if arguments.names == ["all"] else list(arguments.names)
+    for name in names:
+        if name not in STUDIES:
+            raise UserError(
+                f"unknown study {name!r}; the studies are: {', '.join(sorted(STUDIES))}, all"
+            )
+    results = []
+    for name in names:
+        result = run_study(name, arguments.mode, arguments.out, progress=not arguments.no_progress)
+        results.append(result)
+        print(
+            f"{name} ({arguments.mode}): {arguments.out / name / 'report.md'} ({result.seconds:.0f} s)"
+        )
+        for claim in result.claims:
+            print(f"  [{claim.verdict}] {claim.statement}: {claim.evidence}")
+    if len(results) > 1:
+        print(f"index: {write_index(results, arguments.out)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``convergent`` command."""
+    parser = argparse.ArgumentParser(
+        prog="convergent",
+        description="Train Transformers whose training dynamics you can trust.",
+    )
+    parser.add_argument("--version", action="version", version=f"convergent {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(commands)
+    _add_data(commands)
+    from .studies import STUDIES
+
+    if STUDIES:  # the command appears once there is a study to run
+        _add_reproduce(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if arguments.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if os.environ.get("CONVERGENT_DEBUG"):
+        return int(arguments.handler(arguments))
+    try:
+        return int(arguments.handler(arguments))
+    except _user_error_types() as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"convergent: error: {message}", file=sys.stderr)
+        return USER_ERROR_STATUS
+    except KeyboardInterrupt:
+        print("convergent: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

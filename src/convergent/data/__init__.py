@@ -1,0 +1,58 @@
+"""Offline data sources with checksums, and seeded splits in the shared batch format.
+
+Sources are fetched once into ``$CONVERGENT_CACHE`` (default ``~/.cache/convergent``),
+one folder each, every file checked against its recorded sha256::
+
+    from convergent.data import load_splits
+    splits = load_splits("digits", seed=0)   # Splits(train, validation, test, task, ...)
+"""
+
+from convergent.data.cache import (
+    DataSourceError,
+    UnknownDataSourceError,
+    cache_root,
+    source_dir,
+)
+from convergent.data.hub import load_hub_dataset
+from convergent.data.loaders import load_splits, to_patches, tokenize
+from convergent.data.parsers import load_darcy, load_digits, load_rt_sentences, load_weather
+from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive
+from convergent.data.sources import (
+    SOURCES,
+    DataSource,
+    describe_sources,
+    fetch,
+    get_source,
+    is_cached,
+    minilm_path,
+)
+from convergent.data.splits import DictDataset, Splits, random_split_indices
+
+__all__ = [
+    "SOURCES",
+    "BundledFile",
+    "DataSource",
+    "DataSourceError",
+    "DebianPackage",
+    "DictDataset",
+    "Member",
+    "PypiArchive",
+    "Splits",
+    "UnknownDataSourceError",
+    "cache_root",
+    "describe_sources",
+    "fetch",
+    "get_source",
+    "is_cached",
+    "load_darcy",
+    "load_digits",
+    "load_hub_dataset",
+    "load_rt_sentences",
+    "load_splits",
+    "load_weather",
+    "minilm_path",
+    "random_split_indices",
+    "source_dir",
+    "to_patches",
+    "tokenize",
+]

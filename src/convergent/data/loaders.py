@@ -1,0 +1,246 @@
+"""``load_splits``: fixed, seeded train/validation/test splits of every data source.
+
+Batches follow the shared contract: token inputs as "input_ids"/"attention_mask", continuous
+inputs as "inputs" [N, T, D], targets as "labels".
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from convergent.data.cache import DataSourceError
+from convergent.data.parsers import load_darcy, load_digits, load_rt_sentences, load_weather
+from convergent.data.sources import HUB_PREFIX, get_source, minilm_path
+from convergent.data.splits import (
+    DictDataset,
+    Splits,
+    random_split_indices,
+    split_counts,
+    standardize,
+)
+
+
+def default_tokenizer() -> Any:
+    """The uncased WordPiece tokenizer of the ``minilm-l6`` source, loaded offline."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+def tokenize(texts: Sequence[str], tokenizer: Any, max_length: int) -> dict[str, torch.Tensor]:
+    """Tokenize, truncate and pad every text to exactly ``max_length`` tokens.
+
+    Returns:
+        {"input_ids": long [N, max_length], "attention_mask": long [N, max_length]}.
+    """
+    if max_length < 2:
+        raise ValueError(f"max_length {max_length} is too short; it must be at least 2.")
+    encoded = tokenizer(
+        list(texts),
+        padding="max_length",
+        truncation=True,
+        max_length=max_length,
+        return_tensors="pt",
+    )
+    return {
+        "input_ids": encoded["input_ids"].long(),
+        "attention_mask": encoded["attention_mask"].long(),
+    }
+
+
+def token_classification_splits(
+    texts: Sequence[str],
+    labels: torch.Tensor,
+    seed: int,
+    tokenizer: Any | None,
+    max_length: int,
+    num_classes: int,
+    indices: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> Splits:
+    """Tokenized texts with class labels, split at ``indices`` (train, validation, test)
+    or, by default, 80/10/10 at random with ``seed``."""
+    tokenizer = default_tokenizer() if tokenizer is None else tokenizer
+    dataset = DictDataset({**tokenize(texts, tokenizer, max_length), "labels": labels.long()})
+    if indices is None:
+        indices = random_split_indices(len(dataset), seed)
+    train, validation, test = indices
+    return Splits(
+        train=dataset.subset(train),
+        validation=dataset.subset(validation),
+        test=dataset.subset(test),
+        task="classification",
+        num_outputs=num_classes,
+        seq_len=max_length,
+        vocab_size=len(tokenizer),
+        info={"indices": {"train": train, "validation": validation, "test": test}},
+    )
+
+
+def rt_sentences_splits(seed: int = 0, tokenizer: Any = None, max_length: int = 64) -> Splits:
+    """Binary sentiment of the Rotten Tomatoes sentences: label 1 if the mean human score is
+    positive, 0 if negative. The 37 sentences scored exactly 0 have no sign and are left
+    out (10,568 remain). ``info["indices"]`` index into ``load_rt_sentences()``."""
+    texts, scores = load_rt_sentences()
+    signed = torch.nonzero(scores != 0).squeeze(1)
+    splits = token_classification_splits(
+        [texts[i] for i in signed.tolist()],
+        (scores[signed] > 0).long(),
+        seed,
+        tokenizer,
+        max_length,
+        num_classes=2,
+    )
+    splits.info["indices"] = {key: signed[value] for key, value in splits.info["indices"].items()}
+    splits.info["dropped_neutral"] = int((scores == 0).sum())
+    return splits
+
+
+def digits_splits(seed: int = 0) -> Splits:
+    """Digits as 8 tokens (image rows) of 8 features in [0, 1]; 10 classes; random 80/10/10."""
+    images, labels = load_digits()
+    dataset = DictDataset({"inputs": images / 16.0, "labels": labels})
+    train, validation, test = random_split_indices(len(dataset), seed)
+    return Splits(
+        train=dataset.subset(train),
+        validation=dataset.subset(validation),
+        test=dataset.subset(test),
+        task="classification",
+        num_outputs=10,
+        seq_len=8,
+        input_dim=8,
+        info={"indices": {"train": train, "validation": validation, "test": test}},
+    )
+
+
+def weather_splits(seed: int = 0, window: int = 24) -> Splits:
+    """Forecast the next hour of every weather variable from the previous ``window`` hours.
+
+    The split is chronological, not random: the first 80 % of the hours are train, the
+    next 10 % validation, the last 10 % test, and every window (inputs and target) lies
+    inside one block, so no hour is seen by two splits. All variables are standardized
+    with the mean and std of the training hours only. The seed is accepted for a uniform
+    interface but changes nothing.
+    """
+    del seed
+    values, columns = load_weather()
+    hours = len(values)
+    counts = split_counts(hours, (0.8, 0.1, 0.1))
+    if not 1 <= window < min(counts):
+        raise ValueError(
+            f"Weather window {window} is out of range; it must be in [1, {min(counts) - 1}]."
+        )
+    bounds = [0, counts[0], counts[0] + counts[1], hours]
+    train_values = values[: bounds[1]]
+    mean, std = train_values.mean(dim=0), train_values.std(dim=0)
+    scaled = standardize(values, mean, std)
+    datasets, target_hours, ranges = {}, {}, {}
+    for name, start, stop in zip(
+        ("train", "validation", "test"), bounds[:-1], bounds[1:], strict=True
+    ):
+        starts = torch.arange(start, stop - window)
+        offsets = torch.arange(window)
+        datasets[name] = DictDataset(
+            {"inputs": scaled[starts[:, None] + offsets], "labels": scaled[starts + window]}
+        )
+        target_hours[name] = starts + window
+        ranges[name] = (start, stop)
+    return Splits(
+        train=datasets["train"],
+        validation=datasets["validation"],
+        test=datasets["test"],
+        task="regression",
+        num_outputs=len(columns),
+        seq_len=window,
+        input_dim=len(columns),
+        info={"columns": columns, "mean": mean, "std": std, "hour_ranges": ranges,
+              "target_hours": target_hours},
+    )  # fmt: skip
+
+
+def to_patches(fields: torch.Tensor, patch: int) -> torch.Tensor:
+    """Cut [N, H, W] fields into non-overlapping patch x patch squares, row-major:
+    [N, (H / patch) * (W / patch), patch * patch]."""
+    count, height, width = fields.shape
+    grid = fields.reshape(count, height // patch, patch, width // patch, patch)
+    return grid.permute(0, 1, 3, 2, 4).reshape(count, -1, patch * patch)
+
+
+def darcy_splits(seed: int = 0, resolution: int = 16, patch: int = 4) -> Splits:
+    """Darcy flow: coefficient field as 4x4 patches (16 tokens x 16 features) -> the
+    flattened 16x16 solution [N, 256].
+
+    Test is the official test file (50); validation is 10 % of the official train file
+    (100), drawn with ``seed``. Inputs and labels are standardized (one scalar mean and
+    std each, kept in ``info``) with the statistics of the remaining training examples.
+    """
+    if resolution % patch:
+        raise ValueError(f"Patch size {patch} must divide the resolution {resolution}.")
+    data = load_darcy(resolution)
+    train, validation, _ = random_split_indices(len(data["train_x"]), seed, (0.9, 0.1, 0.0))
+    inputs_mean, inputs_std = data["train_x"][train].mean(), data["train_x"][train].std()
+    labels_mean, labels_std = data["train_y"][train].mean(), data["train_y"][train].std()
+
+    def build(x: torch.Tensor, y: torch.Tensor) -> DictDataset:
+        return DictDataset(
+            {
+                "inputs": to_patches(standardize(x, inputs_mean, inputs_std), patch),
+                "labels": standardize(y, labels_mean, labels_std).flatten(1),
+            }
+        )
+
+    return Splits(
+        train=build(data["train_x"][train], data["train_y"][train]),
+        validation=build(data["train_x"][validation], data["train_y"][validation]),
+        test=build(data["test_x"], data["test_y"]),
+        task="regression",
+        num_outputs=resolution * resolution,
+        seq_len=(resolution // patch) ** 2,
+        input_dim=patch * patch,
+        info={"inputs_mean": inputs_mean, "inputs_std": inputs_std, "labels_mean": labels_mean,
+              "labels_std": labels_std, "patch": patch, "resolution": resolution},
+    )  # fmt: skip
+
+
+_BUILDERS: dict[str, Callable[..., Splits]] = {
+    "rt-sentences": rt_sentences_splits,
+    "digits": digits_splits,
+    "weather-hourly": weather_splits,
+    "darcy-16": darcy_splits,
+}
+
+
+def load_splits(name: str, *, seed: int = 0, **options: Any) -> Splits:
+    """Fixed, seeded train/validation/test splits of a data source.
+
+    Args:
+        name: "rt-sentences", "digits", "weather-hourly", "darcy-16" or "hf:<dataset or path>".
+        seed: the split's seed (weather's chronological split ignores it).
+        **options: per source: rt-sentences and hf: take ``tokenizer`` (default MiniLM's)
+            and ``max_length`` (64); hf: also ``text_column``, ``label_column``, ``split``;
+            weather-hourly takes ``window`` (24); darcy-16 takes ``patch`` (4).
+
+    Returns:
+        The splits, with task, num_outputs, seq_len and vocab_size or input_dim.
+    """
+    if name.startswith(HUB_PREFIX):
+        from convergent.data.hub import hub_splits
+
+        builder: Callable[..., Splits] = hub_splits
+        options = {"spec": name, **options}
+    elif name in _BUILDERS:
+        builder = _BUILDERS[name]
+    else:
+        get_source(name)  # an unknown name: raises with the list of known ones
+        raise DataSourceError(f"Data source {name!r} has no splits; it is used by other sources.")
+    accepted = set(inspect.signature(builder).parameters) - {"seed", "spec"}
+    unexpected = sorted(set(options) - accepted - {"spec"})
+    if unexpected:
+        raise ValueError(
+            f"Option(s) {unexpected} do not apply to data source {name!r}; "
+            f"it accepts: {sorted(accepted) or 'no options'}."
+        )
+    return builder(seed=seed, **options)

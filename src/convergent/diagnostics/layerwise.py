@@ -1,0 +1,123 @@
+"""Layer-wise losses through the model's one shared readout, and a monotonicity report.
+
+With hidden states H_0 (embedding output) .. H_L and the shared head ``readout``, the
+layer-wise loss is f_l = loss(readout(H_l), y). The descent pillar constrains these; the
+residual pillar and ``convergent diagnose`` report them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..losses import task_loss
+
+
+def _inner(model: nn.Module) -> Any:
+    """The wrapped module of a DDP/compiled model (which is where ``readout`` lives)."""
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
+
+
+def losses_from_hidden_states(
+    readout: Any,
+    hidden_states: Sequence[torch.Tensor],
+    labels: torch.Tensor,
+    task: str,
+    attention_mask: torch.Tensor | None = None,
+    layers: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Differentiable per-layer losses ``[f_l for l in layers]`` (all L + 1 by default).
+
+    Args:
+        readout: the shared head, ``readout(hidden_state, attention_mask) -> logits``.
+        hidden_states: L + 1 tensors, the embedding output first.
+        labels: the targets, as for the task loss.
+        task: ``"classification"``, ``"regression"`` or ``"lm"``.
+        attention_mask: padding mask passed to the readout.
+        layers: which layer indices to evaluate (e.g. a sampled subset).
+    """
+    chosen = range(len(hidden_states)) if layers is None else layers
+    return torch.stack(
+        [task_loss(readout(hidden_states[i], attention_mask), labels, task) for i in chosen]
+    )
+
+
+def layerwise_losses(
+    model: nn.Module, batch: dict[str, torch.Tensor], task: str | None = None
+) -> torch.Tensor:
+    """Per-layer losses f_0 .. f_L of ``model`` on ``batch`` (differentiable).
+
+    Args:
+        model: a convergent model (or a DDP wrapper of one) with ``readout`` and hidden states.
+        batch: inputs plus ``labels``.
+        task: defaults to ``model.task``.
+    """
+    inner = _inner(model)
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    output = model(**inputs, output_hidden_states=True)
+    if output.hidden_states is None:
+        raise ValueError(f"{type(inner).__name__} returned no hidden states")
+    return losses_from_hidden_states(
+        inner.readout,
+        output.hidden_states,
+        batch["labels"],
+        task or inner.task,
+        inputs.get("attention_mask"),
+    )
+
+
+@dataclass(frozen=True)
+class MonotonicityReport:
+    """How well per-layer losses descend.
+
+    Attributes:
+        losses: f_0 .. f_L.
+        satisfied: per layer l = 1..L, whether f_l <= (1 - alpha_l) f_{l-1}.
+        fraction_satisfied: the share of layers whose constraint holds.
+        is_monotone: every constraint holds.
+        largest_increase: max over l of f_l - f_{l-1} (negative when losses fall throughout).
+    """
+
+    losses: tuple[float, ...]
+    satisfied: tuple[bool, ...]
+    fraction_satisfied: float
+    is_monotone: bool
+    largest_increase: float
+
+
+def monotonicity_report(
+    losses: Sequence[float] | torch.Tensor, alpha: float | Sequence[float] = 0.0
+) -> MonotonicityReport:
+    """Check f_l <= (1 - alpha_l) f_{l-1} for l = 1..L.
+
+    Args:
+        losses: f_0 .. f_L (at least two values).
+        alpha: the required relative decrease per layer, one value or L values in [0, 1).
+    """
+    values = [float(v) for v in (losses.tolist() if isinstance(losses, torch.Tensor) else losses)]
+    if len(values) < 2:
+        raise ValueError(f"need the losses of at least two layers, got {len(values)}")
+    count = len(values) - 1
+    alphas = [float(alpha)] * count if isinstance(alpha, int | float) else [float(a) for a in alpha]
+    if len(alphas) != count:
+        raise ValueError(f"alpha has {len(alphas)} values; expected one per layer ({count})")
+    for a in alphas:
+        if not 0 <= a < 1:
+            raise ValueError(f"alpha must be in [0, 1), got {a}")
+    satisfied = tuple(
+        values[i] <= (1 - alphas[i - 1]) * values[i - 1] for i in range(1, len(values))
+    )
+    increases = [values[i] - values[i - 1] for i in range(1, len(values))]
+    return MonotonicityReport(
+        losses=tuple(values),
+        satisfied=satisfied,
+        fraction_satisfied=sum(satisfied) / count,
+        is_monotone=all(satisfied),
+        largest_increase=max(increases),
+    )

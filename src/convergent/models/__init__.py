@@ -1,0 +1,15 @@
+"""Models that expose every layer's representation and one shared readout head.
+
+`Transformer` is a small configurable Transformer (see `TransformerConfig`); `HFEncoder` gives a
+Hugging Face BERT-family encoder the same surface. Both return a `ModelOutput` and have
+`readout(hidden_state, attention_mask)`, `num_layers` and `task`. Nothing here imports training
+code.
+"""
+
+from convergent.models.config import TransformerConfig
+from convergent.models.hf import HFEncoder
+from convergent.models.outputs import ModelOutput
+from convergent.models.readout import pool_hidden_state
+from convergent.models.transformer import Transformer
+
+__all__ = ["HFEncoder", "ModelOutput", "Transformer", "TransformerConfig", "pool_hidden_state"]

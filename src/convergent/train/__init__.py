@@ -1,0 +1,31 @@
+"""The training loop, its steps, checkpoints, metrics and the distributed helpers."""
+
+from . import distributed
+from .batches import iterate_batches
+from .checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
+from .loop import FitResult, evaluate, fit
+from .metrics import MetricsLogger, read_metrics
+from .reproducibility import rng_state, seed_everything, set_rng_state
+from .schedules import warmup_schedule
+from .steps import ErmStep, TrainingStep, split_batch
+
+__all__ = [
+    "CheckpointError",
+    "ErmStep",
+    "FitResult",
+    "MetricsLogger",
+    "TrainingStep",
+    "distributed",
+    "evaluate",
+    "fit",
+    "iterate_batches",
+    "load_checkpoint",
+    "read_metrics",
+    "resolve_checkpoint",
+    "rng_state",
+    "save_checkpoint",
+    "seed_everything",
+    "set_rng_state",
+    "split_batch",
+    "warmup_schedule",
+]

@@ -1,0 +1,52 @@
+"""Shared test fixtures: tiny models and datasets that need no downloads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+# The suite's models are tiny: on a 2-core machine a second intra-op thread only adds
+# contention (a tiny step measured 0.35 s with 2 threads against 0.008 s with 1).
+torch.set_num_threads(1)
+
+
+class TinyClassifier(nn.Module):
+    """A two-layer MLP with dropout whose forward returns an object with ``logits``."""
+
+    def __init__(self, features: int = 6, classes: int = 3, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(features, 16)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, inputs: torch.Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.head(self.dropout(torch.tanh(self.hidden(inputs)))))
+
+
+class TensorDataset(torch.utils.data.Dataset):
+    """Dict-of-tensors dataset (the same surface as ``convergent.data.DictDataset``)."""
+
+    def __init__(self, **tensors: torch.Tensor) -> None:
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(next(iter(self.tensors.values())))
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {key: value[index] for key, value in self.tensors.items()}
+
+
+def make_classification(n: int = 96, features: int = 6, classes: int = 3, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(n, features, generator=generator)
+    weights = torch.randn(features, classes, generator=generator)
+    labels = (inputs @ weights).argmax(dim=1)
+    return TensorDataset(inputs=inputs, labels=labels)
+
+
+@pytest.fixture
+def classification_data():
+    return make_classification()

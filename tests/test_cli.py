@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from convergent.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--data", "nosuch"], "Unknown data source 'nosuch'"),
+        (["train", "--data", "digits", "--steps", "-3"], "steps must be a positive integer, got -3"),
+        (["train", "--data", "digits", "--lr", "0"], "lr must be positive, got 0.0"),
+        (["train", "--data", "digits", "--model", "gpt9"], "model must be one of transformer, minilm"),
+        (["train", "--data", "digits", "--model", "minilm"], "needs text data"),
+        (["train", "--config", "/no/such/config.json"], "config file /no/such/config.json does not exist"),
+        (["data", "fetch", "nosuch"], "Unknown data source 'nosuch'"),
+    ],
+)
+def test_user_errors_are_one_sentence_without_traceback(argv, message, capsys, tmp_path):
+    status = main([*argv, *(["--out", str(tmp_path)] if argv[0] == "train" else [])])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_unknown_config_key_is_named(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"steps": 3, "learning_rate": 0.1}))
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert "unknown config key(s) ['learning_rate']" in capsys.readouterr().err
+
+
+def test_train_writes_a_run_folder(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"data": "digits", "model": "transformer", "steps": 4, "d_model": 16}))
+    run = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--batch-size", "32", "--lr", "0.003"]
+    status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress"])
+    assert status == 0
+    assert "test accuracy" in capsys.readouterr().out
+    for name in ("config.json", "metrics.jsonl", "summary.json", "loss_curve.png", "checkpoints/latest"):
+        assert (run / name).exists(), name
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["batch_size"] == 32 and saved["d_model"] == 16 and saved["steps"] == 4
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 4 and 0.0 <= summary["test"]["accuracy"] <= 1.0
+    assert (run / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"

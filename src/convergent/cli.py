@@ -110,6 +110,9 @@ def _data_list(arguments: argparse.Namespace) -> int:
         state = "cached" if row["cached"] else "not cached"
         size = f"{row['size'] / 1e6:8.1f} MB" if row.get("size") else " " * 11
         print(f"{row['name']:<{width}}  {state:<10}  {size}  {row['description']}")
+    print(
+        f"{'hf:NAME':<{width}}  {'':<10}  {'':11}  a Hugging Face dataset by name (online) or a local file"
+    )
     print(f"cache: {cache_root()}")
     return 0
 

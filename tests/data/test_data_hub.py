@@ -27,14 +27,14 @@ def make_rows(count: int) -> list[dict[str, str]]:
     ]
 
 
-def test_local_csv_file_with_string_labels_and_the_default_tokenizer(
-    tmp_path: Path, temporary_cache: Path
+def test_local_csv_file_with_string_labels_and_the_minilm_tokenizer(
+    tmp_path: Path, temporary_cache: Path, minilm_tokenizer: object
 ) -> None:
     path = tmp_path / "reviews.csv"
     rows = make_rows(50)
     path.write_text("text,label\n" + "".join(f"{row['text']},{row['label']}\n" for row in rows))
     assert is_cached(f"hf:{path}") and fetch(f"hf:{path}") == path
-    splits = load_splits(f"hf:{path}", seed=0, max_length=16)
+    splits = load_splits(f"hf:{path}", seed=0, max_length=16, tokenizer=minilm_tokenizer)
     assert (splits.task, splits.num_outputs, splits.seq_len, splits.vocab_size) == (
         "classification", 2, 16, 30522,
     )  # fmt: skip
@@ -44,7 +44,7 @@ def test_local_csv_file_with_string_labels_and_the_default_tokenizer(
     # Labels follow the rows: row i is positive (index 1) when i is even.
     expected = torch.tensor([1 - i % 2 for i in range(50)])
     assert torch.equal(splits.train.tensors["labels"], expected[splits.info["indices"]["train"]])
-    other = load_splits(f"hf:{path}", seed=1, max_length=16)
+    other = load_splits(f"hf:{path}", seed=1, max_length=16, tokenizer=minilm_tokenizer)
     assert not torch.equal(splits.info["indices"]["test"], other.info["indices"]["test"])
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from convergent.data import DictDataset, load_splits, load_weather, to_patches
+from convergent.data import DataSourceError, DictDataset, load_splits, load_weather, to_patches
 from convergent.data.splits import random_split_indices
 
 from .conftest import WhitespaceTokenizer
@@ -140,3 +140,8 @@ def test_darcy_splits() -> None:
 def test_options_that_do_not_apply_are_refused() -> None:
     with pytest.raises(ValueError, match=r"\['window'\] do not apply to data source 'digits'"):
         load_splits("digits", window=3)
+
+
+def test_a_model_source_has_no_splits() -> None:
+    with pytest.raises(DataSourceError, match=r"'minilm-l6' is not a dataset.*digits"):
+        load_splits("minilm-l6")

@@ -15,7 +15,16 @@ from convergent.data.cache import (
 )
 from convergent.data.hub import load_hub_dataset
 from convergent.data.loaders import load_splits, to_patches, tokenize
-from convergent.data.parsers import load_darcy, load_digits, load_rt_sentences, load_weather
+from convergent.data.parsers import (
+    FASHION_MNIST_CLASSES,
+    load_austen,
+    load_darcy,
+    load_digits,
+    load_fashion_mnist,
+    load_rt_sentences,
+    load_street_video,
+    load_weather,
+)
 from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive
 from convergent.data.sources import (
     SOURCES,
@@ -29,6 +38,7 @@ from convergent.data.sources import (
 from convergent.data.splits import DictDataset, Splits, random_split_indices
 
 __all__ = [
+    "FASHION_MNIST_CLASSES",
     "SOURCES",
     "BundledFile",
     "DataSource",
@@ -44,11 +54,14 @@ __all__ = [
     "fetch",
     "get_source",
     "is_cached",
+    "load_austen",
     "load_darcy",
     "load_digits",
+    "load_fashion_mnist",
     "load_hub_dataset",
     "load_rt_sentences",
     "load_splits",
+    "load_street_video",
     "load_weather",
     "minilm_path",
     "random_split_indices",

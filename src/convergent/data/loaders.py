@@ -10,10 +10,20 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from convergent.data.cache import DataSourceError
-from convergent.data.parsers import load_darcy, load_digits, load_rt_sentences, load_weather
+from convergent.data.parsers import (
+    FASHION_MNIST_CLASSES,
+    load_austen,
+    load_darcy,
+    load_digits,
+    load_fashion_mnist,
+    load_rt_sentences,
+    load_weather,
+)
 from convergent.data.sources import HUB_PREFIX, get_source, minilm_path
 from convergent.data.splits import (
     DictDataset,
@@ -205,11 +215,130 @@ def darcy_splits(seed: int = 0, resolution: int = 16, patch: int = 4) -> Splits:
     )  # fmt: skip
 
 
+def fashion_mnist_splits(
+    seed: int = 0, patch: int = 7, size: int = 28, validation_size: int = 5000
+) -> Splits:
+    """Fashion-MNIST as non-overlapping patches: with the defaults, 16 tokens (4 x 4 patches of
+    7 x 7) of 49 features in [0, 1]; 10 classes.
+
+    Test is the official test set (10,000); validation is ``validation_size`` images of the
+    official training set drawn with ``seed``, train the rest (55,000 by default). With
+    ``size`` < 28 the images are first shrunk by area averaging (``size=14`` and ``patch=7``
+    give 4 tokens of 49 features), for quick studies.
+    """
+    if not 1 <= size <= 28:
+        raise ValueError(f"Fashion-MNIST size {size} is out of range; it must be in [1, 28].")
+    if patch < 1 or size % patch:
+        raise ValueError(f"Patch size {patch} must be positive and divide the image size {size}.")
+    data = load_fashion_mnist()
+    total = len(data["train_labels"])
+    if not 1 <= validation_size < total:
+        raise ValueError(
+            f"Validation size {validation_size} is out of range; it must be in [1, {total - 1}]."
+        )
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))
+    train, validation = order[validation_size:], order[:validation_size]
+
+    def build(images: torch.Tensor, labels: torch.Tensor) -> DictDataset:
+        scaled = images.to(torch.float32) / 255.0
+        if size != scaled.shape[-1]:
+            scaled = F.interpolate(scaled.unsqueeze(1), size=(size, size), mode="area").squeeze(1)
+        return DictDataset({"inputs": to_patches(scaled, patch), "labels": labels})
+
+    return Splits(
+        train=build(data["train_images"][train], data["train_labels"][train]),
+        validation=build(data["train_images"][validation], data["train_labels"][validation]),
+        test=build(data["test_images"], data["test_labels"]),
+        task="classification",
+        num_outputs=len(FASHION_MNIST_CLASSES),
+        seq_len=(size // patch) ** 2,
+        input_dim=patch * patch,
+        info={"classes": FASHION_MNIST_CLASSES, "patch": patch, "size": size,
+              "indices": {"train": train, "validation": validation}},
+    )  # fmt: skip
+
+
+# The character language model's split of every novel, by position: train, validation, test.
+AUSTEN_FRACTIONS = (0.9, 0.05, 0.05)
+UNKNOWN_CHARACTER = "\ufffd"
+
+
+def austen_splits(seed: int = 0, seq_len: int = 128) -> Splits:
+    """Character-level language modelling on Jane Austen's six novels.
+
+    Each novel is cut by position: its first 90 % of characters go to train, the next 5 % to
+    validation and the last 5 % to test, so no passage is in two splits. Every block is cut
+    into non-overlapping windows of ``seq_len`` + 1 characters (a remainder shorter than
+    that is dropped, and no window crosses a block): "input_ids" are the first ``seq_len``
+    characters, "labels" the same shifted by one (the next characters). The vocabulary is
+    the sorted set of characters of the training blocks (80 ASCII characters, newline
+    included), plus U+FFFD as a last entry when validation or test hold a character that is
+    not in it, which then maps there: here "£", found only near the end of Mansfield Park,
+    so the vocabulary has 81 entries. ``info`` keeps the vocabulary ("itos"), the
+    character range of each split in each novel ("char_ranges": split -> title -> (start,
+    stop)) and each window's origin ("window_starts": split -> long [N, 2] of (novel index,
+    offset)). The seed is accepted for a uniform interface but changes nothing.
+    """
+    del seed
+    books = load_austen()
+    split_names = ("train", "validation", "test")
+    char_ranges: dict[str, dict[str, tuple[int, int]]] = {name: {} for name in split_names}
+    for title, text in books.items():
+        train_count, validation_count, _ = split_counts(len(text), AUSTEN_FRACTIONS)
+        bounds = (0, train_count, train_count + validation_count, len(text))
+        for name, start, stop in zip(split_names, bounds[:-1], bounds[1:], strict=True):
+            char_ranges[name][title] = (start, stop)
+    shortest = min(
+        stop - start for ranges in char_ranges.values() for start, stop in ranges.values()
+    )
+    if not 1 <= seq_len < shortest:
+        raise ValueError(
+            f"seq_len {seq_len} is out of range; it must be in [1, {shortest - 1}] (the "
+            "shortest block of a novel)."
+        )
+    itos = sorted({c for title, (a, b) in char_ranges["train"].items() for c in books[title][a:b]})
+    unknown = sorted(
+        {c for name in split_names[1:] for title, (a, b) in char_ranges[name].items()
+         for c in books[title][a:b]} - set(itos)
+    )  # fmt: skip
+    if unknown:
+        itos.append(UNKNOWN_CHARACTER)
+    largest_code = max(ord(max(text)) for text in [*books.values(), "".join(itos)])
+    lookup = np.full(largest_code + 1, len(itos) - 1, dtype=np.int64)
+    lookup[[ord(character) for character in itos]] = np.arange(len(itos))
+    datasets, window_starts = {}, {}
+    for name in split_names:
+        inputs, labels, starts = [], [], []
+        for book_index, (title, (start, stop)) in enumerate(char_ranges[name].items()):
+            codes = np.frombuffer(books[title][start:stop].encode("utf-32-le"), dtype=np.uint32)
+            ids = torch.from_numpy(lookup[codes])
+            offsets = torch.arange(0, len(ids) - seq_len, seq_len)
+            windows = ids[offsets[:, None] + torch.arange(seq_len + 1)]
+            inputs.append(windows[:, :-1])
+            labels.append(windows[:, 1:])
+            starts.append(torch.stack([torch.full_like(offsets, book_index), offsets + start], 1))
+        datasets[name] = DictDataset({"input_ids": torch.cat(inputs), "labels": torch.cat(labels)})
+        window_starts[name] = torch.cat(starts)
+    return Splits(
+        train=datasets["train"],
+        validation=datasets["validation"],
+        test=datasets["test"],
+        task="lm",
+        num_outputs=len(itos),
+        seq_len=seq_len,
+        vocab_size=len(itos),
+        info={"itos": itos, "books": list(books), "char_ranges": char_ranges,
+              "window_starts": window_starts, "unknown_characters": unknown},
+    )  # fmt: skip
+
+
 _BUILDERS: dict[str, Callable[..., Splits]] = {
     "rt-sentences": rt_sentences_splits,
     "digits": digits_splits,
     "weather-hourly": weather_splits,
     "darcy-16": darcy_splits,
+    "fashion-mnist": fashion_mnist_splits,
+    "austen": austen_splits,
 }
 
 
@@ -217,11 +346,14 @@ def load_splits(name: str, *, seed: int = 0, **options: Any) -> Splits:
     """Fixed, seeded train/validation/test splits of a data source.
 
     Args:
-        name: "rt-sentences", "digits", "weather-hourly", "darcy-16" or "hf:<dataset or path>".
-        seed: the split's seed (weather's chronological split ignores it).
+        name: "rt-sentences", "digits", "weather-hourly", "darcy-16", "fashion-mnist",
+            "austen" or "hf:<dataset or path>".
+        seed: the split's seed (the by-position splits of weather and austen ignore it).
         **options: per source: rt-sentences and hf: take ``tokenizer`` (default MiniLM's)
-            and ``max_length`` (64); hf: also ``text_column``, ``label_column``, ``split``;
-            weather-hourly takes ``window`` (24); darcy-16 takes ``patch`` (4).
+            and ``max_length`` (64); hf: also ``text_column``, ``label_column``, ``config``;
+            weather-hourly takes ``window`` (24); darcy-16 takes ``patch`` (4);
+            fashion-mnist takes ``patch`` (7), ``size`` (28) and ``validation_size`` (5000);
+            austen takes ``seq_len`` (128).
 
     Returns:
         The splits, with task, num_outputs, seq_len and vocab_size or input_dim.
@@ -235,7 +367,10 @@ def load_splits(name: str, *, seed: int = 0, **options: Any) -> Splits:
         builder = _BUILDERS[name]
     else:
         get_source(name)  # an unknown name: raises with the list of known ones
-        raise DataSourceError(f"Data source {name!r} has no splits; it is used by other sources.")
+        raise DataSourceError(
+            f"Data source {name!r} is not a dataset and has no splits; sources with splits: "
+            f"{', '.join([*_BUILDERS, HUB_PREFIX + '<dataset or path>'])}."
+        )
     accepted = set(inspect.signature(builder).parameters) - {"seed", "spec"}
     unexpected = sorted(set(options) - accepted - {"spec"})
     if unexpected:

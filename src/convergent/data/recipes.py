@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from convergent.data.cache import DataSourceError
+from convergent.data.cache import DataSourceError, cache_root, source_lock
+
+# The folder of the cache where apt keeps package lists and caches for our fetches.
+APT_STATE_FOLDER = ".apt"
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class PypiArchive:
 @dataclass(frozen=True)
 class DebianPackage:
     """A Debian package fetched with ``apt-get download`` and unpacked with ``dpkg -x``
-    into the staging folder: no root, no system install.
+    into the staging folder: no root, no system install (see ``apt_download`` for where
+    the package lists come from).
 
     Attributes:
         package: the package name, optionally pinned as "name=version".
@@ -86,25 +91,17 @@ class DebianPackage:
 
     def remedy(self) -> str:
         return (
-            f"run on a Debian/Ubuntu machine with apt sources configured "
-            f"(try `apt-get download {self.package}`)"
+            f"run on a Debian or Ubuntu machine whose apt sources carry {self.package} "
+            f"(check with `apt-cache policy {self.package}`), or set CONVERGENT_CACHE to a "
+            "folder that already holds this source"
         )
 
     def fetch_into(self, staging: Path) -> None:
         download = staging / ".download"
         download.mkdir(parents=True)
-        run_tool(
-            ["apt-get", "download", self.package], download, f"apt-get download {self.package}"
-        )
-        packages = sorted(download.glob("*.deb"))
-        if len(packages) != 1:
-            raise DataSourceError(
-                f"apt-get download {self.package} produced {len(packages)} .deb files"
-            )
+        package = apt_download(self.package, download)
         tree = download / "tree"
-        run_tool(
-            ["dpkg", "-x", str(packages[0]), str(tree)], download, f"dpkg -x {packages[0].name}"
-        )
+        run_tool(["dpkg", "-x", str(package), str(tree)], download, f"dpkg -x {package.name}")
         for member in self.members:
             copy_from_tree(tree, member, staging)
         shutil.rmtree(download, ignore_errors=True)
@@ -164,6 +161,71 @@ def run_tool(command: list[str], cwd: Path, description: str) -> None:
         lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
         last = lines[-1].strip() if lines else f"exit status {result.returncode}"
         raise DataSourceError(f"`{description}` failed: {last}")
+
+
+def apt_state_dir() -> Path:
+    """Where apt keeps the package lists and caches of our own fetches: ``.apt`` in the cache."""
+    return cache_root() / APT_STATE_FOLDER
+
+
+def apt_options(private_lists: bool) -> list[str]:
+    """``-o`` options that keep apt's writes inside the cache.
+
+    apt's binary package caches (``pkgcache.bin``, 70 MB, which root would otherwise
+    refresh in ``/var/cache/apt``) are not written at all, and any other cache file goes to
+    ``.apt/cache``; with ``private_lists`` the package lists are read from (and
+    ``apt-get update`` writes them to) ``.apt/lists`` instead of ``/var/lib/apt/lists``.
+    As root, downloads are not handed to the ``_apt`` user, who may not be allowed into the
+    cache folder.
+    """
+    state = apt_state_dir()
+    options = ["-q", "-o", f"Dir::Cache={state / 'cache'}"]
+    options += ["-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]
+    if private_lists:
+        options += ["-o", f"Dir::State::Lists={state / 'lists'}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        options += ["-o", "APT::Sandbox::User=root"]
+    return options
+
+
+def apt_download(package: str, destination: Path) -> Path:
+    """Download one ``.deb`` into ``destination`` without root and without touching the system.
+
+    First with the machine's own package lists; if apt does not know the package there (a
+    fresh machine or container has no lists), ``apt-get update`` fills private lists in the
+    cache's ``.apt`` folder and the download is tried once more with them. Either way apt
+    writes nothing outside the cache and ``destination``.
+
+    Returns:
+        The path of the downloaded ``.deb``.
+    """
+    description = f"apt-get download {package}"
+    try:
+        run_tool(["apt-get", "download", *apt_options(False), package], destination, description)
+    except DataSourceError as first_error:
+        if shutil.which("apt-get") is None:
+            raise DataSourceError(
+                "`apt-get` is not available: Debian sources need a Debian or Ubuntu machine"
+            ) from first_error
+        lists = apt_state_dir() / "lists"
+        try:
+            with source_lock("apt"):  # one `apt-get update` at a time
+                (lists / "partial").mkdir(parents=True, exist_ok=True)
+                run_tool(
+                    ["apt-get", "update", *apt_options(True)],
+                    destination,
+                    f"apt-get update (into {lists})",
+                )
+            run_tool(["apt-get", "download", *apt_options(True), package], destination, description)
+        except DataSourceError as second_error:
+            raise DataSourceError(
+                f"{first_error} (and again with package lists refreshed into {lists}: "
+                f"{second_error})"
+            ) from second_error
+    packages = sorted(destination.glob("*.deb"))
+    if len(packages) != 1:
+        raise DataSourceError(f"{description} produced {len(packages)} .deb files, expected 1")
+    return packages[0]
 
 
 def pip_download(requirement: str, kind: str, destination: Path) -> Path:

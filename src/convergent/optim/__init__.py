@@ -1,0 +1,41 @@
+"""Optimizers with a sparsity bias: HORST (AdamW step, then a hyperbolic mirror step) and HAM.
+
+HORST is the composition M∘S of two operators, both exported as pure functions:
+
+- S, the steepest-descent step: `adam_direction` (or `sign_direction`) gives u, and
+  `steepest_descent_step` applies it with decoupled weight decay;
+- M, the mirror step: `mirror_step(theta, direction, mirror_map)` with a mirror map
+  (`EuclideanMap`, `HyperbolicEntropyMap(scale)`); `horst_mirror_direction` gives HORST's
+  dual step.
+
+`horst_reference_step` is one HORST step on one tensor; `HORST` runs it, or its foreach or
+compiled equivalent, behind the `torch.optim.Optimizer` interface.
+"""
+
+from convergent.optim.ham import HAM
+from convergent.optim.horst import HORST, first_nonfinite
+from convergent.optim.mirror import EuclideanMap, HyperbolicEntropyMap, MirrorMap, mirror_step
+from convergent.optim.operators import (
+    adam_direction,
+    ham_mirror_step,
+    horst_mirror_direction,
+    horst_reference_step,
+    sign_direction,
+    steepest_descent_step,
+)
+
+__all__ = [
+    "HAM",
+    "HORST",
+    "EuclideanMap",
+    "HyperbolicEntropyMap",
+    "MirrorMap",
+    "adam_direction",
+    "first_nonfinite",
+    "ham_mirror_step",
+    "horst_mirror_direction",
+    "horst_reference_step",
+    "mirror_step",
+    "sign_direction",
+    "steepest_descent_step",
+]

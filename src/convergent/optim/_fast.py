@@ -1,0 +1,170 @@
+"""Fast implementations of the HORST step: foreach ops, and one compiled pass per tensor.
+
+Both compute exactly what `operators.horst_reference_step` computes (with the multiplicative
+mirror map), in the same order, so they agree with it to round-off:
+
+- foreach: `torch._foreach_*` over all tensors of one (device, dtype); two parameter-sized
+  temporaries per bucket (the denominator, reused for the exponent, and the direction u).
+- compiled: `torch.compile` of the whole update over a flat view of each tensor: one read of
+  theta, grad, m, v and one write of theta, m, v per element, no temporary.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["compiled_horst_step", "compiler_unavailable_reason", "foreach_horst_step"]
+
+
+def foreach_horst_step(
+    thetas: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: Sequence[float],
+    mirror_flags: Sequence[bool],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    alpha: float,
+    beta: float,
+    exponent_clamp: float | None,
+) -> None:
+    """The HORST step in place on tensors of one device and dtype, with foreach ops."""
+    if weight_decay != 0:
+        torch._foreach_mul_(thetas, 1 - lr * weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    step_sizes = [lr / (1 - beta1**step) for step in steps]
+    bias_corrections2_sqrt = [(1 - beta2**step) ** 0.5 for step in steps]
+    denominators = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denominators, bias_corrections2_sqrt)
+    torch._foreach_add_(denominators, eps)
+    directions = torch._foreach_mul(exp_avgs, step_sizes)
+    torch._foreach_div_(directions, denominators)
+    torch._foreach_sub_(thetas, directions)
+    mirrored = [index for index, flag in enumerate(mirror_flags) if flag]
+    if not mirrored or (alpha == 0 and beta == 0 and exponent_clamp is None):
+        return  # exp(0) = 1 exactly: the mirror step would be the identity.
+    halves = [thetas[index] for index in mirrored]
+    exponents = [denominators[index] for index in mirrored]  # reuse the buffer
+    torch._foreach_copy_(exponents, halves)
+    torch._foreach_sign_(exponents)
+    torch._foreach_mul_(exponents, [directions[index] for index in mirrored])
+    torch._foreach_mul_(exponents, -alpha)
+    torch._foreach_add_(exponents, -lr * beta)
+    if exponent_clamp is not None:
+        torch._foreach_clamp_min_(exponents, -exponent_clamp)
+        torch._foreach_clamp_max_(exponents, exponent_clamp)
+    torch._foreach_exp_(exponents)
+    torch._foreach_mul_(halves, exponents)
+
+
+def _horst_kernel(
+    theta: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, scalars: Tensor
+) -> None:
+    # scalars are a tensor, not Python floats, so that a new lr or step count is not a recompile.
+    (decay, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps,
+     negative_alpha, negative_lr_beta, clamp) = scalars.unbind(0)  # fmt: skip
+    new_exp_avg = torch.lerp(exp_avg, grad, one_minus_beta1)
+    new_exp_avg_sq = exp_avg_sq * beta2 + one_minus_beta2 * grad * grad
+    denominator = torch.sqrt(new_exp_avg_sq) / bias_correction2_sqrt + eps
+    direction = step_size * new_exp_avg / denominator
+    half = theta * decay - direction
+    exponent = torch.sign(half) * direction * negative_alpha + negative_lr_beta
+    exponent = torch.clamp(exponent, -clamp, clamp)
+    exp_avg.copy_(new_exp_avg)
+    exp_avg_sq.copy_(new_exp_avg_sq)
+    theta.copy_(half * torch.exp(exponent))
+
+
+_compiled_kernel: Callable[..., None] | None = None
+_broken_reason: str | None = None
+
+
+def compiler_unavailable_reason(device: torch.device) -> str | None:
+    """Why torch.compile cannot build the fused step on `device`, or None if it can."""
+    if _broken_reason is not None:
+        return _broken_reason
+    if not hasattr(torch, "compile"):
+        return "this torch has no torch.compile"
+    try:
+        import torch._dynamo as dynamo
+
+        if not dynamo.is_dynamo_supported():
+            return "torch.compile does not support this Python"
+    except Exception as error:  # pragma: no cover - depends on the installation
+        return f"torch._dynamo failed to import ({error})"
+    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "no C++ compiler was found"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "triton is not installed"
+    return None
+
+
+def compiled_horst_step(
+    thetas: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: Sequence[float],
+    mirror_flags: Sequence[bool],
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    alpha: float,
+    beta: float,
+    exponent_clamp: float | None,
+) -> bool:
+    """The HORST step in place, one compiled pass per tensor; False if compilation failed.
+
+    Tensors must be contiguous with at least two elements (the caller routes the rest to
+    the reference). A non-mirrored tensor gets alpha = beta = 0 and no clamp, so its factor
+    is exp(0) = 1 exactly.
+    """
+    global _compiled_kernel, _broken_reason
+    if _compiled_kernel is None:
+        _compiled_kernel = torch.compile(_horst_kernel, dynamic=True, fullgraph=True)
+    clamp = float("inf") if exponent_clamp is None else exponent_clamp
+    cache: dict[tuple[float, bool, torch.device], Tensor] = {}
+    for theta, grad, exp_avg, exp_avg_sq, step, flag in zip(
+        thetas, grads, exp_avgs, exp_avg_sqs, steps, mirror_flags, strict=True
+    ):
+        key = (step, flag, theta.device)
+        if key not in cache:
+            values = [1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, lr / (1 - beta1**step),
+                      (1 - beta2**step) ** 0.5, eps, -alpha if flag else 0.0,
+                      -lr * beta if flag else 0.0, clamp if flag else float("inf")]  # fmt: skip
+            cache[key] = torch.tensor(values, dtype=torch.float64, device=theta.device)
+        try:
+            _compiled_kernel(
+                theta.view(-1), grad.view(-1), exp_avg.view(-1), exp_avg_sq.view(-1), cache[key]
+            )
+        except Exception as error:
+            if theta is not thetas[0]:
+                raise  # compiled once already: a real error, not a missing compiler
+            _broken_reason = f"torch.compile failed ({type(error).__name__})"
+            return False
+    return True
+
+
+def warn_fallback(reason: str) -> None:
+    """The one-line warning when the compiled path is unavailable."""
+    warnings.warn(
+        f"HORST: {reason}; using the foreach implementation instead.", RuntimeWarning, stacklevel=3
+    )

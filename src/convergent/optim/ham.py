@@ -1,0 +1,115 @@
+"""HAM, Hyperbolic Aware Minimization: any base optimizer's step, then a hyperbolic mirror step.
+
+Jacobs, Gadhikar, Rubio-Madrigal and Burkholz. After the base step, on tensors with ndim >= 2
+(or as the param group's "ham_mirror" says), with the group's lr and the raw gradient:
+
+    w <- w * exp(lr * (-alpha * sign(w) * grad - beta))
+
+HAM shares the base optimizer's param-group dicts, so an LR scheduler on HAM drives the base
+optimizer, and HAM's state_dict is the base optimizer's (its groups also carry "ham_alpha",
+"ham_beta" and "ham_mirror").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from convergent.optim._validation import check_nonnegative, check_optional_bool
+
+__all__ = ["HAM"]
+
+
+class HAM(Optimizer):
+    """Wraps `base_optimizer` with HAM's multiplicative mirror step.
+
+    The defaults alpha = 200 and beta = 1e-3 are those of the authors' reference wrapper.
+
+    Args:
+        base_optimizer: any torch optimizer (AdamW, SGD, HORST, ...), already built on the
+            parameters.
+        alpha: strength of the gradient term of the mirror step, >= 0.
+        beta: multiplicative decay per unit learning rate, >= 0.
+        mirror: which tensors get the mirror step: None (default) means ndim >= 2; True or
+            False for every tensor. Per group, set "ham_mirror".
+    """
+
+    def __init__(
+        self,
+        base_optimizer: Optimizer,
+        alpha: float = 200.0,
+        beta: float = 1e-3,
+        *,
+        mirror: bool | None = None,
+    ) -> None:
+        if not isinstance(base_optimizer, Optimizer):
+            raise TypeError(
+                f"base_optimizer must be a torch.optim.Optimizer, got {type(base_optimizer).__name__}."
+            )
+        self.base_optimizer = base_optimizer
+        defaults = {"ham_alpha": alpha, "ham_beta": beta, "ham_mirror": mirror}
+        # The same dicts as the base optimizer's groups: one lr, seen by both.
+        super().__init__(base_optimizer.param_groups, defaults)
+        self.param_groups = base_optimizer.param_groups
+        self.state = base_optimizer.state
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        merged = {**self.defaults, **param_group}
+        check_nonnegative("alpha", merged["ham_alpha"])
+        check_nonnegative("beta", merged["ham_beta"])
+        check_optional_bool("mirror", merged["ham_mirror"])
+        base = self.base_optimizer
+        if not any(param_group is group for group in base.param_groups):
+            base.add_param_group(param_group)
+        for name, default in self.defaults.items():
+            param_group.setdefault(name, default)
+        if not any(param_group is group for group in self.param_groups):
+            self.param_groups.append(param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.base_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.base_optimizer.load_state_dict(state_dict)
+        # Loading replaces the base optimizer's group dicts and state: share the new ones.
+        self.param_groups = self.base_optimizer.param_groups
+        self.state = self.base_optimizer.state
+        for group in self.param_groups:
+            for name, default in self.defaults.items():
+                group.setdefault(name, default)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base_optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """The base optimizer's step, then the mirror step on the selected tensors."""
+        loss = (
+            self.base_optimizer.step(closure) if closure is not None else self.base_optimizer.step()
+        )
+        with torch.no_grad():
+            for group in self.param_groups:
+                self._mirror_group(group)
+        return loss
+
+    @staticmethod
+    def _mirror_group(group: dict[str, Any]) -> None:
+        alpha, beta, lr = float(group["ham_alpha"]), float(group["ham_beta"]), float(group["lr"])
+        if alpha == 0 and beta == 0:
+            return
+        mirror = group["ham_mirror"]
+        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+        for param in group["params"]:
+            if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror):
+                buckets.setdefault((param.device, param.dtype), []).append(param)
+        for params in buckets.values():
+            # factor = exp(-(sign(w) * lr * (alpha * grad + beta * sign(w)))), one temporary.
+            factors = torch._foreach_sign([param.detach() for param in params])
+            torch._foreach_mul_(factors, [param.grad for param in params if param.grad is not None])
+            torch._foreach_mul_(factors, -lr * alpha)
+            torch._foreach_add_(factors, -lr * beta)
+            torch._foreach_exp_(factors)
+            torch._foreach_mul_(params, factors)

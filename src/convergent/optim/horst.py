@@ -1,0 +1,276 @@
+"""HORST: an AdamW step S, then a hyperbolic mirror step M (Jacobs, Jain and Burkholz, 2026).
+
+With u = lr * m_hat / (sqrt(v_hat) + eps), the Adam direction of torch.optim.AdamW:
+
+    theta_half = theta - u - lr * weight_decay * theta
+    theta_next = theta_half * exp(-alpha * sign(theta_half) * u - lr * beta)
+
+alpha = beta = 0 is AdamW, to float64 round-off on every implementation. The mirror step
+never changes a weight's sign; zero weights do not stay zero, because S moves them first
+(keeping pruned weights at zero is a mask's job, in `convergent.sparse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from convergent.optim import _fast
+from convergent.optim._validation import (
+    check_betas,
+    check_gradient,
+    check_nonnegative,
+    check_optional_bool,
+    check_positive_or_none,
+)
+from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap
+from convergent.optim.operators import horst_reference_step
+
+__all__ = ["HORST", "first_nonfinite"]
+
+Implementation = Literal["auto", "reference", "foreach", "compiled"]
+_IMPLEMENTATIONS = ("auto", "reference", "foreach", "compiled")
+_NONFINITE = ("raise", "skip")
+# Below this many elements in a group, "auto" does not compile: the compile would cost more
+# than it saves.
+COMPILE_MIN_NUMEL = 1 << 20
+
+
+def first_nonfinite(tensors: list[Tensor]) -> int | None:
+    """The index of the first tensor holding a NaN or an infinity, or None.
+
+    One read of each tensor (its sum, which a NaN or an infinity makes non-finite) and one
+    synchronization per device. A sum that overflows counts too: in float32 that needs
+    entries near 1e31, where a step is hopeless anyway; 16-bit tensors sum in float32.
+    """
+    by_device: dict[torch.device, list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        by_device.setdefault(tensor.device, []).append(index)
+    bad: list[int] = []
+    for indices in by_device.values():
+        sums = torch.stack([_wide_sum(tensors[index]) for index in indices])
+        finite = sums.isfinite()
+        if not bool(finite.all()):
+            bad.append(indices[int((~finite).nonzero()[0])])
+    return min(bad) if bad else None
+
+
+def _wide_sum(tensor: Tensor) -> Tensor:
+    if tensor.dtype == torch.float64:
+        return tensor.sum()
+    return tensor.sum(dtype=torch.float32).double()
+
+
+class HORST(Optimizer):
+    """HORST, a drop-in replacement for `torch.optim.AdamW` with a sparsity bias.
+
+    Args:
+        params: parameters or parameter groups, as for any torch optimizer (named
+            parameters give named error messages).
+        lr: learning rate, >= 0.
+        betas: moment decays, each in [0, 1).
+        eps: added to sqrt(v_hat), >= 0.
+        weight_decay: decoupled weight decay, >= 0.
+        alpha: strength of the mirror step relative to the Adam step, >= 0.
+        beta: L1 shrinkage per unit learning rate, >= 0.
+        mirror: which tensors get the mirror step: None (default) means those with
+            ndim >= 2; True or False for all of the group. Settable per group.
+        exponent_clamp: None, or a bound c > 0 with the exponent clamped to [-c, c].
+        mirror_map: the map of M; `HyperbolicEntropyMap(0.0)` (default) gives the update
+            above. Other maps run on the reference implementation only.
+        implementation: "reference" (readable, per tensor), "foreach", "compiled" (one
+            torch.compile pass per tensor), or "auto": compiled for groups of at least
+            2**20 elements when a compiler is available, foreach otherwise. A compiled
+            request without a compiler falls back to foreach with a one-line warning.
+        nonfinite: "raise" (default): a NaN or infinite gradient raises a ValueError naming
+            the parameter, before anything changes; "skip": the whole step is skipped and
+            counted in `skipped_steps`.
+        maximize: must be False.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        *,
+        mirror: bool | None = None,
+        exponent_clamp: float | None = None,
+        mirror_map: MirrorMap | None = None,
+        implementation: Implementation = "auto",
+        nonfinite: Literal["raise", "skip"] = "raise",
+        maximize: bool = False,
+    ) -> None:
+        if maximize:
+            raise ValueError(
+                "HORST supports maximize=False only, got maximize=True; negate the loss."
+            )
+        if implementation not in _IMPLEMENTATIONS:
+            raise ValueError(
+                f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
+            )
+        if nonfinite not in _NONFINITE:
+            raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}.")
+        self.mirror_map = HyperbolicEntropyMap(0.0) if mirror_map is None else mirror_map
+        if not isinstance(self.mirror_map, MirrorMap):
+            raise TypeError(
+                f"mirror_map must be a MirrorMap, got {type(self.mirror_map).__name__}."
+            )
+        multiplicative = (
+            isinstance(self.mirror_map, HyperbolicEntropyMap) and self.mirror_map.scale == 0
+        )
+        if not multiplicative and implementation in ("foreach", "compiled"):
+            raise ValueError(
+                f"implementation={implementation!r} supports HyperbolicEntropyMap(0.0) only."
+            )
+        self.implementation: Implementation = implementation if multiplicative else "reference"
+        self.nonfinite = nonfinite
+        self.skipped_steps = 0
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                    "alpha": alpha, "beta": beta, "mirror": mirror, "exponent_clamp": exponent_clamp}  # fmt: skip
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        merged = {**self.defaults, **param_group}
+        if merged.get("maximize", False):
+            raise ValueError(
+                "HORST supports maximize=False only, got maximize=True; negate the loss."
+            )
+        for name in ("lr", "eps", "weight_decay", "alpha", "beta"):
+            check_nonnegative(name, merged[name])
+        check_betas(merged["betas"])
+        check_optional_bool("mirror", merged["mirror"])
+        check_positive_or_none("exponent_clamp", merged["exponent_clamp"])
+        super().add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["skipped_steps"] = self.skipped_steps
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # an AdamW checkpoint lacks HORST's options
+            for name, default in self.defaults.items():
+                group.setdefault(name, default)
+
+    def _parameter_name(self, group_index: int, param_index: int) -> str:
+        group = self.param_groups[group_index]
+        if "param_names" in group:
+            return f"parameter {group['param_names'][param_index]!r}"
+        shape = list(group["params"][param_index].shape)
+        return f"parameter {param_index} of param group {group_index} (shape {shape})"
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Performs one HORST step; `closure` re-evaluates the loss and returns it."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        batches: list[tuple[dict[str, Any], list[Tensor], list[Tensor]]] = []
+        all_grads: list[Tensor] = []
+        names: list[tuple[int, int]] = []
+        for group_index, group in enumerate(self.param_groups):
+            params, grads = [], []
+            for param_index, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                check_gradient(self._parameter_name(group_index, param_index), param, param.grad)
+                params.append(param)
+                grads.append(param.grad)
+                names.append((group_index, param_index))
+            all_grads.extend(grads)
+            batches.append((group, params, grads))
+        bad = first_nonfinite(all_grads)
+        if bad is not None:
+            if self.nonfinite == "skip":
+                self.skipped_steps += 1
+                return loss
+            raise ValueError(
+                f"HORST: the gradient of {self._parameter_name(*names[bad])} is not finite; "
+                "pass nonfinite='skip' to skip such steps."
+            )
+        for group, params, grads in batches:
+            if params:
+                self._update_group(group, params, grads)
+        return loss
+
+    def _update_group(
+        self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
+    ) -> None:
+        beta1, beta2 = (float(value) for value in group["betas"])
+        lr = float(group["lr"])
+        options = {"lr": lr, "beta1": beta1, "beta2": beta2, "eps": float(group["eps"]),
+                   "weight_decay": float(group["weight_decay"]), "alpha": float(group["alpha"]),
+                   "beta": float(group["beta"]), "exponent_clamp": group["exponent_clamp"]}  # fmt: skip
+        steps: list[float] = []
+        for param in params:
+            state = self.state[param]
+            if len(state) == 0:
+                # The same state layout as torch.optim.AdamW, so its checkpoints load here.
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["step"] += 1
+            steps.append(float(state["step"]))
+        flags = [
+            param.ndim >= 2 if group["mirror"] is None else group["mirror"] for param in params
+        ]
+        implementation = self._resolve_implementation(params)
+        if implementation == "reference":
+            for param, grad, step, flag in zip(params, grads, steps, flags, strict=True):
+                state = self.state[param]
+                param.copy_(horst_reference_step(
+                    param, grad, state["exp_avg"], state["exp_avg_sq"], step=step,
+                    mirror=flag, mirror_map=self.mirror_map, **options))  # fmt: skip
+            return
+        buckets: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
+        for index, param in enumerate(params):
+            compilable = (
+                implementation == "compiled"
+                and param.numel() >= 2
+                and all(
+                    tensor.is_contiguous()
+                    for tensor in (param, grads[index], *self.state[param].values())
+                )
+            )
+            buckets.setdefault((param.device, param.dtype, compilable), []).append(index)
+        for (_, _, compilable), indices in buckets.items():
+            thetas = [params[i] for i in indices]
+            arguments = (thetas, [grads[i] for i in indices],
+                         [self.state[t]["exp_avg"] for t in thetas],
+                         [self.state[t]["exp_avg_sq"] for t in thetas],
+                         [steps[i] for i in indices], [flags[i] for i in indices])  # fmt: skip
+            if compilable and _fast.compiled_horst_step(*arguments, **options):
+                continue
+            if compilable:
+                self._fall_back(_fast.compiler_unavailable_reason(thetas[0].device) or "")
+            _fast.foreach_horst_step(*arguments, **options)
+
+    def _resolve_implementation(self, params: list[Tensor]) -> str:
+        if self.implementation in ("reference", "foreach"):
+            return self.implementation
+        if self.implementation == "auto" and sum(p.numel() for p in params) < COMPILE_MIN_NUMEL:
+            return "foreach"
+        reason = _fast.compiler_unavailable_reason(params[0].device)
+        if reason is None:
+            return "compiled"
+        self._fall_back(reason)
+        return "foreach"
+
+    def _fall_back(self, reason: str) -> None:
+        # One warning per optimizer, then the foreach implementation for good.
+        if self.implementation != "foreach":
+            _fast.warn_fallback(reason)
+        self.implementation = "foreach"

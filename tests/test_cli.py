@@ -50,3 +50,15 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and 0.0 <= summary["test"]["accuracy"] <= 1.0
     assert (run / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_prune_reports_each_sparsity(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "3", "--d-model", "16"]
+    assert main([*argv, "--out", str(run), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["prune", str(run), "--sparsity", "0.5", "--sparsity", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "\n| 0.5000 | " in out and "\n| 0.8000 | " in out
+    assert main(["prune", str(run), "--sparsity", "1.5"]) == 2
+    assert "every sparsity must be in [0, 1], got 1.5" in capsys.readouterr().err

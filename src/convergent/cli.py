@@ -174,6 +174,54 @@ def _reproduce(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _add_prune(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "prune",
+        help="one-shot magnitude pruning of a trained run, evaluated at each sparsity",
+        description="Prune a run folder (or checkpoint) written by 'convergent train' one-shot by"
+        " weight magnitude, and report validation loss/accuracy/perplexity at each sparsity.",
+    )
+    parser.add_argument(
+        "path", type=Path, help="a run folder, its checkpoints folder or a checkpoint"
+    )
+    parser.add_argument(
+        "--sparsity",
+        type=float,
+        action="append",
+        help="target in [0, 1]; repeat for several (default 0.5 0.7 0.9)",
+    )
+    parser.add_argument("--distribution", choices=("uniform", "global"), default="uniform")
+    parser.add_argument(
+        "--pattern", default="unstructured", help="'unstructured' or 'N:M', e.g. 2:4"
+    )
+    parser.add_argument(
+        "--include-embeddings", action="store_true", help="also prune embedding tables"
+    )
+    parser.add_argument("--exclude-first", action="store_true", help="keep the first layer dense")
+    parser.add_argument("--include-last", action="store_true", help="also prune the output layer")
+    parser.add_argument(
+        "--save", type=Path, default=None, help="write the model pruned at the last sparsity here"
+    )
+    parser.set_defaults(handler=_prune)
+
+
+def _prune(arguments: argparse.Namespace) -> int:
+    from .studies.sparsity_prune import format_prune_summary, prune_run
+
+    summary = prune_run(
+        arguments.path,
+        tuple(arguments.sparsity or (0.5, 0.7, 0.9)),
+        distribution=arguments.distribution,
+        pattern=arguments.pattern,
+        include_embeddings=arguments.include_embeddings,
+        include_first=not arguments.exclude_first,
+        include_last=arguments.include_last,
+        save_to=arguments.save,
+    )
+    print(format_prune_summary(summary))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``convergent`` command."""
     parser = argparse.ArgumentParser(
@@ -185,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
     _add_data(commands)
+    _add_prune(commands)
     from .studies import STUDIES
 
     if STUDIES:  # the command appears once there is a study to run

@@ -15,7 +15,9 @@ from types import ModuleType
 from .common import MODES, Claim, StudyResult, check_mode, render_markdown, write_study
 
 # name -> module; a study is listed here once it exists.
-STUDIES: dict[str, str] = {}
+STUDIES: dict[str, str] = {
+    "sparsity": "convergent.studies.sparsity",
+}
 
 
 def get_study(name: str) -> ModuleType:

@@ -1,0 +1,62 @@
+"""Sparse training: magnitude masks, their enforcement, the AC/DC schedule, one-shot pruning.
+
+    from convergent.sparse import select_prunable, magnitude_masks
+    selection = select_prunable(model)                    # weight matrices, minus exclusions
+    masks = magnitude_masks(model, selection.names, 0.9)  # global magnitude, exact top-k
+    masks.apply(model)                                    # w <- w * mask
+
+Training with masks (re-masked after every step, AC/DC phase flips) is
+:class:`convergent.train.masked.MaskedStep`; this package knows nothing of training loops.
+"""
+
+from .acdc import ACDCSchedule, Phase
+from .enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
+from .masks import (
+    DISTRIBUTIONS,
+    PATTERNS,
+    Masks,
+    global_magnitude_masks,
+    magnitude_masks,
+    n_m_mask,
+    n_m_masks,
+    parse_pattern,
+    uniform_magnitude_masks,
+)
+from .oneshot import PruningReport, perplexity, prune_one_shot
+from .selection import Selection, is_conv1d, select_prunable
+from .topk import (
+    Threshold,
+    count_to_prune,
+    keep_largest,
+    magnitude_threshold,
+    magnitude_threshold_reference,
+)
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "PATTERNS",
+    "RESETS",
+    "RESET_HOWS",
+    "ACDCSchedule",
+    "Masks",
+    "Phase",
+    "PruningReport",
+    "Selection",
+    "Threshold",
+    "check_reset",
+    "count_to_prune",
+    "global_magnitude_masks",
+    "is_conv1d",
+    "keep_largest",
+    "magnitude_masks",
+    "magnitude_threshold",
+    "magnitude_threshold_reference",
+    "n_m_mask",
+    "n_m_masks",
+    "parse_pattern",
+    "perplexity",
+    "prune_one_shot",
+    "reset_optimizer_state",
+    "select_prunable",
+    "uniform_magnitude_masks",
+]

@@ -1,0 +1,156 @@
+"""The masked training step: sparse training with fixed masks or the AC/DC schedule.
+
+It wraps another :class:`~convergent.train.steps.TrainingStep` (the objective) and keeps the
+model's pruned weights at zero: before a compressed phase it builds magnitude masks from the
+current weights (straight to the target sparsity), and after every optimizer step of a
+compressed phase it re-applies them, so that neither momentum, weight decay nor HORST's Adam
+stage revives a pruned weight. At each flip between dense and compressed phases the
+optimizer's moments are reset as asked (see :mod:`convergent.sparse.enforce`). Under
+``torchrun`` the masks of rank 0 are broadcast, so every rank holds the same masks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from ..sparse import ACDCSchedule, Masks, check_reset, magnitude_masks, reset_optimizer_state
+from ..sparse.masks import DISTRIBUTIONS, parse_pattern
+from . import distributed
+from .steps import ErmStep, TrainingStep
+
+
+class MaskedStep:
+    """Sparse training around ``base``: fixed masks, or AC/DC when given a schedule.
+
+    Args:
+        base: the objective (e.g. ``ErmStep(task)``).
+        optimizer: the optimizer of the run (its moments are reset at phase flips).
+        names: the prunable parameter names of the unwrapped model
+            (``select_prunable(model).names``).
+        sparsity: the target sparsity of each compression, in [0, 1].
+        schedule: an :class:`~convergent.sparse.ACDCSchedule`; None trains compressed from
+            the first step to the last (one compression, at the start, unless ``masks`` are
+            given).
+        masks: masks to start from (e.g. rebuilt from a sparse checkpoint).
+        distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
+        pattern: ``"unstructured"`` or ``"N:M"``.
+        input_dims: name -> a layer's input dimension, for N:M.
+        reset: optimizer state reset at flips: ``"none"``, ``"momentum"`` or ``"moments"``.
+        reset_how: ``"mask"`` (zero the pruned entries) or ``"zero"`` (the whole moment).
+    """
+
+    def __init__(
+        self,
+        base: TrainingStep | None,
+        optimizer: Optimizer,
+        names: list[str],
+        *,
+        sparsity: float,
+        schedule: ACDCSchedule | None = None,
+        masks: Masks | None = None,
+        distribution: str = "global",
+        pattern: str = "unstructured",
+        input_dims: Mapping[str, int] | None = None,
+        reset: str = "momentum",
+        reset_how: str = "mask",
+    ) -> None:
+        if not 0.0 <= sparsity <= 1.0:
+            raise ValueError(f"sparsity must be in [0, 1], got {sparsity}")
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
+        parse_pattern(pattern)
+        check_reset(reset, reset_how)
+        if not names:
+            raise ValueError("names is empty: there is nothing to prune")
+        self.base: TrainingStep = base if base is not None else ErmStep("classification")
+        self.optimizer = optimizer
+        self.names = list(names)
+        self.sparsity = sparsity
+        self.schedule = schedule
+        self.masks = masks
+        self.distribution = distribution
+        self.pattern = pattern
+        self.input_dims = dict(input_dims or {})
+        self.reset = reset
+        self.reset_how = reset_how
+        self.step = 0
+        self.compressions = 0
+        self._started = False
+        self._sparsity = 0.0
+
+    def _wants_compressed(self, step_index: int) -> bool:
+        return True if self.schedule is None else self.schedule.is_compressed(step_index)
+
+    def _compress(self, model: nn.Module) -> None:
+        if self.masks is None:
+            self.masks = magnitude_masks(
+                model,
+                self.names,
+                self.sparsity,
+                distribution=self.distribution,
+                pattern=self.pattern,
+                input_dims=self.input_dims,
+            )
+            self.masks.broadcast(0)
+            self.compressions += 1
+        self._sparsity = self.masks.sparsity()
+        self.masks.apply(model)
+        reset_optimizer_state(self.optimizer, model, self.masks, self.reset, self.reset_how)
+
+    def _decompress(self, model: nn.Module) -> None:
+        assert self.masks is not None
+        reset_optimizer_state(self.optimizer, model, self.masks, self.reset, self.reset_how)
+        self.masks = None
+
+    def _enter_phase(self, model: nn.Module) -> None:
+        """Compress or decompress so that the model fits the phase of the next step."""
+        inner = distributed.unwrap_model(model)
+        if self._wants_compressed(self.step):
+            self._compress(inner)
+        elif self.masks is not None:
+            self._decompress(inner)
+
+    def _phase_changes_at(self, step_index: int) -> bool:
+        return self._wants_compressed(step_index) != (self.masks is not None)
+
+    def loss(
+        self, model: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.step == 0 and not self._started:
+            self._enter_phase(model)  # the first phase; given masks are applied here
+        self._started = True
+        return self.base.loss(model, batch)
+
+    def after_optimizer_step(self, model: nn.Module) -> dict[str, float]:
+        metrics = dict(self.base.after_optimizer_step(model))
+        inner = distributed.unwrap_model(model)
+        if self.masks is not None:
+            self.masks.apply(inner)
+        self.step += 1
+        if self._phase_changes_at(self.step):
+            self._enter_phase(model)
+        metrics["sparsity"] = self._sparsity if self.masks is not None else 0.0
+        metrics["compressed"] = float(self.masks is not None)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "compressions": self.compressions,
+            "masks": self.masks.state_dict() if self.masks is not None else {},
+            "compressed": self.masks is not None,
+            "base": self.base.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self._started = True
+        self.compressions = int(state.get("compressions", 0))
+        self.masks = Masks.from_state_dict(state["masks"]) if state["compressed"] else None
+        self._sparsity = self.masks.sparsity() if self.masks is not None else 0.0
+        self.base.load_state_dict(state.get("base", {}))

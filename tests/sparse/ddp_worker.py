@@ -1,0 +1,42 @@
+"""Run by tests under ``torchrun``: AC/DC with HORST; every rank saves its masks and weights."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from convergent.optim import HORST
+from convergent.sparse import ACDCSchedule, select_prunable
+from convergent.train import ErmStep, distributed, fit
+from convergent.train.masked import MaskedStep
+from tests.conftest import make_classification
+from tests.sparse.test_enforce import ThreeLayers
+
+
+def main(output: str) -> None:
+    distributed.init_from_environment(backend="gloo")
+    torch.manual_seed(0)
+    model = ThreeLayers()
+    optimizer = HORST(model.parameters(), lr=2e-2, weight_decay=0.05)
+    names = select_prunable(model, include_first=True, include_last=True).names
+    masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.75,
+                        schedule=ACDCSchedule(30), reset="momentum")  # fmt: skip
+    fit(model, optimizer, make_classification(), max_steps=30, batch_size=16,
+        training_step=masked, progress=False, seed=5, tensorboard=False)  # fmt: skip
+    assert masked.masks is not None
+    torch.save(
+        {
+            "masks": masked.masks.state_dict(),
+            "state": model.state_dict(),
+            "compressions": masked.compressions,
+        },
+        f"{output}.rank{distributed.rank()}",
+    )
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

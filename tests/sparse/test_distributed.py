@@ -1,0 +1,37 @@
+"""AC/DC under torchrun with 2 gloo processes: identical masks on every rank."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.distributed
+def test_two_ranks_hold_identical_masks(tmp_path):
+    output = tmp_path / "result"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "tests.sparse.ddp_worker", str(output)]  # fmt: skip
+    completed = subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = [torch.load(f"{output}.rank{rank}", weights_only=True) for rank in (0, 1)]
+    assert ranks[0]["compressions"] == ranks[1]["compressions"] > 1
+    assert list(ranks[0]["masks"]) == list(ranks[1]["masks"])
+    total = kept = 0
+    for name, mask in ranks[0]["masks"].items():
+        assert torch.equal(mask, ranks[1]["masks"][name]), name
+        for rank in ranks:
+            assert (rank["state"][name][~mask] == 0).all()
+        total, kept = total + mask.numel(), kept + int(mask.sum())
+    assert total - kept == round(0.75 * total)
+    for name, value in ranks[0]["state"].items():
+        torch.testing.assert_close(ranks[1]["state"][name], value, rtol=0, atol=0)

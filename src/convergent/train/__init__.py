@@ -4,6 +4,7 @@ from . import distributed
 from .batches import iterate_batches
 from .checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 from .loop import FitResult, evaluate, fit
+from .masked import MaskedStep
 from .metrics import MetricsLogger, read_metrics
 from .reproducibility import rng_state, seed_everything, set_rng_state
 from .schedules import warmup_schedule
@@ -13,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "ErmStep",
     "FitResult",
+    "MaskedStep",
     "MetricsLogger",
     "TrainingStep",
     "distributed",

@@ -17,6 +17,8 @@ from convergent.cli import main
         (["train", "--data", "digits", "--model", "minilm"], "needs text data"),
         (["train", "--config", "/no/such/config.json"], "config file /no/such/config.json does not exist"),
         (["data", "fetch", "nosuch"], "Unknown data source 'nosuch'"),
+        (["diagnose", "/no/such/run", "--data", "digits"], "/no/such/run: the path does not exist"),
+        (["prune", "/no/such/run"], "no checkpoint at /no/such/run"),
     ],
 )
 def test_user_errors_are_one_sentence_without_traceback(argv, message, capsys, tmp_path):

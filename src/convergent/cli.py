@@ -222,6 +222,49 @@ def _prune(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _add_diagnose(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "diagnose",
+        help="convergence diagnostics of a run, a checkpoint or MiniLM: a report folder",
+        description="Write a markdown summary and PNG plots: layer-wise loss, attention-output"
+        " spectra per layer, rank collapse, weight histograms and sparsity, W_Q/W_K norms.",
+    )
+    parser.add_argument(
+        "path", help="a run folder, its checkpoints folder, a checkpoint, or 'minilm'"
+    )
+    parser.add_argument("--data", required=True, help="the data source to diagnose on")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="report folder (default RUN/diagnostics)"
+    )
+    parser.add_argument("--examples", type=int, default=64, help="examples in the diagnostic batch")
+    parser.add_argument("--seed", type=int, default=None, help="split seed (default: the run's)")
+    parser.add_argument("--max-length", type=int, default=64, help="tokens per text example")
+    parser.set_defaults(handler=_diagnose)
+
+
+def _diagnose(arguments: argparse.Namespace) -> int:
+    from .diagnostics.diagnose import diagnose
+
+    out = arguments.out
+    if out is None:
+        name = arguments.data.replace(":", "-").replace("/", "_")
+        out = (
+            Path(f"diagnostics-minilm-{name}")
+            if arguments.path == "minilm"
+            else Path(arguments.path) / "diagnostics"
+        )
+    summary = diagnose(
+        arguments.path,
+        arguments.data,
+        out,
+        examples=arguments.examples,
+        seed=arguments.seed,
+        max_length=arguments.max_length,
+    )
+    print(f"diagnostics: {summary}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``convergent`` command."""
     parser = argparse.ArgumentParser(
@@ -234,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_data(commands)
     _add_prune(commands)
+    _add_diagnose(commands)
     from .studies import STUDIES
 
     if STUDIES:  # the command appears once there is a study to run

@@ -1,4 +1,11 @@
-"""Convergence diagnostics: layer-wise losses (more arrive with the residual pillar)."""
+"""Convergence diagnostics: attention-output spectra, rank collapse, rate fits, layer-wise
+losses and weight statistics.
+
+Everything here is a pure function of a model, a batch or a curve, plus one hook object
+(`SpectraRecorder`) for measuring during training. Nothing imports training code; the
+``convergent diagnose`` entry point lives in `convergent.diagnostics.diagnose` and is
+imported on demand.
+"""
 
 from .layerwise import (
     MonotonicityReport,
@@ -6,10 +13,38 @@ from .layerwise import (
     losses_from_hidden_states,
     monotonicity_report,
 )
+from .rank import layerwise_rank_collapse, rank_collapse
+from .rates import RateFit, fit_linear_rate
+from .spectra import (
+    AttentionSite,
+    AttentionSpectra,
+    SpectraRecorder,
+    attention_spectra,
+    condition_number,
+    find_attention_sites,
+    singular_value_extremes,
+    singular_values,
+)
+from .weights import query_key_norms, weight_matrices, weight_statistics
 
 __all__ = [
+    "AttentionSite",
+    "AttentionSpectra",
     "MonotonicityReport",
+    "RateFit",
+    "SpectraRecorder",
+    "attention_spectra",
+    "condition_number",
+    "find_attention_sites",
+    "fit_linear_rate",
     "layerwise_losses",
+    "layerwise_rank_collapse",
     "losses_from_hidden_states",
     "monotonicity_report",
+    "query_key_norms",
+    "rank_collapse",
+    "singular_value_extremes",
+    "singular_values",
+    "weight_matrices",
+    "weight_statistics",
 ]

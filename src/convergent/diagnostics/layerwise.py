@@ -19,9 +19,10 @@ from ..losses import task_loss
 
 def _inner(model: nn.Module) -> Any:
     """The wrapped module of a DDP/compiled model (which is where ``readout`` lives)."""
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
-        model = getattr(model, "module", None) or model._orig_mod
-    return model
+    inner: Any = model
+    while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
+        inner = getattr(inner, "module", None) or inner._orig_mod
+    return inner
 
 
 def losses_from_hidden_states(

@@ -1,0 +1,303 @@
+"""``convergent diagnose RUN_OR_CHECKPOINT --data NAME``: a report folder for a trained model.
+
+An entry point: it rebuilds the model of one of our run folders (``config.json`` + the
+newest checkpoint) or takes the pretrained MiniLM encoder (``"minilm"``), draws a batch of
+validation examples of ``NAME``, and writes ``summary.md``, ``diagnostics.json`` and PNGs of
+the layer-wise loss, the attention-output spectra per layer, rank collapse, weight histograms
+and sparsity, and the norms of W_Q/W_K. Training code is imported inside the functions, so
+the pure diagnostics never depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import plots
+from .layerwise import losses_from_hidden_states, monotonicity_report
+from .rank import rank_collapse
+from .spectra import SpectraRecorder
+from .weights import query_key_norms, weight_matrices, weight_statistics
+
+MINILM = "minilm"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to diagnose, with where it came from."""
+
+    model: nn.Module
+    splits: Any
+    source: str
+    notes: list[str]
+
+
+def _find_run_folder(path: Path) -> Path:
+    from ..train import CheckpointError
+
+    for folder in (path, *list(path.parents)[:3]):
+        if (folder / "config.json").is_file():
+            return folder
+    raise CheckpointError(
+        f"{path} is not a convergent run: no config.json in it or in its 3 parent folders "
+        f"(pass a run folder written by `convergent train`, or 'minilm')"
+    )
+
+
+def _split_options(data_name: str, max_length: int) -> dict[str, Any]:
+    return (
+        {"max_length": max_length}
+        if data_name == "rt-sentences" or data_name.startswith("hf:")
+        else {}
+    )
+
+
+def load_run(path: str | Path, data_name: str, seed: int | None = None) -> LoadedModel:
+    """Rebuild the model of a run folder (or checkpoint) and load its newest weights.
+
+    Raises:
+        CheckpointError: when the path is missing, not one of our runs, or its weights do
+            not fit the model its config describes.
+    """
+    from ..data import load_splits
+    from ..train import CheckpointError, load_checkpoint, resolve_checkpoint
+    from ..train.recipe import TrainConfig, build_model
+
+    candidate = Path(path)
+    if not candidate.exists():
+        raise CheckpointError(f"no run or checkpoint at {candidate}: the path does not exist")
+    checkpoint = resolve_checkpoint(candidate)
+    run_folder = _find_run_folder(candidate)
+    try:
+        values = json.loads((run_folder / "config.json").read_text())
+        config = TrainConfig.from_dict(values)
+    except (json.JSONDecodeError, TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"{run_folder / 'config.json'} is not a convergent train config: {error}"
+        ) from None
+    notes = []
+    if data_name != config.data:
+        notes.append(f"the run was trained on {config.data!r}; diagnosed on {data_name!r}")
+    splits = load_splits(
+        data_name,
+        seed=config.seed if seed is None else seed,
+        **_split_options(data_name, config.max_length),
+    )
+    model = build_model(config, splits)
+    try:
+        load_checkpoint(checkpoint, model)
+    except RuntimeError as error:  # safetensors reports shape mismatches as RuntimeError
+        if isinstance(error, CheckpointError):
+            raise
+        first = str(error).strip().splitlines()
+        raise CheckpointError(
+            f"checkpoint {checkpoint} does not fit the model its config.json describes"
+            f" ({first[-1].strip() if first else type(error).__name__})"
+        ) from None
+    return LoadedModel(model, splits, f"{checkpoint} ({config.model})", notes)
+
+
+def _fit_head(model: Any, batch: dict[str, torch.Tensor], task: str) -> None:
+    """Fit the linear readout on the last layer's pooled representation (L-BFGS)."""
+    from ..losses import task_loss
+
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    with torch.no_grad():
+        hidden = model(**inputs, output_hidden_states=True).hidden_states[-1]
+    optimizer = torch.optim.LBFGS(
+        model.head.parameters(), max_iter=100, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = task_loss(model.readout(hidden, inputs.get("attention_mask")), batch["labels"], task)
+        loss = loss + 1e-3 * model.head.weight.square().sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+
+
+def load_minilm(data_name: str, seed: int, max_length: int, head_examples: int) -> LoadedModel:
+    """Pretrained MiniLM-L6 with a linear head fitted on ``head_examples`` training examples."""
+    from ..data import load_splits, minilm_path
+    from ..models import HFEncoder
+    from ..train.batches import take
+
+    splits = load_splits(data_name, seed=seed, **_split_options(data_name, max_length))
+    if splits.vocab_size is None or splits.task not in ("classification", "regression"):
+        raise ValueError(
+            f"data {data_name!r} is not text classification or regression; MiniLM needs "
+            "token inputs (e.g. rt-sentences or hf:NAME)"
+        )
+    model = HFEncoder.from_pretrained(
+        minilm_path(), task=splits.task, num_outputs=splits.num_outputs, pooling="mean"
+    )
+    count = min(head_examples, len(splits.train))
+    _fit_head(model, take(splits.train, torch.arange(count)), splits.task)
+    note = (
+        f"MiniLM has no head of its own: the shared linear readout (mean pooling) was fitted "
+        f"by L-BFGS on the last layer of {count} training examples, then applied to every layer"
+    )
+    return LoadedModel(model, splits, "pretrained MiniLM-L6", [note])
+
+
+def _finite(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
+
+
+def diagnose(
+    path: str | Path,
+    data_name: str,
+    out_dir: str | Path,
+    *,
+    examples: int = 64,
+    seed: int | None = None,
+    max_length: int = 64,
+    head_examples: int = 256,
+) -> Path:
+    """Diagnose a run folder, a checkpoint, or ``"minilm"`` on data ``data_name``.
+
+    Args:
+        path: a run folder of ``convergent train``, its ``checkpoints/`` folder, one
+            checkpoint, or the literal ``"minilm"``.
+        data_name: a data source (``convergent data list``) or ``hf:NAME``.
+        out_dir: where the report folder is written.
+        examples: validation examples to measure on.
+        seed: the split seed (default: the run's own; 0 for MiniLM).
+        max_length: tokens per text example for MiniLM (runs use their own).
+        head_examples: training examples used to fit MiniLM's readout head.
+
+    Returns:
+        The path of ``summary.md``.
+
+    Raises:
+        CheckpointError: a missing or foreign checkpoint.
+        ValueError: bad arguments, or a model whose attention modules cannot be found.
+    """
+    from ..train.batches import take, trim_padding
+
+    if examples < 1:
+        raise ValueError(f"examples={examples} is out of range; it must be >= 1.")
+    if str(path) == MINILM:
+        loaded = load_minilm(data_name, 0 if seed is None else seed, max_length, head_examples)
+    else:
+        loaded = load_run(path, data_name, seed)
+    model, splits = loaded.model, loaded.splits
+    model.eval()
+    dataset = splits.validation if len(splits.validation) else splits.test
+    count = min(examples, len(dataset))
+    batch = trim_padding(take(dataset, torch.arange(count)))
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    mask = inputs.get("attention_mask")
+    # One forward pass serves the spectra hooks, the layer-wise losses and rank collapse.
+    with SpectraRecorder(model) as recorder, torch.no_grad():
+        hidden_states = model(**inputs, output_hidden_states=True).hidden_states
+    if not recorder.records:
+        raise RuntimeError(f"the forward pass of {type(model).__name__} recorded no spectra")
+    spectra = recorder.records[-1][1]
+    with torch.no_grad():
+        losses = losses_from_hidden_states(
+            model.readout, hidden_states, batch["labels"], splits.task, mask
+        ).tolist()
+    monotone = monotonicity_report(losses)
+    collapse = torch.stack([rank_collapse(hidden, mask) for hidden in hidden_states])
+    weights = weight_matrices(model)
+    weight_rows = weight_statistics(model)
+    norms = query_key_norms(model)
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = [
+        plots.plot_layerwise_losses(losses, folder / "layerwise_loss.png"),
+        plots.plot_spectra(spectra, folder / "spectra.png"),
+        plots.plot_rank_collapse(collapse, folder / "rank_collapse.png"),
+        plots.plot_weights(weights, weight_rows, folder / "weights.png"),
+        plots.plot_query_key_norms(norms, folder / "query_key_norms.png"),
+    ]
+    spectra_rows = spectra.layer_means()
+    collapse_rows = [
+        {"layer": index, "median": float(row.median()), "mean": float(row.mean())}
+        for index, row in enumerate(collapse)
+    ]
+    total = sum(w.numel() for w in weights.values())
+    zeros = sum(int((w == 0).sum()) for w in weights.values())
+    payload = {
+        "source": loaded.source,
+        "data": data_name,
+        "examples": count,
+        "task": splits.task,
+        "notes": loaded.notes,
+        "layerwise_losses": losses,
+        "monotonicity": {
+            "fraction_satisfied": monotone.fraction_satisfied,
+            "is_monotone": monotone.is_monotone,
+            "largest_increase": monotone.largest_increase,
+        },
+        "spectra": [
+            {k: _finite(v) if isinstance(v, float) else v for k, v in row.items()}
+            for row in spectra_rows
+        ],
+        "rank_collapse": collapse_rows,
+        "weights": {"matrices": weight_rows, "sparsity": zeros / max(total, 1)},
+        "query_key_norms": norms,
+        "figures": [figure.name for figure in figures],
+    }
+    (folder / "diagnostics.json").write_text(json.dumps(payload, indent=2) + "\n")
+    summary = folder / "summary.md"
+    summary.write_text(_markdown(payload, spectra_rows))
+    return summary
+
+
+def _markdown(payload: dict[str, Any], spectra_rows: list[dict[str, Any]]) -> str:
+    from ..report import markdown_table
+
+    losses = payload["layerwise_losses"]
+    monotone = payload["monotonicity"]
+    lines = [
+        f"# Diagnostics: {payload['source']}",
+        "",
+        f"Data: `{payload['data']}` ({payload['task']}), {payload['examples']} validation examples.",
+        "",
+    ]
+    lines += [f"- {note}" for note in payload["notes"]]
+    lines += [
+        "",
+        "## Layer-wise loss",
+        "",
+        f"f_0 .. f_L = {', '.join(f'{v:.4f}' for v in losses)}; "
+        f"{monotone['fraction_satisfied']:.0%} of layers decrease the loss "
+        f"(largest increase {monotone['largest_increase']:.4f}).",
+        "",
+        "![layer-wise loss](layerwise_loss.png)",
+        "",
+        "## Attention-output spectra (mean over examples; condition: median)",
+        "",
+        markdown_table(spectra_rows),
+        "![spectra](spectra.png)",
+        "",
+        "## Rank collapse: ||X - 1 mean^T||_F / ||X||_F per hidden state",
+        "",
+        markdown_table(payload["rank_collapse"]),
+        "![rank collapse](rank_collapse.png)",
+        "",
+        "## Weights",
+        "",
+        f"Overall sparsity (exact zeros): {payload['weights']['sparsity']:.2%} over "
+        f"{len(payload['weights']['matrices'])} matrices.",
+        "",
+        "![weights](weights.png)",
+        "",
+        "## Norms of W_Q and W_K",
+        "",
+        markdown_table(payload["query_key_norms"]),
+        "![query/key norms](query_key_norms.png)",
+        "",
+    ]
+    return "\n".join(lines)

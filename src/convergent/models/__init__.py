@@ -8,8 +8,17 @@ code.
 
 from convergent.models.config import TransformerConfig
 from convergent.models.hf import HFEncoder
+from convergent.models.lora import add_query_key_lora, lora_parameters
 from convergent.models.outputs import ModelOutput
 from convergent.models.readout import pool_hidden_state
 from convergent.models.transformer import Transformer
 
-__all__ = ["HFEncoder", "ModelOutput", "Transformer", "TransformerConfig", "pool_hidden_state"]
+__all__ = [
+    "HFEncoder",
+    "ModelOutput",
+    "Transformer",
+    "TransformerConfig",
+    "add_query_key_lora",
+    "lora_parameters",
+    "pool_hidden_state",
+]

@@ -1,4 +1,4 @@
-"""Optimizers with a sparsity bias: HORST (AdamW step, then a hyperbolic mirror step) and HAM.
+"""Optimizers: HORST (AdamW step, then a hyperbolic mirror step), HAM, and Langevin dynamics.
 
 HORST is the composition M∘S of two operators, both exported as pure functions:
 
@@ -14,6 +14,14 @@ compiled equivalent, behind the `torch.optim.Optimizer` interface.
 
 from convergent.optim.ham import HAM
 from convergent.optim.horst import HORST, first_nonfinite
+from convergent.optim.langevin import (
+    Langevin,
+    NoiseSchedule,
+    langevin_update,
+    rmsprop_denominator,
+    s_from_temperature,
+    temperature_from_s,
+)
 from convergent.optim.mirror import EuclideanMap, HyperbolicEntropyMap, MirrorMap, mirror_step
 from convergent.optim.operators import (
     adam_direction,
@@ -29,13 +37,19 @@ __all__ = [
     "HORST",
     "EuclideanMap",
     "HyperbolicEntropyMap",
+    "Langevin",
     "MirrorMap",
+    "NoiseSchedule",
     "adam_direction",
     "first_nonfinite",
     "ham_mirror_step",
     "horst_mirror_direction",
     "horst_reference_step",
+    "langevin_update",
     "mirror_step",
+    "rmsprop_denominator",
+    "s_from_temperature",
     "sign_direction",
     "steepest_descent_step",
+    "temperature_from_s",
 ]

@@ -1,0 +1,366 @@
+"""Langevin dynamics as a torch optimizer: gradient descent plus Gaussian noise.
+
+The Euler-Maruyama step of dT = -grad V(T) dt + sqrt(s) dB with step size lr, xi ~ N(0, I):
+
+    T <- T - lr * grad V(T) + sqrt(lr * s) * xi
+
+As lr -> 0 the chain samples the density proportional to exp(-2 V / s), so s = 2 samples
+exp(-V). Frangi et al. (2026) train attention's W_Q, W_K (or LoRA factors) this way, with V the
+loss plus a Villani regularizer (`convergent.regularize`).
+
+Temperature in other libraries. posteriors (`posteriors.sgmcmc.sgld`, normal-computing/
+posteriors) and blackjax (`blackjax.sgmcmc.diffusions.overdamped_langevin`) both step
+theta + lr * grad log p + sqrt(2 * temperature * lr) * xi (posteriors writes the noise as
+N(0, lr * (2 - lr * beta) * temperature), which is the same at its default beta = 0) and target
+p^(1 / temperature). With V = -log p the two rules agree when
+
+    s = 2 * temperature        (temperature = s / 2),
+
+so s = 2 is their temperature 1 (the Bayesian posterior when V is the negative log posterior)
+and s = 0 is their temperature 0 (gradient descent).
+
+Preconditioned (pSGLD, Li, Chen, Carlson and Carin, AAAI 2016), with RMSprop's conventions so
+that s = 0 is `torch.optim.RMSprop` without momentum:
+
+    v <- alpha * v + (1 - alpha) * grad^2;   D = sqrt(v) + eps;   G = 1 / D
+    T <- T - lr * G * grad + sqrt(lr * s * G) * xi
+
+The noise is scaled by the same preconditioner G, so the stationary density stays
+exp(-2 V / s) when G changes slowly; the correction term Gamma of pSGLD (the divergence of G) is
+dropped, as Li et al. do in practice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, cast
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from convergent.optim._validation import check_gradient, check_nonnegative
+
+__all__ = [
+    "Langevin",
+    "NoiseSchedule",
+    "langevin_update",
+    "rmsprop_denominator",
+    "s_from_temperature",
+    "temperature_from_s",
+]
+
+Implementation = Literal["reference", "foreach"]
+_IMPLEMENTATIONS = ("reference", "foreach")
+
+
+def s_from_temperature(temperature: float) -> float:
+    """The s of this optimizer for a posteriors/blackjax `temperature`: s = 2 * temperature."""
+    check_nonnegative("temperature", temperature)
+    return 2.0 * float(temperature)
+
+
+def temperature_from_s(s: float) -> float:
+    """The posteriors/blackjax temperature of this optimizer's s: temperature = s / 2."""
+    check_nonnegative("s", s)
+    return float(s) / 2.0
+
+
+def rmsprop_denominator(square_avg: Tensor, grad: Tensor, alpha: float, eps: float) -> Tensor:
+    """Updates `square_avg` in place (v <- alpha v + (1 - alpha) grad^2); returns sqrt(v) + eps.
+
+    The same operations, in the same order, as `torch.optim.RMSprop` (not centered).
+    """
+    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+    return square_avg.sqrt().add_(eps)
+
+
+def langevin_update(
+    param: Tensor,
+    grad: Tensor,
+    noise: Tensor | None,
+    lr: float,
+    s: float,
+    denominator: Tensor | None = None,
+) -> Tensor:
+    """One Langevin step on one tensor, returned as a new tensor.
+
+    T - lr * grad + sqrt(lr * s) * noise, or with a preconditioner denominator D (G = 1 / D):
+    T - lr * grad / D + sqrt(lr * s) * noise / sqrt(D).
+
+    Args:
+        param: T.
+        grad: grad V(T).
+        noise: standard normal noise shaped like `param`; may be None when s = 0.
+        lr: the step size, >= 0.
+        s: the diffusion coefficient, >= 0; 0 adds nothing (plain gradient descent).
+        denominator: None, or the preconditioner's denominator D > 0 (`rmsprop_denominator`).
+    """
+    if denominator is None:
+        updated = param.add(grad, alpha=-lr)
+    else:
+        updated = param.addcdiv(grad, denominator, value=-lr)
+    if s == 0:
+        return updated
+    if noise is None:
+        raise ValueError(f"noise is required when s > 0, got s={s!r} and noise=None.")
+    scale = math.sqrt(lr * s)
+    if denominator is None:
+        return updated.add_(noise, alpha=scale)
+    return updated.addcdiv_(noise, denominator.sqrt(), value=scale)
+
+
+class Langevin(Optimizer):
+    """(Preconditioned) Langevin dynamics: T <- T - lr * G * grad + sqrt(lr * s * G) * xi.
+
+    G = 1 without preconditioning; G = 1 / (sqrt(v) + eps) with `preconditioned=True` (the
+    rule is in the module docstring). s = 0 is `torch.optim.SGD` (or `torch.optim.RMSprop`)
+    without momentum, bit for bit, and draws no noise.
+
+    s is per param group and schedulable: anything may set `group["s"]` between steps (a
+    `NoiseSchedule`, or your own code); it round-trips through `state_dict` with the groups.
+    An LR scheduler changes lr and so the noise variance lr * s, but not the stationary
+    density exp(-2 V / s).
+
+    Noise comes from one `torch.Generator` per device, seeded from `seed`, and their states
+    are part of `state_dict`, so a resumed run draws the same noise as an uninterrupted one.
+    Under DDP use the same seed on every rank (the default draws it from torch's global RNG,
+    which `convergent.train.seed_everything` makes equal across ranks), so that every replica
+    takes the same step.
+
+    Args:
+        params: parameters or parameter groups, as for any torch optimizer.
+        lr: step size, >= 0.
+        s: diffusion coefficient, >= 0 (temperature = s / 2 in posteriors and blackjax).
+        preconditioned: use RMSprop preconditioning (pSGLD); settable per group.
+        alpha: RMSprop's decay of the squared-gradient average, in [0, 1).
+        eps: added to sqrt(v), >= 0.
+        seed: seed of the noise generators; None draws one from torch's global RNG.
+        generator: a generator to use for parameters on its device (its state is saved and
+            restored with the optimizer); other devices get generators seeded from `seed`.
+        implementation: "foreach" (default, multi-tensor ops) or "reference" (one tensor at a
+            time through `langevin_update`); both draw the same noise and agree bit for bit
+            on CPU.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        s: float = 0.0,
+        *,
+        preconditioned: bool = False,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        implementation: Implementation = "foreach",
+    ) -> None:
+        if implementation not in _IMPLEMENTATIONS:
+            raise ValueError(
+                f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
+            )
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        self.seed = seed
+        self.implementation: Implementation = implementation
+        self._generators: dict[str, torch.Generator] = {}
+        if generator is not None:
+            self._generators[_device_key(generator.device)] = generator
+        defaults = {"lr": lr, "s": s, "preconditioned": preconditioned, "alpha": alpha, "eps": eps}
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        merged = {**self.defaults, **param_group}
+        for name in ("lr", "s", "eps"):
+            check_nonnegative(name, merged[name])
+        check_nonnegative("alpha", merged["alpha"])
+        if not merged["alpha"] < 1:
+            raise ValueError(f"alpha must be in [0, 1), got {merged['alpha']!r}.")
+        if not isinstance(merged["preconditioned"], bool):
+            raise TypeError(
+                f"preconditioned must be True or False, got {merged['preconditioned']!r}."
+            )
+        super().add_param_group(param_group)
+
+    def generator_for(self, device: torch.device) -> torch.Generator:
+        """The noise generator of `device`, created (seeded from `seed`) on first use."""
+        key = _device_key(device)
+        if key not in self._generators:
+            # Distinct devices get distinct streams: the seed is offset by the creation order.
+            generator = torch.Generator(device=device)
+            generator.manual_seed(self.seed + 7919 * len(self._generators))
+            self._generators[key] = generator
+        return self._generators[key]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["noise"] = {
+            "seed": self.seed,
+            "generators": {key: gen.get_state() for key, gen in self._generators.items()},
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        noise = state_dict.pop("noise", None)
+        super().load_state_dict(state_dict)
+        if noise is None:
+            return
+        self.seed = int(noise["seed"])
+        for key, generator_state in noise["generators"].items():
+            self.generator_for(torch.device(key)).set_state(generator_state.cpu())
+
+    def _draw_noise(self, params: list[Tensor]) -> list[Tensor]:
+        # One draw per tensor in parameter order, so both implementations see the same noise.
+        return [
+            torch.randn(
+                param.shape,
+                generator=self.generator_for(param.device),
+                dtype=param.dtype,
+                device=param.device,
+            )
+            for param in params
+        ]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Takes one Langevin step; `closure` re-evaluates the loss and returns it."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group_index, group in enumerate(self.param_groups):
+            params = []
+            for param_index, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                check_gradient(
+                    f"parameter {param_index} of param group {group_index}", param, param.grad
+                )
+                params.append(param)
+            if params:
+                self._update_group(group, params)
+        return loss
+
+    def _update_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        lr, s = float(group["lr"]), float(group["s"])
+        alpha, eps = float(group["alpha"]), float(group["eps"])
+        grads = [cast(Tensor, param.grad) for param in params]
+        noises = self._draw_noise(params) if s > 0 else None
+        square_avgs: list[Tensor] = []
+        if group["preconditioned"]:
+            for param in params:
+                state = self.state[param]
+                if "square_avg" not in state:
+                    state["step"] = torch.tensor(0.0)
+                    state["square_avg"] = torch.zeros_like(
+                        param, memory_format=torch.preserve_format
+                    )
+                state["step"] += 1
+                square_avgs.append(state["square_avg"])
+        if self.implementation == "reference":
+            for index, param in enumerate(params):
+                denominator = None
+                if square_avgs:
+                    denominator = rmsprop_denominator(square_avgs[index], grads[index], alpha, eps)
+                noise = None if noises is None else noises[index]
+                param.copy_(langevin_update(param, grads[index], noise, lr, s, denominator))
+            return
+        _foreach_langevin(params, grads, noises, square_avgs or None, lr, s, alpha, eps)
+
+
+def _device_key(device: torch.device | str) -> str:
+    """ "cpu", "cuda:0", ...: an accelerator without an index means its current one."""
+    device = torch.device(device)
+    if device.type != "cpu" and device.index is None:
+        module = getattr(torch, device.type, None)
+        if module is not None and hasattr(module, "current_device"):
+            device = torch.device(device.type, module.current_device())
+    return str(device)
+
+
+def _foreach_langevin(
+    params: list[Tensor],
+    grads: list[Tensor],
+    noises: list[Tensor] | None,
+    square_avgs: list[Tensor] | None,
+    lr: float,
+    s: float,
+    alpha: float,
+    eps: float,
+) -> None:
+    """`langevin_update` on a list of tensors with multi-tensor ops, in place."""
+    buckets: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for index, param in enumerate(params):
+        buckets.setdefault((param.device, param.dtype), []).append(index)
+    scale = math.sqrt(lr * s)
+    for indices in buckets.values():
+        thetas = [params[i] for i in indices]
+        gradients = [grads[i] for i in indices]
+        if square_avgs is None:
+            torch._foreach_add_(thetas, gradients, alpha=-lr)
+            if noises is not None:
+                torch._foreach_add_(thetas, [noises[i] for i in indices], alpha=scale)
+            continue
+        averages = [square_avgs[i] for i in indices]
+        torch._foreach_mul_(averages, alpha)
+        torch._foreach_addcmul_(averages, gradients, gradients, value=1 - alpha)
+        denominators = torch._foreach_sqrt(averages)
+        torch._foreach_add_(denominators, eps)
+        torch._foreach_addcdiv_(thetas, gradients, denominators, value=-lr)
+        if noises is not None:
+            roots = torch._foreach_sqrt(denominators)
+            torch._foreach_addcdiv_(thetas, [noises[i] for i in indices], roots, value=scale)
+
+
+class NoiseSchedule:
+    """Sets each group's s to its initial s times `factor(step)`, like `LambdaLR` for s.
+
+    Call `step()` after each optimizer step (or pass it to `convergent.train.fit` as a
+    callback: `on_step_end` calls `step()`). s depends only on the step count, so a resumed
+    run continues the same schedule.
+
+    Args:
+        optimizer: a `Langevin` optimizer (any optimizer whose groups have "s").
+        factor: step -> multiplier of the initial s, e.g. `lambda step: 0.99 ** step`.
+    """
+
+    def __init__(self, optimizer: Optimizer, factor: Callable[[int], float]) -> None:
+        for index, group in enumerate(optimizer.param_groups):
+            if "s" not in group:
+                raise ValueError(f"param group {index} has no 's'; NoiseSchedule needs Langevin.")
+        self.optimizer = optimizer
+        self.factor = factor
+        self.initial_s = [float(group["s"]) for group in optimizer.param_groups]
+        self.last_step = 0
+        self._apply()
+
+    def _apply(self) -> None:
+        multiplier = float(self.factor(self.last_step))
+        check_nonnegative(f"factor({self.last_step})", multiplier)
+        for group, initial in zip(self.optimizer.param_groups, self.initial_s, strict=True):
+            group["s"] = initial * multiplier
+
+    def step(self) -> None:
+        """Advance one step and set the groups' s."""
+        self.last_step += 1
+        self._apply()
+
+    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        """`fit` callback: sets s for the step after `step`."""
+        self.last_step = step
+        self._apply()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_step": self.last_step, "initial_s": list(self.initial_s)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last_step = int(state["last_step"])
+        self.initial_s = [float(value) for value in state["initial_s"]]
+        self._apply()

@@ -11,11 +11,20 @@ from convergent.cli import main
     ("argv", "message"),
     [
         (["train", "--data", "nosuch"], "Unknown data source 'nosuch'"),
-        (["train", "--data", "digits", "--steps", "-3"], "steps must be a positive integer, got -3"),
+        (
+            ["train", "--data", "digits", "--steps", "-3"],
+            "steps must be a positive integer, got -3",
+        ),
         (["train", "--data", "digits", "--lr", "0"], "lr must be positive, got 0.0"),
-        (["train", "--data", "digits", "--model", "gpt9"], "model must be one of transformer, minilm"),
+        (
+            ["train", "--data", "digits", "--model", "gpt9"],
+            "model must be one of transformer, minilm",
+        ),
         (["train", "--data", "digits", "--model", "minilm"], "needs text data"),
-        (["train", "--config", "/no/such/config.json"], "config file /no/such/config.json does not exist"),
+        (
+            ["train", "--config", "/no/such/config.json"],
+            "config file /no/such/config.json does not exist",
+        ),
         (["data", "fetch", "nosuch"], "Unknown data source 'nosuch'"),
         (["diagnose", "/no/such/run", "--data", "digits"], "/no/such/run: the path does not exist"),
         (["prune", "/no/such/run"], "no checkpoint at /no/such/run"),
@@ -39,13 +48,21 @@ def test_unknown_config_key_is_named(tmp_path, capsys):
 
 def test_train_writes_a_run_folder(tmp_path, capsys):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"data": "digits", "model": "transformer", "steps": 4, "d_model": 16}))
+    config.write_text(
+        json.dumps({"data": "digits", "model": "transformer", "steps": 4, "d_model": 16})
+    )
     run = tmp_path / "run"
     argv = ["train", "--config", str(config), "--batch-size", "32", "--lr", "0.003"]
     status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress"])
     assert status == 0
     assert "test accuracy" in capsys.readouterr().out
-    for name in ("config.json", "metrics.jsonl", "summary.json", "loss_curve.png", "checkpoints/latest"):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "loss_curve.png",
+        "checkpoints/latest",
+    ):
         assert (run / name).exists(), name
     saved = json.loads((run / "config.json").read_text())
     assert saved["batch_size"] == 32 and saved["d_model"] == 16 and saved["steps"] == 4
@@ -56,7 +73,17 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
 
 def test_prune_reports_each_sparsity(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "3", "--d-model", "16"]
+    argv = [
+        "train",
+        "--data",
+        "digits",
+        "--model",
+        "transformer",
+        "--steps",
+        "3",
+        "--d-model",
+        "16",
+    ]
     assert main([*argv, "--out", str(run), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["prune", str(run), "--sparsity", "0.5", "--sparsity", "0.8"]) == 0

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.conftest import TinyClassifier
 
 from convergent.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 from convergent.train import checkpoint as checkpoint_module
+from tests.conftest import TinyClassifier
 
 
 def _state(step: int) -> dict:
@@ -60,7 +60,7 @@ def test_keeps_only_the_newest(tmp_path):
 def test_state_with_pickled_code_is_refused(tmp_path):
     model = TinyClassifier()
     save_checkpoint(tmp_path, 1, model, {"callable": print})
-    with pytest.raises(Exception, match="(?i)weights_only|unsupported|global"):
+    with pytest.raises(Exception, match=r"(?i)weights_only|unsupported|global"):
         load_checkpoint(tmp_path)
 
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
-from tests.conftest import TinyClassifier, make_classification
 
 from convergent.train import evaluate, fit, read_metrics, warmup_schedule
 from convergent.train.batches import iterate_batches
+from tests.conftest import TinyClassifier, make_classification
 
 
 def _train(run_dir, max_steps, resume=False, checkpoint_every=0):
@@ -50,7 +50,9 @@ def test_resume_without_checkpoint_differs_from_a_fresh_run(tmp_path):
     # Guard against a vacuous resume test: half a run is not the whole run.
     whole, _, _ = _train(tmp_path / "a", 12)
     half, _, _ = _train(tmp_path / "b", 6)
-    assert not all(torch.equal(a, b) for a, b in zip(whole.parameters(), half.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(whole.parameters(), half.parameters(), strict=True)
+    )
 
 
 def test_training_learns_and_logs(tmp_path):
@@ -84,7 +86,9 @@ def test_bf16_autocast_runs_and_fp16_needs_cuda():
     data = make_classification()
     model = TinyClassifier()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    result = fit(model, optimizer, data, max_steps=3, batch_size=16, precision="bf16", progress=False)
+    result = fit(
+        model, optimizer, data, max_steps=3, batch_size=16, precision="bf16", progress=False
+    )
     assert result.step == 3
     with pytest.raises(ValueError, match="fp16"):
         fit(model, optimizer, data, max_steps=1, batch_size=16, precision="fp16", progress=False)

@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: install
-	$(VENV)/bin/convergent train --data rt-sentences --out runs/rt-sentences
+	$(VENV)/bin/convergent reproduce all --quick
 
 test: install
 	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc

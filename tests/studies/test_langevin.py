@@ -5,12 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from convergent.data import is_cached
 from convergent.studies.common import write_study
 from convergent.studies.langevin import Config, run
 from convergent.studies.langevin_report import relative_growth, trend
-
-needs_darcy = pytest.mark.skipif(not is_cached("darcy-16"), reason="darcy-16 is not in the cache")
 
 
 def test_relative_growth_of_a_line_and_a_plateau():
@@ -33,7 +30,6 @@ def test_modes_are_sized_as_documented():
         Config.for_mode("huge")
 
 
-@needs_darcy
 def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(Config.for_mode("smoke"), tmp_path, progress=False)
     report = write_study(result, tmp_path)
@@ -61,7 +57,6 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     assert villani["log"][-1]["villani"] > villani["none"][-1]["villani"]
 
 
-@needs_darcy
 def test_verdicts_are_decided_outside_smoke_mode(tmp_path):
     config = replace(Config.for_mode("smoke"), mode="quick", variants=("none", "log"))
     result = run(config, tmp_path, progress=False)

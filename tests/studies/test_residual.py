@@ -6,15 +6,9 @@ import math
 import pytest
 import torch
 
-from convergent.data import is_cached
 from convergent.studies.common import write_study
 from convergent.studies.residual import Config, run
 from convergent.studies.residual_depth import ScaledResidualOutput, set_residual_coefficient
-
-needs_data = pytest.mark.skipif(
-    not (is_cached("weather-hourly") and is_cached("rt-sentences") and is_cached("minilm-l6")),
-    reason="weather-hourly, rt-sentences and minilm-l6 must be cached",
-)
 
 
 def _tiny_bert():
@@ -55,7 +49,6 @@ def test_config_modes_and_bad_values():
         Config.for_mode("huge")
 
 
-@needs_data
 def test_smoke_run_writes_a_report(tmp_path):
     result = run(Config.for_mode("smoke"), tmp_path, progress=False)
     report = write_study(result, tmp_path)
@@ -84,9 +77,8 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert all(len(run["losses"]) == 3 for run in depth)
 
 
-@pytest.mark.slow
-@needs_data
 def test_quick_run(tmp_path):
+    """The one real-data study that runs at quick size in the default suite, so CI runs it."""
     result = run(Config.for_mode("quick"), tmp_path, progress=False)
     write_study(result, tmp_path)
     assert all(claim.reproduced is not None for claim in result.claims)

@@ -25,6 +25,13 @@ from convergent.data.parsers import (
     load_street_video,
     load_weather,
 )
+from convergent.data.perturb import (
+    PERTURBATIONS,
+    embedding_rms,
+    perturb_token_embeddings,
+    perturbed_embeddings,
+    word_embedding,
+)
 from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive
 from convergent.data.sources import (
     SOURCES,
@@ -39,6 +46,7 @@ from convergent.data.splits import DictDataset, Splits, random_split_indices
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
+    "PERTURBATIONS",
     "SOURCES",
     "BundledFile",
     "DataSource",
@@ -51,6 +59,7 @@ __all__ = [
     "UnknownDataSourceError",
     "cache_root",
     "describe_sources",
+    "embedding_rms",
     "fetch",
     "get_source",
     "is_cached",
@@ -64,8 +73,11 @@ __all__ = [
     "load_street_video",
     "load_weather",
     "minilm_path",
+    "perturb_token_embeddings",
+    "perturbed_embeddings",
     "random_split_indices",
     "source_dir",
     "to_patches",
     "tokenize",
+    "word_embedding",
 ]

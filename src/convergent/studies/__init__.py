@@ -16,6 +16,7 @@ from .common import MODES, Claim, StudyResult, check_mode, render_markdown, writ
 
 # name -> module; a study is listed here once it exists.
 STUDIES: dict[str, str] = {
+    "descent": "convergent.studies.descent",
     "langevin": "convergent.studies.langevin",
     "residual": "convergent.studies.residual",
     "sparsity": "convergent.studies.sparsity",

@@ -6,6 +6,7 @@ from .checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, sa
 from .loop import FitResult, evaluate, fit
 from .masked import MaskedStep
 from .metrics import MetricsLogger, read_metrics
+from .primal_dual import PrimalDualStep, dataset_layer_losses, descent_step
 from .reproducibility import rng_state, seed_everything, set_rng_state
 from .schedules import warmup_schedule
 from .steps import ErmStep, TrainingStep, split_batch
@@ -16,7 +17,10 @@ __all__ = [
     "FitResult",
     "MaskedStep",
     "MetricsLogger",
+    "PrimalDualStep",
     "TrainingStep",
+    "dataset_layer_losses",
+    "descent_step",
     "distributed",
     "evaluate",
     "fit",

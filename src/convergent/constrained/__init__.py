@@ -1,0 +1,45 @@
+"""Layer-wise descent constraints trained primal-dual.
+
+minimize f_L subject to f_l <= (1 - alpha_l) f_{l-1}, l = 1..L, with Lagrange multipliers
+updated by projected dual ascent and optional resilient relaxation (Porras-Valenzuela,
+Hadou, Ribeiro, 2026). This package holds the math on per-layer losses as tensors; the
+training step that runs a model lives in :mod:`convergent.train.primal_dual`.
+
+Example:
+    >>> constraints = DescentConstraints(num_layers=6, alpha=0.05)
+    >>> dual = DualAscent(num_constraints=6, lr=0.05, resilient_cost=10.0)
+    >>> slacks = constraints(losses)                     # losses: [f_0 .. f_6]
+    >>> loss = lagrangian(losses[-1], slacks, dual.value(), dual.relaxation)
+    >>> loss.backward(); primal_optimizer.step(); dual.step(slacks)
+"""
+
+from .constraints import DescentConstraints, check_layer_losses, descent_slacks, resolve_alpha
+from .dual import (
+    CADENCES,
+    DualAscent,
+    DualCadence,
+    PrimalDualResult,
+    SlackAverage,
+    dual_metrics,
+    lagrangian,
+)
+from .multipliers import Multipliers, ResilientRelaxation
+from .sampling import inverse_probability_losses, sample_layers
+
+__all__ = [
+    "CADENCES",
+    "DescentConstraints",
+    "DualAscent",
+    "DualCadence",
+    "Multipliers",
+    "PrimalDualResult",
+    "ResilientRelaxation",
+    "SlackAverage",
+    "check_layer_losses",
+    "descent_slacks",
+    "dual_metrics",
+    "inverse_probability_losses",
+    "lagrangian",
+    "resolve_alpha",
+    "sample_layers",
+]

@@ -1,0 +1,472 @@
+"""Study ``descent``: layer-wise descent constraints against ERM (Porras-Valenzuela, Hadou,
+Ribeiro, 2026, "A Constrained Optimization Perspective of Unrolled Transformers").
+
+(a) MiniLM-L6 fine-tuned on rt-sentences, ERM against descent-constrained (same AdamW,
+schedule, steps and seeds): clean test accuracy, accuracy under Gaussian, uniform and
+discrete token-embedding perturbations at several levels, per-layer test losses and the
+fraction of layer constraints satisfied on test data.
+(b) An unrolled Transformer denoiser on patches of street-video frames, trained at one
+noise level: test RMSE at noise levels up to 3x the training level, and per-layer losses.
+
+Run with ``convergent reproduce descent [--quick | --smoke]``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from matplotlib.figure import Figure
+
+from ..data import load_street_video
+from ..data.perturb import PERTURBATIONS
+from . import descent_parts as parts
+from .common import Claim, StudyResult, check_mode
+
+# Fixed before any run: differences smaller than these are not counted as an effect.
+ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)
+RMSE_MARGIN = 0.01  # relative
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of the study; ``for_mode`` gives the three standard sizes.
+
+    Attributes:
+        mode: ``"smoke"``, ``"quick"`` or ``"full"``.
+        seeds: one model pair per seed (the split is fixed, seed 0).
+        alpha: the required relative decrease per layer, alpha_l = alpha.
+        dual_lr: eta_d of the SGD dual ascent, every step.
+        resilient_cost: c of the resilient relaxation (None: hard constraints).
+        text_layers: MiniLM layers kept (None: all 6; smoke keeps 2).
+        max_length: tokens per sentence.
+        train_examples / test_examples: cut the rt-sentences splits (None: all).
+        text_steps, text_batch_size, text_lr: part (a) training.
+        additive_gammas: levels of the Gaussian and uniform perturbations (x embedding RMS).
+        discrete_gammas: replacement probabilities of the discrete perturbation.
+        video_frames: frames decoded from the start of the video; the first 75 % give
+            training crops, the last 25 % test crops (different moments of the street).
+        crop, patch: crop side and token side in pixels ((crop / patch) ** 2 tokens).
+        train_crops / test_crops: examples of part (b).
+        denoiser_layers, denoiser_width: the unrolled denoiser's depth and d_model.
+        video_steps, video_batch_size, video_lr: part (b) training.
+        train_noise: sigma of the training noise (pixels in [0, 1]).
+        noise_multiples: test noise levels as multiples of ``train_noise``.
+    """
+
+    mode: str = "quick"
+    seeds: tuple[int, ...] = (0,)
+    alpha: float = 0.05
+    dual_lr: float = 0.5
+    resilient_cost: float | None = 10.0
+    text_layers: int | None = None
+    max_length: int = 48
+    train_examples: int | None = None
+    test_examples: int | None = 384
+    text_steps: int = 120
+    text_batch_size: int = 32
+    text_lr: float = 1e-4
+    additive_gammas: tuple[float, ...] = (0.5, 1.0, 2.0)
+    discrete_gammas: tuple[float, ...] = (0.1, 0.2, 0.4)
+    video_frames: int = 160
+    crop: int = 16
+    patch: int = 4
+    train_crops: int = 4096
+    test_crops: int = 1024
+    denoiser_layers: int = 4
+    denoiser_width: int = 64
+    video_steps: int = 400
+    video_batch_size: int = 64
+    video_lr: float = 1e-3
+    train_noise: float = 0.1
+    noise_multiples: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+
+    @classmethod
+    def for_mode(cls, mode: str) -> Config:
+        check_mode(mode)
+        if mode == "smoke":
+            return cls(
+                mode="smoke",
+                text_layers=2,
+                train_examples=256,
+                test_examples=64,
+                text_steps=6,
+                text_batch_size=16,
+                additive_gammas=(1.0,),
+                discrete_gammas=(0.2,),
+                video_frames=8,
+                train_crops=256,
+                test_crops=64,
+                denoiser_layers=2,
+                denoiser_width=32,
+                video_steps=10,
+                video_batch_size=32,
+                noise_multiples=(1.0, 2.0),
+            )
+        if mode == "full":
+            return cls(
+                mode="full",
+                seeds=(0, 1, 2),
+                test_examples=None,
+                text_steps=400,
+                additive_gammas=(0.25, 0.5, 1.0, 2.0),
+                discrete_gammas=(0.05, 0.1, 0.2, 0.4),
+                video_frames=400,
+                train_crops=16384,
+                test_crops=2048,
+                video_steps=1500,
+            )
+        return cls()
+
+
+def _spread(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _fmt(values: list[float], digits: int = 4) -> str:
+    mean, std = _spread(values)
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+
+
+def run_text(config: Config, progress: bool) -> dict[str, Any]:
+    """Part (a): per seed and method, accuracies, robustness and per-layer test losses."""
+    train, test, special = parts.text_data(
+        config.max_length, config.train_examples, config.test_examples
+    )
+    levels = {
+        "gaussian": config.additive_gammas,
+        "uniform": config.additive_gammas,
+        "discrete": config.discrete_gammas,
+    }
+    runs: dict[str, list[dict[str, Any]]] = {method: [] for method in parts.METHODS}
+    for seed in config.seeds:
+        for method in parts.METHODS:
+            model = parts.text_model(seed, config.text_layers)
+            training = parts.train_model(
+                model,
+                method,
+                train,
+                task="classification",
+                steps=config.text_steps,
+                batch_size=config.text_batch_size,
+                lr=config.text_lr,
+                seed=seed,
+                alpha=config.alpha,
+                dual_lr=config.dual_lr,
+                resilient_cost=config.resilient_cost,
+                progress=progress,
+            )
+            record = {"seed": seed, "train_loss": training["train_loss"]}
+            record["multipliers"] = training["multipliers"]
+            record.update(parts.robustness(model, test, levels, special, seed=1000 + seed))
+            record.update(parts.layer_report(model, test, "classification", config.alpha))
+            runs[method].append(record)
+    return {
+        "levels": levels,
+        "runs": runs,
+        "test_examples": len(test),
+        "train_examples": len(train),
+    }
+
+
+def run_video(config: Config, progress: bool) -> dict[str, Any]:
+    """Part (b): per seed and method, RMSE at each noise level and per-layer test losses."""
+    frames = load_street_video(max_frames=config.video_frames)
+    split = max(1, int(0.75 * len(frames)))
+    train_frames, test_frames = frames[:split], frames[split:] if split < len(frames) else frames
+    generator = torch.Generator().manual_seed(0)
+    train_clean = parts.video_crops(
+        train_frames, config.train_crops, config.crop, config.patch, generator
+    )
+    test_clean = parts.video_crops(
+        test_frames, config.test_crops, config.crop, config.patch, generator
+    )
+    train = parts.noisy_pairs(train_clean, config.train_noise, seed=1)
+    sigmas = [m * config.train_noise for m in config.noise_multiples]
+    tokens = (config.crop // config.patch) ** 2
+    runs: dict[str, list[dict[str, Any]]] = {method: [] for method in parts.METHODS}
+    for seed in config.seeds:
+        for method in parts.METHODS:
+            model = parts.denoiser(
+                seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers
+            )
+            training = parts.train_model(
+                model,
+                method,
+                train,
+                task="regression",
+                steps=config.video_steps,
+                batch_size=config.video_batch_size,
+                lr=config.video_lr,
+                seed=seed,
+                alpha=config.alpha,
+                dual_lr=config.dual_lr,
+                resilient_cost=config.resilient_cost,
+                progress=progress,
+            )
+            record = {"seed": seed, "train_loss": training["train_loss"]}
+            record["multipliers"] = training["multipliers"]
+            record["rmse"] = parts.denoising_rmse(model, test_clean, sigmas, seed=2000)
+            at_training_noise = parts.noisy_pairs(test_clean, config.train_noise, seed=3000)
+            record.update(parts.layer_report(model, at_training_noise, "regression", config.alpha))
+            runs[method].append(record)
+    return {"sigmas": sigmas, "runs": runs, "frames": len(frames)}
+
+
+def _text_tables(text: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    runs, levels = text["runs"], text["levels"]
+    robustness = []
+    for method in parts.METHODS:
+        row: dict[str, Any] = {"model": method, "clean": _fmt([r["clean"] for r in runs[method]])}
+        for kind, gammas in levels.items():
+            for index, gamma in enumerate(gammas):
+                row[f"{kind} {gamma:g}"] = _fmt([r[kind][index] for r in runs[method]])
+        robustness.append(row)
+    layers = []
+    count = len(runs["erm"][0]["layer_losses"])
+    for layer in range(count):
+        layers.append(
+            {
+                "layer": layer,
+                **{
+                    method: _fmt([r["layer_losses"][layer] for r in runs[method]])
+                    for method in parts.METHODS
+                },
+            }
+        )
+    constraints = [
+        {
+            "model": method,
+            "fraction of constraints satisfied (test)": _fmt(
+                [r["fraction_satisfied"] for r in runs[method]], 3
+            ),
+            "monotone in every seed": all(r["is_monotone"] for r in runs[method]),
+            "largest increase f_l - f_(l-1)": _fmt([r["largest_increase"] for r in runs[method]]),
+        }
+        for method in parts.METHODS
+    ]
+    return {
+        "(a) test accuracy, clean and perturbed (gamma)": robustness,
+        "(a) per-layer test loss (cross-entropy)": layers,
+        "(a) layer constraints on test data": constraints,
+    }
+
+
+def _video_tables(video: dict[str, Any], config: Config) -> dict[str, list[dict[str, Any]]]:
+    runs = video["runs"]
+    rmse = []
+    for index, sigma in enumerate(video["sigmas"]):
+        rmse.append(
+            {
+                "noise sigma": round(sigma, 4),
+                "x training": config.noise_multiples[index],
+                "noisy input": round(sigma, 4),
+                **{m: _fmt([r["rmse"][index] for r in runs[m]]) for m in parts.METHODS},
+            }
+        )
+    count = len(runs["erm"][0]["layer_losses"])
+    layers = [
+        {
+            "layer": layer,
+            **{m: _fmt([r["layer_losses"][layer] for r in runs[m]], 5) for m in parts.METHODS},
+        }
+        for layer in range(count)
+    ]
+    return {
+        "(b) denoising test RMSE by noise level": rmse,
+        "(b) per-layer test MSE at the training noise": layers,
+    }
+
+
+def _mean(runs: list[dict[str, Any]], key: str, index: int | None = None) -> float:
+    values = [r[key] if index is None else r[key][index] for r in runs]
+    return statistics.fmean(values)
+
+
+def _claims(text: dict[str, Any], video: dict[str, Any], config: Config) -> list[Claim]:
+    decide = config.mode != "smoke"
+    erm, constrained = text["runs"]["erm"], text["runs"]["constrained"]
+    claims = []
+    monotone = all(r["is_monotone"] for r in constrained)
+    bumps = sum(not r["is_monotone"] for r in erm)
+    claims.append(
+        Claim(
+            "(a) Descent-constrained training gives per-layer losses that fall monotonically "
+            "across layers, where ERM shows bumps.",
+            (monotone and bumps > len(erm) / 2) if decide else None,
+            f"test per-layer losses monotone in {sum(r['is_monotone'] for r in constrained)}/"
+            f"{len(constrained)} constrained runs and {len(erm) - bumps}/{len(erm)} ERM runs; "
+            f"constraints satisfied (alpha={config.alpha}): constrained "
+            f"{_mean(constrained, 'fraction_satisfied'):.2f}, ERM {_mean(erm, 'fraction_satisfied'):.2f}.",
+        )
+    )
+    clean_erm, clean_con = _mean(erm, "clean"), _mean(constrained, "clean")
+    for kind, gammas in text["levels"].items():
+        drops = {
+            name: statistics.fmean(
+                r["clean"] - r[kind][i] for r in runs for i in range(len(gammas))
+            )
+            for name, runs in (("erm", erm), ("constrained", constrained))
+        }
+        claims.append(
+            Claim(
+                f"(a) Under {kind} token-embedding perturbations the constrained model degrades "
+                f"more gracefully than ERM (here: a mean accuracy drop at least "
+                f"{100 * ROBUSTNESS_MARGIN:g} point smaller).",
+                (drops["erm"] - drops["constrained"] >= ROBUSTNESS_MARGIN) if decide else None,
+                f"mean accuracy drop over gamma in {list(gammas)}: constrained "
+                f"{100 * drops['constrained']:.1f} points, ERM {100 * drops['erm']:.1f} points.",
+            )
+        )
+    claims.append(
+        Claim(
+            "(a) Clean accuracy stays within a fraction of a point of ERM (here: at most 1 "
+            "point lower).",
+            (clean_con >= clean_erm - 0.01) if decide else None,
+            f"clean test accuracy: constrained {100 * clean_con:.1f} %, ERM "
+            f"{100 * clean_erm:.1f} % on {text['test_examples']} test sentences.",
+        )
+    )
+    v_erm, v_con = video["runs"]["erm"], video["runs"]["constrained"]
+    beyond = [i for i, m in enumerate(config.noise_multiples) if m >= 2.0]
+    better = [
+        _mean(v_con, "rmse", i) <= (1 - RMSE_MARGIN) * _mean(v_erm, "rmse", i) for i in beyond
+    ]
+    claims.append(
+        Claim(
+            "(b) Under out-of-distribution noise (>= 2x the training level) the constrained "
+            f"denoiser has lower test RMSE than ERM (here: at least {100 * RMSE_MARGIN:g} % "
+            "lower at every such level).",
+            (bool(beyond) and all(better)) if decide else None,
+            "; ".join(
+                f"{config.noise_multiples[i]:g}x: constrained {_mean(v_con, 'rmse', i):.4f}, "
+                f"ERM {_mean(v_erm, 'rmse', i):.4f}"
+                for i in beyond
+            )
+            or "no test level at or beyond 2x",
+        )
+    )
+    claims.append(
+        Claim(
+            "(b) The constrained denoiser's per-layer losses fall monotonically across layers.",
+            all(r["is_monotone"] for r in v_con) if decide else None,
+            f"monotone in {sum(r['is_monotone'] for r in v_con)}/{len(v_con)} constrained runs "
+            f"and {sum(r['is_monotone'] for r in v_erm)}/{len(v_erm)} ERM runs; largest final "
+            f"multiplier {max(max(r['multipliers'], default=0.0) for r in v_con):.3f} "
+            "(0 means the constraints never bound).",
+        )
+    )
+    return claims
+
+
+def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style: str) -> None:
+    means = [statistics.fmean(column) for column in zip(*runs, strict=True)]
+    axis.plot(x, means, style, label=label)
+    if len(runs) > 1:
+        stds = [statistics.stdev(column) for column in zip(*runs, strict=True)]
+        axis.fill_between(
+            x,
+            [m - s for m, s in zip(means, stds, strict=True)],
+            [m + s for m, s in zip(means, stds, strict=True)],
+            alpha=0.2,
+        )
+
+
+def _figures(text: dict[str, Any], video: dict[str, Any], config: Config, out: Path) -> list[str]:
+    names = []
+    figure = Figure(figsize=(12, 3.6))
+    for axis, kind in zip(figure.subplots(1, 3), PERTURBATIONS, strict=True):
+        gammas = [0.0, *text["levels"][kind]]
+        for method, style in zip(parts.METHODS, ("o--", "s-"), strict=True):
+            runs = [[r["clean"], *r[kind]] for r in text["runs"][method]]
+            _band(axis, gammas, runs, method, style)
+        axis.set_title(f"{kind} perturbation")
+        axis.set_xlabel(
+            "gamma" + (" (replacement probability)" if kind == "discrete" else " (x embedding RMS)")
+        )
+        axis.set_ylabel("test accuracy")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "robustness.png", dpi=110)
+    names.append("robustness.png")
+
+    figure = Figure(figsize=(11, 3.8))
+    text_axis, video_axis = figure.subplots(1, 2)
+    for method, style in zip(parts.METHODS, ("o--", "s-"), strict=True):
+        runs = [r["layer_losses"] for r in text["runs"][method]]
+        _band(text_axis, list(range(len(runs[0]))), runs, method, style)
+        runs = [r["layer_losses"] for r in video["runs"][method]]
+        _band(video_axis, list(range(len(runs[0]))), runs, method, style)
+    text_axis.set_title("(a) MiniLM, rt-sentences: test loss per layer")
+    text_axis.set_ylabel("cross-entropy")
+    video_axis.set_title("(b) denoiser: test MSE per layer")
+    video_axis.set_yscale("log")
+    video_axis.set_ylabel("MSE")
+    for axis in (text_axis, video_axis):
+        axis.set_xlabel("layer l (0 = embedding output)")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "layer_losses.png", dpi=110)
+    names.append("layer_losses.png")
+
+    figure = Figure(figsize=(5.5, 3.8))
+    axis = figure.subplots()
+    multiples = list(config.noise_multiples)
+    for method, style in zip(parts.METHODS, ("o--", "s-"), strict=True):
+        _band(axis, multiples, [r["rmse"] for r in video["runs"][method]], method, style)
+    axis.plot(multiples, video["sigmas"], ":", color="gray", label="noisy input")
+    axis.axvline(1.0, color="gray", linewidth=0.8)
+    axis.set_xlabel("test noise / training noise")
+    axis.set_ylabel("test RMSE")
+    axis.set_title("(b) street-video denoising")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "denoising.png", dpi=110)
+    names.append("denoising.png")
+    return names
+
+
+def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
+    """Run both parts and return the tables, claims, figures and every number."""
+    start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = run_text(config, progress)
+    video = run_video(config, progress)
+    result = StudyResult(name="descent", mode=config.mode, config=config)
+    result.tables.update(_text_tables(text))
+    result.tables.update(_video_tables(video, config))
+    result.claims = _claims(text, video, config)
+    result.figures = _figures(text, video, config, out)
+    result.data = {"text": text, "video": video}
+    model_name = (
+        "MiniLM-L6"
+        if config.text_layers is None
+        else f"MiniLM-L6 cut to {config.text_layers} layers"
+    )
+    result.notes = [
+        f"(a) {model_name}, mean-pooled linear head shared by every layer; "
+        f"{text['train_examples']} training sentences available, {config.text_steps} AdamW "
+        f"steps of {config.text_batch_size} (lr {config.text_lr}, 10 % warm-up, linear decay, "
+        f"clip 1.0), max_length {config.max_length}; {text['test_examples']} test sentences.",
+        f"Constraints: f_l <= (1 - {config.alpha}) f_(l-1) for every layer, dual SGD lr "
+        f"{config.dual_lr} every step, resilient cost c = {config.resilient_cost}.",
+        "Perturbation levels: Gaussian and uniform noise have RMS gamma x the RMS of the "
+        "word-embedding matrix (uniform on [-a, a] with a = sqrt(3) gamma RMS); discrete "
+        "replaces each token's embedding by a random token's with probability gamma. "
+        "Special tokens ([CLS], [SEP], [PAD], ...) are never perturbed. Both models see the "
+        "same noise draws.",
+        f"(b) {video['frames']} frames of street-video (first 75 % train, last 25 % test), "
+        f"{config.crop}x{config.crop} crops as {config.patch}x{config.patch}-pixel tokens, "
+        f"pixels in [0, 1], Gaussian noise sigma {config.train_noise} in training; a "
+        f"{config.denoiser_layers}-layer pre-norm Transformer (d_model {config.denoiser_width}) "
+        f"whose shared head maps every layer to clean pixels; {config.video_steps} steps.",
+    ]
+    if config.mode == "smoke":
+        result.notes.append("Smoke size: the claims are left undecided.")
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,119 @@
+"""Descent constraints for users of ``transformers.Trainer``.
+
+Swap ``Trainer`` for :class:`DescentTrainer` and pass a :class:`PrimalDualStep`::
+
+    step = descent_step("classification", num_layers=6, alpha=0.05, dual_lr=0.5)
+    trainer = DescentTrainer(model=model, args=args, train_dataset=train, descent=step)
+    trainer.train()
+
+``compute_loss`` returns the Lagrangian of the per-layer losses; after every optimizer step
+a callback runs the dual update (on the step's cadence), and every training log carries the
+objective, the per-layer losses, the slacks, lambda and u. The model's forward must accept
+``output_hidden_states=True`` and return ``logits`` and ``hidden_states`` (our ``HFEncoder``
+and ``Transformer``, or any ``*ForSequenceClassification`` model); the per-layer readout is
+the model's ``readout`` or the ``readout`` given to the step, e.g.
+:func:`sequence_classification_readout` for Hugging Face classification models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import Trainer, TrainerCallback
+
+from .primal_dual import PrimalDualStep
+
+STATE_FILE = "descent_state.pt"
+
+
+def sequence_classification_readout(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """The shared head of a BERT-family ``*ForSequenceClassification`` model, for any layer.
+
+    Applies the model's own pooler (if it has one: [CLS] -> dense -> tanh) and its
+    ``classifier`` to a hidden state, so that layer L reproduces the model's logits in eval
+    mode.
+    """
+    classifier = getattr(model, "classifier", None)
+    if not isinstance(classifier, nn.Module):
+        raise ValueError(
+            f"{type(model).__name__} has no classifier module; pass readout= explicitly"
+        )
+    pooler = getattr(getattr(model, "base_model", None), "pooler", None)
+    dropout = getattr(model, "dropout", None)
+
+    def readout(hidden_state: torch.Tensor, attention_mask: Any = None) -> torch.Tensor:
+        pooled = pooler(hidden_state) if pooler is not None else hidden_state[:, 0]
+        if dropout is not None:
+            pooled = dropout(pooled)
+        return classifier(pooled)
+
+    return readout
+
+
+class DescentCallback(TrainerCallback):
+    """Runs the dual update after each optimizer step and saves the dual state with checkpoints."""
+
+    def __init__(self, descent: PrimalDualStep) -> None:
+        self.descent = descent
+        self.latest: dict[str, float] = {}
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
+        if model is None:
+            raise ValueError("the Trainer passed no model to on_step_end; cannot update lambda")
+        self.latest.update(self.descent.after_optimizer_step(model))
+
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir() and state.is_world_process_zero:
+            torch.save(self.descent.state_dict(), folder / STATE_FILE)
+
+
+class DescentTrainer(Trainer):
+    """A ``transformers.Trainer`` that minimizes the descent-constrained Lagrangian.
+
+    Args:
+        *args: as for ``Trainer``.
+        descent: the primal-dual step (constraints, multipliers, cadence).
+        **kwargs: as for ``Trainer``.
+    """
+
+    loss_is_scaled_for_ga = False  # a per-batch mean: the Trainer divides it for accumulation
+
+    def __init__(self, *args: Any, descent: PrimalDualStep, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "labels" not in self.label_names:
+            # Our models' forward takes no labels; keep the column for the per-layer losses.
+            self.label_names = [*self.label_names, "labels"]
+        self.descent = descent
+        self.descent_callback = DescentCallback(descent)
+        self.add_callback(self.descent_callback)
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        batch = {key: value for key, value in inputs.items() if isinstance(value, torch.Tensor)}
+        value, metrics, output = self.descent.loss_and_output(model, batch)
+        if model.training:
+            self.descent_callback.latest.update(metrics)
+        if return_outputs:
+            return value, {"logits": output.logits}
+        return value
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self.descent_callback.latest:
+            # The Trainer's "loss" is the Lagrangian it differentiated; add the parts.
+            logs = {**logs, **self.descent_callback.latest}
+        super().log(logs, start_time)
+
+    def load_descent_state(self, checkpoint: str | Path) -> None:
+        """Restore lambda, u and the cadence state saved next to a Trainer checkpoint."""
+        state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=True)
+        self.descent.load_state_dict(state)

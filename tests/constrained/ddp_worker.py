@@ -1,0 +1,65 @@
+"""Run under ``torchrun``: primal-dual training of a tiny Transformer; rank 0 saves the result.
+
+Two runs, one with the dual step every 2 steps on the running average and one once per
+epoch on a full pass. Every rank saves its own multipliers, so the test can check they agree across ranks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from convergent.models import Transformer, TransformerConfig
+from convergent.train import distributed, fit
+from convergent.train.primal_dual import descent_step
+from tests.conftest import TensorDataset
+
+
+def train(cadence: str) -> dict:
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=40, num_outputs=2, d_model=16, n_heads=2, n_layers=3, max_len=8
+    )
+    model = Transformer(config)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 40, (64, 8), generator=generator)
+    data = TensorDataset(
+        input_ids=ids, attention_mask=torch.ones_like(ids), labels=(ids[:, 0] < 20).long()
+    )
+    step = descent_step(
+        "classification",
+        3,
+        alpha=0.05,
+        dual_lr=0.5,
+        resilient_cost=2.0,
+        cadence=cadence,
+        interval=2 if cadence != "step" else 1,
+        full_pass_data=data if cadence == "epoch" else None,
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    fit(
+        model,
+        optimizer,
+        data,
+        max_steps=6,
+        batch_size=16,
+        training_step=step,
+        progress=False,
+        tensorboard=False,
+        seed=3,
+    )
+    return {"state": model.state_dict(), "lambda": step.dual.value(), "u": step.dual.slack()}
+
+
+def main(output: str) -> None:
+    distributed.init_from_environment(backend="gloo")
+    results = {cadence: train(cadence) for cadence in ("every", "epoch")}
+    torch.save(results, f"{output}.rank{distributed.rank()}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from convergent.data import load_rt_sentences, minilm_path, tokenize
+from convergent.models import HFEncoder
+from convergent.train.primal_dual import descent_step
+from tests.conftest import TensorDataset
+
+transformers = pytest.importorskip("transformers")
+
+
+def _sentences(count: int = 16) -> TensorDataset:
+    texts, scores = load_rt_sentences()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path())
+    encoded = tokenize(texts[:count], tokenizer, max_length=16)
+    return TensorDataset(**encoded, labels=(scores[:count] > 0).long())
+
+
+def _args(tmp_path, **options):
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        learning_rate=1e-4,
+        max_steps=3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        **options,
+    )
+
+
+def test_descent_trainer_trains_minilm_with_constraints_in_a_few_lines(tmp_path):
+    from convergent.train.primal_dual_hf import DescentTrainer
+
+    torch.manual_seed(0)
+    model = HFEncoder.from_pretrained(
+        minilm_path(), num_outputs=2, pooling="mean", attn_implementation="sdpa"
+    )
+    before = model.encoder.embeddings.word_embeddings.weight.detach().clone()
+    step = descent_step("classification", model.num_layers, alpha=0.05, dual_lr=1.0)
+    trainer = DescentTrainer(
+        model=model, args=_args(tmp_path), train_dataset=_sentences(), descent=step
+    )
+    trainer.train()
+    assert step.steps == 3  # one dual update per optimizer step
+    logged = [entry for entry in trainer.state.log_history if "lambda_1" in entry]
+    assert len(logged) == 3
+    assert {"objective", "layer_loss_0", "layer_loss_6", "slack_6", "lambda_6"} <= set(logged[-1])
+    assert any(value > 0 for value in step.dual.value().tolist())
+    after = model.encoder.embeddings.word_embeddings.weight.detach()
+    assert not torch.equal(before, after)
+
+
+def test_sequence_classification_readout_reproduces_the_model_logits():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from convergent.train.primal_dual_hf import sequence_classification_readout
+
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=3,
+    )
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.randint(0, 50, (2, 8))
+    output = model(input_ids=ids, output_hidden_states=True)
+    readout = sequence_classification_readout(model)
+    torch.testing.assert_close(readout(output.hidden_states[-1]), output.logits)
+    step = descent_step("classification", 2)
+    step.readout = readout
+    value, metrics = step.loss(model, {"input_ids": ids, "labels": torch.tensor([0, 2])})
+    assert torch.isfinite(value) and "layer_loss_1" in metrics

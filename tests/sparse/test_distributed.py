@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.launch import torchrun
 
 
 @pytest.mark.distributed
 def test_two_ranks_hold_identical_masks(tmp_path):
     output = tmp_path / "result"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "tests.sparse.ddp_worker", str(output)]  # fmt: skip
-    completed = subprocess.run(
-        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    torchrun("tests.sparse.ddp_worker", str(output), processes=2)
     ranks = [torch.load(f"{output}.rank{rank}", weights_only=True) for rank in (0, 1)]
     assert ranks[0]["compressions"] == ranks[1]["compressions"] > 1
     assert list(ranks[0]["masks"]) == list(ranks[1]["masks"])

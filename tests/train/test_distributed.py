@@ -1,33 +1,16 @@
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.launch import torchrun
 
 
 def _run(tmp_path: Path, processes: int) -> dict:
     output = tmp_path / f"result-{processes}.pt"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={processes}",
-        "-m",
-        "tests.train.ddp_worker",
-        str(output),
-    ]
-    completed = subprocess.run(
-        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    torchrun("tests.train.ddp_worker", str(output), processes=processes)
     return torch.load(output, weights_only=True)
 
 

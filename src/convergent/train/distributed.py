@@ -8,6 +8,7 @@ We never write our own distributed layer: these functions only read the environm
 from __future__ import annotations
 
 import os
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -69,7 +70,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         if isinstance(model, nn.parallel.DistributedDataParallel):
             model = model.module
         elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = cast(nn.Module, model._orig_mod)
         else:
             return model
 

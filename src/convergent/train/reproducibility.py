@@ -27,7 +27,7 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
 
 def rng_state() -> dict[str, Any]:
     """Every global RNG state, in types that ``torch.load(weights_only=True)`` accepts."""
-    numpy_state = np.random.get_state()
+    numpy_state: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {

@@ -31,3 +31,19 @@ def _compare(one: dict, first: dict, second: dict) -> None:
     for name, value in one["state"].items():
         # AdamW turns float reduction-order noise in near-zero gradients into ~1e-5 moves
         torch.testing.assert_close(first["state"][name], value, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.distributed
+def test_descent_trainer_keeps_lambda_identical_across_ranks(tmp_path):
+    def run(processes: int) -> list[dict]:
+        output = tmp_path / f"hf-{processes}.pt"
+        scratch = tmp_path / f"hf-run-{processes}"
+        torchrun("tests.constrained.hf_ddp_worker", str(output), str(scratch), processes=processes)
+        return [torch.load(f"{output}.rank{rank}", weights_only=True) for rank in range(processes)]
+
+    (single,) = run(1)
+    first, second = run(2)
+    assert single["steps"] == first["steps"] == 4
+    assert float(single["lambda"].max()) > 0, "the test needs an active multiplier"
+    torch.testing.assert_close(first["lambda"], second["lambda"], rtol=0, atol=0)
+    torch.testing.assert_close(first["lambda"], single["lambda"], rtol=1e-4, atol=1e-6)

@@ -19,18 +19,10 @@ def _sentences(count: int = 16) -> TensorDataset:
 
 
 def _args(tmp_path, **options):
-    return transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        learning_rate=1e-4,
-        max_steps=3,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-        **options,
-    )
+    settings = {"per_device_train_batch_size": 4, "learning_rate": 1e-4, "max_steps": 3,
+                "logging_steps": 1, "report_to": [], "use_cpu": True, "save_strategy": "no",
+                "disable_tqdm": True}  # fmt: skip
+    return transformers.TrainingArguments(output_dir=str(tmp_path), **{**settings, **options})
 
 
 def test_descent_trainer_trains_minilm_with_constraints_in_a_few_lines(tmp_path):
@@ -78,3 +70,52 @@ def test_sequence_classification_readout_reproduces_the_model_logits():
     step.readout = readout
     value, metrics = step.loss(model, {"input_ids": ids, "labels": torch.tensor([0, 2])})
     assert torch.isfinite(value) and "layer_loss_1" in metrics
+
+
+def _tiny_bert_trainer(tmp_path, **options):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from convergent.train.primal_dual_hf import DescentTrainer, sequence_classification_readout
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, num_labels=2,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config)
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        input_ids=torch.randint(0, 50, (16, 8), generator=generator),
+        attention_mask=torch.ones(16, 8, dtype=torch.long),
+        labels=torch.randint(0, 2, (16,), generator=generator),
+    )
+    step = descent_step("classification", 2, alpha=0.5, dual_lr=1.0)
+    step.readout = sequence_classification_readout(model)
+    args = _args(tmp_path, **options)
+    return DescentTrainer(model=model, args=args, train_dataset=data, descent=step), step
+
+
+def test_descent_trainer_resume_restores_lambda_and_continues_exactly(tmp_path):
+    options = {"max_steps": 4, "save_strategy": "steps", "save_steps": 2}
+    trainer, step = _tiny_bert_trainer(tmp_path / "whole", **options)
+    trainer.train()
+    assert (tmp_path / "whole" / "checkpoint-2" / "descent_state.pt").is_file()
+    assert step.dual.value().abs().sum() > 0  # the test means something only if lambda moved
+
+    # A fresh trainer resumes from step 2: lambda comes back from the checkpoint, not from 0.
+    resumed_trainer, resumed = _tiny_bert_trainer(tmp_path / "whole", **options)
+    resumed_trainer.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-2"))
+    assert resumed.steps == step.steps
+    torch.testing.assert_close(resumed.dual.value(), step.dual.value())
+    for ours, theirs in zip(
+        resumed_trainer.model.parameters(), trainer.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_descent_trainer_refuses_to_resume_without_dual_state(tmp_path):
+    trainer, _ = _tiny_bert_trainer(tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train()
+    (tmp_path / "checkpoint-2" / "descent_state.pt").unlink()
+    fresh, _ = _tiny_bert_trainer(tmp_path, max_steps=2)
+    with pytest.raises(FileNotFoundError, match="holds no descent state"):
+        fresh.train(resume_from_checkpoint=True)

@@ -66,8 +66,8 @@ class Config:
     text_layers: int | None = None
     max_length: int = 48
     train_examples: int | None = None
-    test_examples: int | None = 384
-    text_steps: int = 120
+    test_examples: int | None = 256
+    text_steps: int = 100
     text_batch_size: int = 32
     text_lr: float = 1e-4
     additive_gammas: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -79,7 +79,7 @@ class Config:
     test_crops: int = 1024
     denoiser_layers: int = 4
     denoiser_width: int = 64
-    video_steps: int = 400
+    video_steps: int = 300
     video_batch_size: int = 64
     video_lr: float = 1e-3
     train_noise: float = 0.1
@@ -112,7 +112,7 @@ class Config:
                 mode="full",
                 seeds=(0, 1, 2),
                 test_examples=None,
-                text_steps=400,
+                text_steps=250,
                 additive_gammas=(0.25, 0.5, 1.0, 2.0),
                 discrete_gammas=(0.05, 0.1, 0.2, 0.4),
                 video_frames=400,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors.torch import load_model, save_model
@@ -44,13 +45,12 @@ def _fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
-def write_text_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
+def _replace_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(text)
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -58,6 +58,24 @@ def write_text_atomically(path: Path, text: str) -> None:
         Path(temporary).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
+
+    def write(handle: BinaryIO) -> None:
+        handle.write(text.encode())
+
+    _replace_atomically(path, write)
+
+
+def save_torch_atomically(obj: Any, path: str | Path) -> None:
+    """``torch.save(obj, path)`` through a temporary file and ``os.replace``: never half written.
+
+    Save only tensors, numbers, strings and containers, so that ``torch.load(path,
+    weights_only=True)`` reads it back.
+    """
+    _replace_atomically(Path(path), lambda handle: torch.save(obj, handle))
 
 
 def save_checkpoint(

@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 
+from .checkpoint import save_torch_atomically
 from .primal_dual import PrimalDualStep
 
 STATE_FILE = "descent_state.pt"
@@ -67,9 +69,9 @@ class DescentCallback(TrainerCallback):
         self.latest.update(self.descent.after_optimizer_step(model))
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if folder.is_dir() and state.is_world_process_zero:
-            torch.save(self.descent.state_dict(), folder / STATE_FILE)
+            save_torch_atomically(self.descent.state_dict(), folder / STATE_FILE)
 
 
 class DescentTrainer(Trainer):
@@ -113,7 +115,35 @@ class DescentTrainer(Trainer):
             logs = {**logs, **self.descent_callback.latest}
         super().log(logs, start_time)
 
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+    ) -> TrainOutput:
+        """``Trainer.train``; resuming also restores lambda, u and the dual cadence.
+
+        ``resume_from_checkpoint=True`` means the last ``checkpoint-*`` folder in
+        ``args.output_dir``, as in ``Trainer``. A checkpoint without the dual state (one
+        written by a plain ``Trainer``) raises, since resuming would silently reset lambda.
+        """
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"resume_from_checkpoint=True, but {self.args.output_dir} holds no "
+                    "checkpoint-* folder."
+                )
+        if isinstance(resume_from_checkpoint, str):
+            self.load_descent_state(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint or None, trial, ignore_keys_for_eval)
+
     def load_descent_state(self, checkpoint: str | Path) -> None:
         """Restore lambda, u and the cadence state saved next to a Trainer checkpoint."""
-        state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=True)
-        self.descent.load_state_dict(state)
+        path = Path(checkpoint) / STATE_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} does not exist: {checkpoint} holds no descent state (was it written "
+                "by DescentTrainer?)."
+            )
+        self.descent.load_state_dict(torch.load(path, weights_only=True))

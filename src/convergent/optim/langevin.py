@@ -141,7 +141,8 @@ class Langevin(Optimizer):
             restored with the optimizer); other devices get generators seeded from `seed`.
         implementation: "foreach" (default, multi-tensor ops) or "reference" (one tensor at a
             time through `langevin_update`); both draw the same noise and agree bit for bit
-            on CPU.
+            on CPU. "foreach" keeps one scratch buffer per (device, dtype), as large as the
+            largest parameter, for the noise draw.
     """
 
     def __init__(
@@ -170,6 +171,8 @@ class Langevin(Optimizer):
         self.seed = seed
         self.implementation: Implementation = implementation
         self._generators: dict[str, torch.Generator] = {}
+        # Noise scratch, one per (device, dtype), as large as the largest tensor; not state.
+        self._scratch_buffers: dict[tuple[torch.device, torch.dtype], Tensor] = {}
         if generator is not None:
             self._generators[_device_key(generator.device)] = generator
         defaults = {"lr": lr, "s": s, "preconditioned": preconditioned, "alpha": alpha, "eps": eps}
@@ -216,6 +219,15 @@ class Langevin(Optimizer):
         for key, generator_state in noise["generators"].items():
             self.generator_for(torch.device(key)).set_state(generator_state.cpu())
 
+    def _scratch(self, param: Tensor) -> Tensor:
+        """A buffer shaped like `param`, a view of one per-(device, dtype) scratch tensor."""
+        key = (param.device, param.dtype)
+        buffer = self._scratch_buffers.get(key)
+        if buffer is None or buffer.numel() < param.numel():
+            buffer = torch.empty(param.numel(), dtype=param.dtype, device=param.device)
+            self._scratch_buffers[key] = buffer
+        return buffer[: param.numel()].view(param.shape)
+
     def _draw_noise(self, params: list[Tensor]) -> list[Tensor]:
         # One draw per tensor in parameter order, so both implementations see the same noise.
         return [
@@ -252,7 +264,6 @@ class Langevin(Optimizer):
         lr, s = float(group["lr"]), float(group["s"])
         alpha, eps = float(group["alpha"]), float(group["eps"])
         grads = [cast(Tensor, param.grad) for param in params]
-        noises = self._draw_noise(params) if s > 0 else None
         square_avgs: list[Tensor] = []
         if group["preconditioned"]:
             for param in params:
@@ -264,6 +275,17 @@ class Langevin(Optimizer):
                     )
                 state["step"] += 1
                 square_avgs.append(state["square_avg"])
+        if self.implementation == "foreach" and not group["preconditioned"] and s > 0:
+            # Gradient step for all tensors at once, then the noise one tensor at a time through
+            # a reused scratch buffer: no fresh parameter-sized allocation (and page faults) per
+            # step, and the generator is consumed exactly as the reference's per-tensor draws.
+            _foreach_langevin(params, grads, None, None, lr, 0.0, alpha, eps)
+            scale = math.sqrt(lr * s)
+            for param in params:
+                noise = self._scratch(param).normal_(generator=self.generator_for(param.device))
+                param.add_(noise, alpha=scale)
+            return
+        noises = self._draw_noise(params) if s > 0 else None
         if self.implementation == "reference":
             for index, param in enumerate(params):
                 denominator = None

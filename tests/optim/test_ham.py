@@ -121,3 +121,26 @@ def test_grad_scaler_steps_through_ham():
         plain.step()
     for want, got in zip(expected, params, strict=True):
         assert torch.equal(want.detach(), got.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_mirror_step_equals_the_foreach_one(dtype):
+    results = []
+    for implementation in ("foreach", "compiled"):
+        params = [param.detach().to(dtype).requires_grad_() for param in _params()]
+        optimizer = HAM(torch.optim.SGD(params, lr=0.05), alpha=20.0, beta=0.5,
+                        mirror=True, implementation=implementation)  # fmt: skip
+        for step in range(6):
+            for param, grad in zip(params, _grads(step), strict=True):
+                param.grad = grad.to(dtype)
+            optimizer.step()
+        results.append([param.detach() for param in params])
+    tolerance = {"rtol": 1e-13, "atol": 0} if dtype == torch.float64 else {}
+    for want, got, start in zip(*results, _params(), strict=True):
+        assert not torch.equal(want, start.detach().to(dtype))  # the steps moved it
+        torch.testing.assert_close(got, want, **tolerance)
+
+
+def test_unknown_implementation_is_refused():
+    with pytest.raises(ValueError, match="implementation must be one of"):
+        HAM(torch.optim.SGD(_params(), lr=0.1), implementation="fast")

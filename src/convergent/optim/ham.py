@@ -13,13 +13,17 @@ optimizer, and HAM's state_dict is the base optimizer's (its groups also carry "
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from convergent.optim import _fast
 from convergent.optim._validation import check_nonnegative, check_optional_bool
+from convergent.optim.horst import COMPILE_MIN_NUMEL
+
+_IMPLEMENTATIONS = ("auto", "foreach", "compiled")
 
 __all__ = ["HAM"]
 
@@ -36,6 +40,10 @@ class HAM(Optimizer):
         beta: multiplicative decay per unit learning rate, >= 0.
         mirror: which tensors get the mirror step: None (default) means ndim >= 2; True or
             False for every tensor. Per group, set "ham_mirror".
+        implementation: of the mirror step: "foreach" (multi-tensor ops, one temporary per
+            tensor), "compiled" (one torch.compile pass per tensor, no temporary), or "auto":
+            compiled for groups of at least 2**20 elements when a compiler is available. Where
+            none is, "compiled" and "auto" fall back to foreach with a one-line warning.
     """
 
     def __init__(
@@ -45,7 +53,13 @@ class HAM(Optimizer):
         beta: float = 1e-3,
         *,
         mirror: bool | None = None,
+        implementation: str = "auto",
     ) -> None:
+        if implementation not in _IMPLEMENTATIONS:
+            raise ValueError(
+                f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
+            )
+        self.implementation = implementation
         if not isinstance(base_optimizer, Optimizer):
             raise TypeError(
                 f"base_optimizer must be a torch.optim.Optimizer, got {type(base_optimizer).__name__}."
@@ -95,21 +109,49 @@ class HAM(Optimizer):
                 self._mirror_group(group)
         return loss
 
-    @staticmethod
-    def _mirror_group(group: dict[str, Any]) -> None:
+    def _mirror_group(self, group: dict[str, Any]) -> None:
         alpha, beta, lr = float(group["ham_alpha"]), float(group["ham_beta"]), float(group["lr"])
         if alpha == 0 and beta == 0:
             return
         mirror = group["ham_mirror"]
-        buckets: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-        for param in group["params"]:
-            if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror):
-                buckets.setdefault((param.device, param.dtype), []).append(param)
-        for params in buckets.values():
+        buckets: dict[tuple[torch.device, torch.dtype, bool], list[Tensor]] = {}
+        selected = [
+            param
+            for param in group["params"]
+            if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror)
+        ]
+        compiled = self._use_compiled(selected)
+        for param in selected:
+            fast = compiled and param.is_contiguous() and param.grad.is_contiguous()
+            buckets.setdefault((param.device, param.dtype, fast), []).append(param)
+        for (device, _, fast), params in buckets.items():
+            grads = [cast(Tensor, param.grad) for param in params]
+            if fast:
+                weights = [param.detach() for param in params]
+                if _fast.compiled_ham_step(weights, grads, lr=lr, alpha=alpha, beta=beta):
+                    continue
+                self._fall_back(_fast.compiler_unavailable_reason(device) or "")
             # factor = exp(-(sign(w) * lr * (alpha * grad + beta * sign(w)))), one temporary.
             factors = torch._foreach_sign([param.detach() for param in params])
-            torch._foreach_mul_(factors, [param.grad for param in params if param.grad is not None])
+            torch._foreach_mul_(factors, grads)
             torch._foreach_mul_(factors, -lr * alpha)
             torch._foreach_add_(factors, -lr * beta)
             torch._foreach_exp_(factors)
             torch._foreach_mul_(params, factors)
+
+    def _use_compiled(self, params: list[Tensor]) -> bool:
+        if self.implementation == "foreach" or not params:
+            return False
+        if self.implementation == "auto" and sum(p.numel() for p in params) < COMPILE_MIN_NUMEL:
+            return False
+        reason = _fast.compiler_unavailable_reason(params[0].device)
+        if reason is None:
+            return True
+        self._fall_back(reason)
+        return False
+
+    def _fall_back(self, reason: str) -> None:
+        # One warning per optimizer, then the foreach implementation for good.
+        if self.implementation != "foreach":
+            _fast.warn_fallback(reason, name="HAM")
+        self.implementation = "foreach"

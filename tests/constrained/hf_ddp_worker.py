@@ -5,34 +5,21 @@ With N processes the per-device batch is 8 / N, so every run sees the same globa
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
 import torch.distributed as dist
 import transformers
-from transformers import BertConfig, BertForSequenceClassification
 
 from convergent.train import distributed
-from convergent.train.primal_dual import descent_step
-from convergent.train.primal_dual_hf import DescentTrainer, sequence_classification_readout
-from tests.conftest import TensorDataset
+from convergent.train.primal_dual_hf import DescentTrainer
+from tests.constrained.tiny_bert import tiny_bert_descent
 
 
 def main(output: str, scratch: str) -> None:
-    world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config)
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(
-        input_ids=torch.randint(0, 50, (32, 8), generator=generator),
-        attention_mask=torch.ones(32, 8, dtype=torch.long),
-        labels=torch.randint(0, 2, (32,), generator=generator),
-    )
-    step = descent_step("classification", 2, alpha=0.5, dual_lr=1.0)
-    step.readout = sequence_classification_readout(model)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    model, data, step = tiny_bert_descent(32)
     args = transformers.TrainingArguments(
         output_dir=scratch, per_device_train_batch_size=8 // world, learning_rate=1e-3,
         max_steps=4, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,

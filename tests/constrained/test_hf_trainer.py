@@ -7,6 +7,7 @@ from convergent.data import load_rt_sentences, minilm_path, tokenize
 from convergent.models import HFEncoder
 from convergent.train.primal_dual import descent_step
 from tests.conftest import TensorDataset
+from tests.constrained.tiny_bert import tiny_bert_descent
 
 transformers = pytest.importorskip("transformers")
 
@@ -73,23 +74,9 @@ def test_sequence_classification_readout_reproduces_the_model_logits():
 
 
 def _tiny_bert_trainer(tmp_path, **options):
-    from transformers import BertConfig, BertForSequenceClassification
+    from convergent.train.primal_dual_hf import DescentTrainer
 
-    from convergent.train.primal_dual_hf import DescentTrainer, sequence_classification_readout
-
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config)
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(
-        input_ids=torch.randint(0, 50, (16, 8), generator=generator),
-        attention_mask=torch.ones(16, 8, dtype=torch.long),
-        labels=torch.randint(0, 2, (16,), generator=generator),
-    )
-    step = descent_step("classification", 2, alpha=0.5, dual_lr=1.0)
-    step.readout = sequence_classification_readout(model)
+    model, data, step = tiny_bert_descent(16)
     args = _args(tmp_path, **options)
     return DescentTrainer(model=model, args=args, train_dataset=data, descent=step), step
 

@@ -144,3 +144,26 @@ def test_compiled_mirror_step_equals_the_foreach_one(dtype):
 def test_unknown_implementation_is_refused():
     with pytest.raises(ValueError, match="implementation must be one of"):
         HAM(torch.optim.SGD(_params(), lr=0.1), implementation="fast")
+
+
+def test_missing_compiler_falls_back_to_foreach_with_one_warning(monkeypatch):
+    import warnings
+
+    from convergent.optim import _fast
+
+    monkeypatch.setattr(_fast, "compiler_unavailable_reason", lambda device: "no compiler")
+    results = []
+    for implementation in ("foreach", "compiled"):
+        params = _params()
+        optimizer = HAM(torch.optim.SGD(params, lr=0.05), alpha=20.0, beta=0.5,
+                        implementation=implementation)  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _run(optimizer, params, 3)
+        results.append([param.detach() for param in params])
+    assert [str(w.message) for w in caught] == [
+        "HAM: no compiler; using the foreach implementation instead."
+    ]
+    assert optimizer.implementation == "foreach"
+    for want, got in zip(*results, strict=True):
+        assert torch.equal(want, got)

@@ -17,6 +17,7 @@ import functools
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -107,7 +108,7 @@ def _horst_kernel(
     theta.copy_(half * torch.exp(exponent))
 
 
-_compiled_kernels: dict[bool, Callable[..., None]] = {}
+_compiled_kernels: dict[tuple[Any, ...], Callable[..., None]] = {}
 _broken_reason: str | None = None
 
 
@@ -157,15 +158,11 @@ def compiled_horst_step(
     the reference). A non-mirrored tensor gets alpha = beta = 0 and no clamp, so its factor
     is exp(0) = 1 exactly.
     """
-    global _broken_reason
     clamped = exponent_clamp is not None
-    if clamped not in _compiled_kernels:
-        _compiled_kernels[clamped] = torch.compile(
-            functools.partial(_horst_kernel, clamped=clamped), dynamic=True, fullgraph=True
-        )
-    kernel = _compiled_kernels[clamped]
+    kernel = _compiled(("horst", clamped), functools.partial(_horst_kernel, clamped=clamped))
     clamp = float("inf") if exponent_clamp is None else exponent_clamp
     cache: dict[tuple[float, bool, torch.device], Tensor] = {}
+    calls = []
     for theta, grad, exp_avg, exp_avg_sq, step, flag in zip(
         thetas, grads, exp_avgs, exp_avg_sqs, steps, mirror_flags, strict=True
     ):
@@ -175,14 +172,9 @@ def compiled_horst_step(
                       (1 - beta2**step) ** 0.5, eps, -alpha if flag else 0.0,
                       -lr * beta if flag else 0.0, clamp if flag else float("inf")]  # fmt: skip
             cache[key] = torch.tensor(values, dtype=torch.float64, device=theta.device)
-        try:
-            kernel(theta.view(-1), grad.view(-1), exp_avg.view(-1), exp_avg_sq.view(-1), cache[key])
-        except Exception as error:
-            if theta is not thetas[0]:
-                raise  # compiled once already: a real error, not a missing compiler
-            _broken_reason = f"torch.compile failed ({type(error).__name__})"
-            return False
-    return True
+        flat = (theta.view(-1), grad.view(-1), exp_avg.view(-1), exp_avg_sq.view(-1))
+        calls.append((*flat, cache[key]))
+    return _run_compiled(kernel, calls)
 
 
 def _ham_kernel(weight: Tensor, grad: Tensor, scalars: Tensor) -> None:
@@ -190,9 +182,6 @@ def _ham_kernel(weight: Tensor, grad: Tensor, scalars: Tensor) -> None:
     weight.copy_(
         weight * torch.exp(torch.sign(weight) * grad * negative_lr_alpha + negative_lr_beta)
     )
-
-
-_compiled_ham: Callable[..., None] | None = None
 
 
 def compiled_ham_step(
@@ -203,19 +192,33 @@ def compiled_ham_step(
 
     Tensors must be contiguous (the caller routes the rest to the foreach path).
     """
-    global _compiled_ham, _broken_reason
-    if _compiled_ham is None:
-        _compiled_ham = torch.compile(_ham_kernel, dynamic=True, fullgraph=True)
+    kernel = _compiled(("ham",), _ham_kernel)
     scalars: dict[torch.device, Tensor] = {}
+    calls = []
     for weight, grad in zip(weights, grads, strict=True):
         if weight.device not in scalars:
             scalars[weight.device] = torch.tensor(
                 [-lr * alpha, -lr * beta], dtype=torch.float64, device=weight.device
             )
+        calls.append((weight.view(-1), grad.view(-1), scalars[weight.device]))
+    return _run_compiled(kernel, calls)
+
+
+def _compiled(key: tuple[Any, ...], function: Callable[..., None]) -> Callable[..., None]:
+    """`function` compiled once per key (dynamic shapes, one graph)."""
+    if key not in _compiled_kernels:
+        _compiled_kernels[key] = torch.compile(function, dynamic=True, fullgraph=True)
+    return _compiled_kernels[key]
+
+
+def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Tensor, ...]]) -> bool:
+    """Runs `kernel` on each argument tuple; False if the first call fails to compile."""
+    global _broken_reason
+    for index, arguments in enumerate(calls):
         try:
-            _compiled_ham(weight.view(-1), grad.view(-1), scalars[weight.device])
+            kernel(*arguments)
         except Exception as error:
-            if weight is not weights[0]:
+            if index > 0:
                 raise  # compiled once already: a real error, not a missing compiler
             _broken_reason = f"torch.compile failed ({type(error).__name__})"
             return False

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from convergent.optim import _fast
+from convergent.optim import _fast, _sharding
 from convergent.optim._validation import check_nonnegative, check_optional_bool
 from convergent.optim.horst import COMPILE_MIN_NUMEL
 
@@ -121,23 +121,26 @@ class HAM(Optimizer):
             if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror)
         ]
         compiled = self._use_compiled(selected)
+        grads_of: dict[int, Tensor] = {}
         for param in selected:
-            fast = compiled and param.is_contiguous() and param.grad.is_contiguous()
-            buckets.setdefault((param.device, param.dtype, fast), []).append(param)
-        for (device, _, fast), params in buckets.items():
-            grads = [cast(Tensor, param.grad) for param in params]
+            # Elementwise: FSDP2 (DTensor) parameters are updated shard by shard.
+            weight = _sharding.local(param.detach())
+            grads_of[id(weight)] = _sharding.local(cast(Tensor, param.grad))
+            fast = compiled and weight.is_contiguous() and grads_of[id(weight)].is_contiguous()
+            buckets.setdefault((weight.device, weight.dtype, fast), []).append(weight)
+        for (device, _, fast), weights in buckets.items():
+            grads = [grads_of[id(weight)] for weight in weights]
             if fast:
-                weights = [param.detach() for param in params]
                 if _fast.compiled_ham_step(weights, grads, lr=lr, alpha=alpha, beta=beta):
                     continue
                 self._fall_back(_fast.compiler_unavailable_reason(device) or "")
             # factor = exp(-(sign(w) * lr * (alpha * grad + beta * sign(w)))), one temporary.
-            factors = torch._foreach_sign([param.detach() for param in params])
+            factors = torch._foreach_sign(weights)
             torch._foreach_mul_(factors, grads)
             torch._foreach_mul_(factors, -lr * alpha)
             torch._foreach_add_(factors, -lr * beta)
             torch._foreach_exp_(factors)
-            torch._foreach_mul_(params, factors)
+            torch._foreach_mul_(weights, factors)
 
     def _use_compiled(self, params: list[Tensor]) -> bool:
         if self.implementation == "foreach" or not params:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from convergent.optim import _fast
+from convergent.optim import _fast, _sharding
 from convergent.optim._validation import (
     check_betas,
     check_gradient,
@@ -192,7 +192,10 @@ class HORST(Optimizer):
                 names.append((group_index, param_index))
             all_grads.extend(grads)
             batches.append((group, params, grads))
-        bad = first_nonfinite(all_grads)
+        # Under FSDP2 each rank checks its shards, and all ranks skip (or raise) together.
+        bad = _sharding.agree_on_first(
+            first_nonfinite([_sharding.local(grad) for grad in all_grads]), all_grads
+        )
         if bad is not None:
             if self.nonfinite == "skip":
                 self.skipped_steps += 1
@@ -235,27 +238,31 @@ class HORST(Optimizer):
                     param, grad, state["exp_avg"], state["exp_avg_sq"], step=step,
                     mirror=flag, mirror_map=self.mirror_map, **options))  # fmt: skip
             return
+        # Elementwise from here on: FSDP2 (DTensor) parameters are updated shard by shard.
+        local = _sharding.local
+        thetas = [local(param) for param in params]
+        local_grads = [local(grad) for grad in grads]
+        exp_avgs = [local(self.state[param]["exp_avg"]) for param in params]
+        exp_avg_sqs = [local(self.state[param]["exp_avg_sq"]) for param in params]
         buckets: dict[tuple[torch.device, torch.dtype, bool], list[int]] = {}
-        for index, param in enumerate(params):
+        for index, theta in enumerate(thetas):
             compilable = (
                 implementation == "compiled"
-                and param.numel() >= 2
+                and theta.numel() >= 2
                 and all(
                     tensor.is_contiguous()
-                    for tensor in (param, grads[index], *self.state[param].values())
+                    for tensor in (theta, local_grads[index], exp_avgs[index], exp_avg_sqs[index])
                 )
             )
-            buckets.setdefault((param.device, param.dtype, compilable), []).append(index)
+            buckets.setdefault((theta.device, theta.dtype, compilable), []).append(index)
         for (_, _, compilable), indices in buckets.items():
-            thetas = [params[i] for i in indices]
-            arguments = (thetas, [grads[i] for i in indices],
-                         [self.state[t]["exp_avg"] for t in thetas],
-                         [self.state[t]["exp_avg_sq"] for t in thetas],
+            arguments = ([thetas[i] for i in indices], [local_grads[i] for i in indices],
+                         [exp_avgs[i] for i in indices], [exp_avg_sqs[i] for i in indices],
                          [steps[i] for i in indices], [flags[i] for i in indices])  # fmt: skip
             if compilable and _fast.compiled_horst_step(*arguments, **options):
                 continue
             if compilable:
-                self._fall_back(_fast.compiler_unavailable_reason(thetas[0].device) or "")
+                self._fall_back(_fast.compiler_unavailable_reason(arguments[0][0].device) or "")
             _fast.foreach_horst_step(*arguments, **options)
 
     def _resolve_implementation(self, params: list[Tensor]) -> str:

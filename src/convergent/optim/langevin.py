@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from convergent.optim import _sharding
 from convergent.optim._validation import check_gradient, check_nonnegative
 
 __all__ = [
@@ -191,13 +192,21 @@ class Langevin(Optimizer):
             )
         super().add_param_group(param_group)
 
-    def generator_for(self, device: torch.device) -> torch.Generator:
-        """The noise generator of `device`, created (seeded from `seed`) on first use."""
+    def generator_for(self, device: torch.device, *, shard: bool = False) -> torch.Generator:
+        """The noise generator of `device`, created (seeded from `seed`) on first use.
+
+        With `shard=True`, the generator for the local shards of FSDP2-sharded parameters: its
+        seed also depends on the rank, so that different ranks (different elements) draw
+        independent noise, while replicated parameters keep one stream on every rank.
+        """
         key = _device_key(device)
+        if shard:
+            key = f"{key}{_SHARD_MARK}{_rank()}"
         if key not in self._generators:
             # Distinct devices get distinct streams: the seed is offset by the creation order.
             generator = torch.Generator(device=device)
-            generator.manual_seed(self.seed + 7919 * len(self._generators))
+            offset = 7919 * len(self._generators) + (104729 * (_rank() + 1) if shard else 0)
+            generator.manual_seed(self.seed + offset)
             self._generators[key] = generator
         return self._generators[key]
 
@@ -217,7 +226,10 @@ class Langevin(Optimizer):
             return
         self.seed = int(noise["seed"])
         for key, generator_state in noise["generators"].items():
-            self.generator_for(torch.device(key)).set_state(generator_state.cpu())
+            device, shard = key.split(_SHARD_MARK)[0], _SHARD_MARK in key
+            if shard and key != f"{device}{_SHARD_MARK}{_rank()}":
+                continue  # another rank's shard stream
+            self.generator_for(torch.device(device), shard=shard).set_state(generator_state.cpu())
 
     def _scratch(self, param: Tensor) -> Tensor:
         """A buffer shaped like `param`, a view of one per-(device, dtype) scratch tensor."""
@@ -228,16 +240,16 @@ class Langevin(Optimizer):
             self._scratch_buffers[key] = buffer
         return buffer[: param.numel()].view(param.shape)
 
-    def _draw_noise(self, params: list[Tensor]) -> list[Tensor]:
+    def _draw_noise(self, params: list[Tensor], sharded: list[bool]) -> list[Tensor]:
         # One draw per tensor in parameter order, so both implementations see the same noise.
         return [
             torch.randn(
                 param.shape,
-                generator=self.generator_for(param.device),
+                generator=self.generator_for(param.device, shard=shard),
                 dtype=param.dtype,
                 device=param.device,
             )
-            for param in params
+            for param, shard in zip(params, sharded, strict=True)
         ]
 
     @torch.no_grad()
@@ -260,13 +272,17 @@ class Langevin(Optimizer):
                 self._update_group(group, params)
         return loss
 
-    def _update_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+    def _update_group(self, group: dict[str, Any], parameters: list[Tensor]) -> None:
         lr, s = float(group["lr"]), float(group["s"])
         alpha, eps = float(group["alpha"]), float(group["eps"])
-        grads = [cast(Tensor, param.grad) for param in params]
+        # Elementwise: FSDP2 (DTensor) parameters are updated shard by shard, with their own
+        # noise stream per rank.
+        sharded = [_sharding.is_sharded(param) for param in parameters]
+        params = [_sharding.local(param) for param in parameters]
+        grads = [_sharding.local(cast(Tensor, param.grad)) for param in parameters]
         square_avgs: list[Tensor] = []
         if group["preconditioned"]:
-            for param in params:
+            for param in parameters:
                 state = self.state[param]
                 if "square_avg" not in state:
                     state["step"] = torch.tensor(0.0)
@@ -274,18 +290,18 @@ class Langevin(Optimizer):
                         param, memory_format=torch.preserve_format
                     )
                 state["step"] += 1
-                square_avgs.append(state["square_avg"])
+                square_avgs.append(_sharding.local(state["square_avg"]))
         if self.implementation == "foreach" and not group["preconditioned"] and s > 0:
             # Gradient step for all tensors at once, then the noise one tensor at a time through
             # a reused scratch buffer: no fresh parameter-sized allocation (and page faults) per
             # step, and the generator is consumed exactly as the reference's per-tensor draws.
             _foreach_langevin(params, grads, None, None, lr, 0.0, alpha, eps)
             scale = math.sqrt(lr * s)
-            for param in params:
-                noise = self._scratch(param).normal_(generator=self.generator_for(param.device))
-                param.add_(noise, alpha=scale)
+            for param, shard in zip(params, sharded, strict=True):
+                generator = self.generator_for(param.device, shard=shard)
+                param.add_(self._scratch(param).normal_(generator=generator), alpha=scale)
             return
-        noises = self._draw_noise(params) if s > 0 else None
+        noises = self._draw_noise(params, sharded) if s > 0 else None
         if self.implementation == "reference":
             for index, param in enumerate(params):
                 denominator = None
@@ -295,6 +311,15 @@ class Langevin(Optimizer):
                 param.copy_(langevin_update(param, grads[index], noise, lr, s, denominator))
             return
         _foreach_langevin(params, grads, noises, square_avgs or None, lr, s, alpha, eps)
+
+
+_SHARD_MARK = "#shard-of-rank-"
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _device_key(device: torch.device | str) -> str:

@@ -1,0 +1,15 @@
+"""The optimizers on FSDP2-sharded parameters: 2 gloo ranks against an unsharded copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.launch import torchrun
+
+
+@pytest.mark.distributed
+def test_optimizers_on_fsdp2_shards_match_one_process():
+    # HORST (foreach, compiled), HAM (compiled, foreach) and Langevin at s = 0 equal the
+    # unsharded run; a NaN in one rank's shard makes every rank skip; Langevin's shards draw
+    # independent noise and the state dict keeps each rank's stream. See fsdp_worker.py.
+    torchrun("tests.optim.fsdp_worker", processes=2)

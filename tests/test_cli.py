@@ -91,3 +91,24 @@ def test_prune_reports_each_sparsity(tmp_path, capsys):
     assert "\n| 0.5000 | " in out and "\n| 0.8000 | " in out
     assert main(["prune", str(run), "--sparsity", "1.5"]) == 2
     assert "every sparsity must be in [0, 1], got 1.5" in capsys.readouterr().err
+
+
+def test_reproduce_runs_studies_writes_reports_and_an_index(monkeypatch, capsys, tmp_path):
+    from convergent import studies
+
+    monkeypatch.setitem(studies.STUDIES, "toy", "tests.studies.toy_study")
+    monkeypatch.setitem(studies.STUDIES, "toy2", "tests.studies.toy_study")
+    assert main(["reproduce", "toy", "toy2", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"toy (quick): running, report into {tmp_path / 'toy'}" in out
+    assert "  [reproduced] one plus one is two: measured 2" in out
+    assert "one plus one is two" in (tmp_path / "toy" / "report.md").read_text()
+    assert json.loads((tmp_path / "toy2" / "results.json").read_text())["mode"] == "quick"
+    assert "[toy](toy/report.md)" in (tmp_path / "README.md").read_text()
+
+
+def test_reproduce_refuses_an_unknown_study(capsys):
+    assert main(["reproduce", "nosuch", "--smoke"]) == 2
+    assert "unknown study 'nosuch'; the studies are: descent, langevin, residual" in (
+        capsys.readouterr().err
+    )

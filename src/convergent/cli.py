@@ -162,6 +162,7 @@ def _reproduce(arguments: argparse.Namespace) -> int:
             )
     results = []
     for name in names:
+        print(f"{name} ({arguments.mode}): running, report into {arguments.out / name}", flush=True)
         result = run_study(name, arguments.mode, arguments.out, progress=not arguments.no_progress)
         results.append(result)
         print(
@@ -169,6 +170,7 @@ def _reproduce(arguments: argparse.Namespace) -> int:
         )
         for claim in result.claims:
             print(f"  [{claim.verdict}] {claim.statement}: {claim.evidence}")
+        sys.stdout.flush()
     if len(results) > 1:
         print(f"index: {write_index(results, arguments.out)}")
     return 0

@@ -112,3 +112,14 @@ def test_reproduce_refuses_an_unknown_study(capsys):
     assert "unknown study 'nosuch'; the studies are: descent, langevin, residual" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("optimizer", ["horst", "ham"])
+def test_train_with_the_sparsity_optimizers(optimizer, tmp_path, capsys):
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "3",
+            "--d-model", "16", "--optimizer", optimizer, "--no-progress"]  # fmt: skip
+    assert main([*argv, f"--{optimizer}-alpha", "2.0", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["optimizer"] == optimizer and saved[f"{optimizer}_alpha"] == 2.0
+    assert main([*argv, f"--{optimizer}-beta", "-1", "--out", str(tmp_path / "bad")]) == 2
+    assert f"{optimizer}_beta must be non-negative, got -1.0" in capsys.readouterr().err

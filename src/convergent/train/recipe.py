@@ -21,6 +21,7 @@ from torch import nn
 
 from ..data import Splits, load_splits, minilm_path
 from ..models import HFEncoder, Transformer, TransformerConfig
+from ..optim import HAM, HORST
 from ..report import plot_training_curves
 from . import distributed
 from .checkpoint import write_text_atomically
@@ -32,7 +33,7 @@ from .schedules import SCHEDULES, warmup_schedule
 logger = logging.getLogger(__name__)
 
 MODELS = ("transformer", "minilm")
-OPTIMIZERS = ("adamw", "sgd")
+OPTIMIZERS = ("adamw", "sgd", "horst", "ham")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class TrainConfig:
         batch_size: global batch size.
         lr: peak learning rate.
         weight_decay: decoupled weight decay.
-        optimizer: ``"adamw"`` or ``"sgd"``.
+        optimizer: ``"adamw"``, ``"sgd"`` (momentum 0.9), ``"horst"`` (AdamW step, then the
+            hyperbolic mirror step) or ``"ham"`` (AdamW wrapped by HAM).
+        horst_alpha, horst_beta: HORST's mirror strength and L1 shrinkage, >= 0.
+        ham_alpha, ham_beta: HAM's mirror strength and decay, >= 0.
         schedule: ``"constant"``, ``"linear"`` or ``"cosine"`` decay after warm-up.
         warmup_fraction: fraction of ``steps`` spent warming up, in [0, 1].
         grad_clip: max gradient norm (0 turns clipping off).
@@ -68,6 +72,10 @@ class TrainConfig:
     lr: float = 5e-5
     weight_decay: float = 0.01
     optimizer: str = "adamw"
+    horst_alpha: float = 1.0
+    horst_beta: float = 0.0
+    ham_alpha: float = 200.0
+    ham_beta: float = 1e-3
     schedule: str = "linear"
     warmup_fraction: float = 0.1
     grad_clip: float = 1.0
@@ -101,8 +109,9 @@ class TrainConfig:
                 )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be non-negative, got {self.weight_decay}")
+        for name in ("weight_decay", "horst_alpha", "horst_beta", "ham_alpha", "ham_beta"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if not 0 <= self.warmup_fraction <= 1:
             raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
         if self.grad_clip < 0:
@@ -158,7 +167,10 @@ def build_model(config: TrainConfig, splits: Splits) -> nn.Module:
 
 
 def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """AdamW or SGD with weight decay on matrices only (biases and norms are not decayed)."""
+    """The configured optimizer, with weight decay on matrices only (not biases and norms).
+
+    HORST's and HAM's mirror steps apply to matrices (ndim >= 2), their default.
+    """
     decayed = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     plain = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     groups = [
@@ -167,6 +179,10 @@ def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimi
     ]
     if config.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=config.lr, momentum=0.9)
+    if config.optimizer == "horst":
+        return HORST(groups, lr=config.lr, alpha=config.horst_alpha, beta=config.horst_beta)
+    if config.optimizer == "ham":
+        return HAM(torch.optim.AdamW(groups, lr=config.lr), config.ham_alpha, config.ham_beta)
     return torch.optim.AdamW(groups, lr=config.lr)
 
 

@@ -102,14 +102,16 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
 
 
 def _data_list(arguments: argparse.Namespace) -> int:
-    from .data import cache_root, describe_sources
+    from .data import GENERATED_SOURCES, cache_root, describe_sources
 
     rows = describe_sources()
-    width = max(len(row["name"]) for row in rows)
+    width = max(len(name) for name in [*(row["name"] for row in rows), *GENERATED_SOURCES])
     for row in rows:
         state = "cached" if row["cached"] else "not cached"
         size = f"{row['size'] / 1e6:8.1f} MB" if row.get("size") else " " * 11
         print(f"{row['name']:<{width}}  {state:<10}  {size}  {row['description']}")
+    for name, description in GENERATED_SOURCES.items():
+        print(f"{name:<{width}}  {'generated':<10}  {'':11}  {description}")
     print(
         f"{'hf:NAME':<{width}}  {'':<10}  {'':11}  a Hugging Face dataset by name (online) or a local file"
     )
@@ -118,9 +120,12 @@ def _data_list(arguments: argparse.Namespace) -> int:
 
 
 def _data_fetch(arguments: argparse.Namespace) -> int:
-    from .data import fetch
+    from .data import GENERATED_SOURCES, fetch
 
     for name in arguments.names:
+        if name in GENERATED_SOURCES:
+            print(f"{name}: generated locally when loaded; nothing to fetch")
+            continue
         path = fetch(name, force=arguments.force)
         print(f"{name}: {path}")
     return 0

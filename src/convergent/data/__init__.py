@@ -13,6 +13,13 @@ from convergent.data.cache import (
     cache_root,
     source_dir,
 )
+from convergent.data.darcy_gen import (
+    darcy_operator,
+    gaussian_random_field,
+    generate_darcy,
+    random_permeability,
+    solve_darcy,
+)
 from convergent.data.hub import load_hub_dataset
 from convergent.data.loaders import load_splits, to_patches, tokenize
 from convergent.data.parsers import (
@@ -34,6 +41,7 @@ from convergent.data.perturb import (
 )
 from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive
 from convergent.data.sources import (
+    GENERATED_SOURCES,
     SOURCES,
     DataSource,
     describe_sources,
@@ -46,6 +54,7 @@ from convergent.data.splits import DictDataset, Splits, random_split_indices
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
+    "GENERATED_SOURCES",
     "PERTURBATIONS",
     "SOURCES",
     "BundledFile",
@@ -58,9 +67,12 @@ __all__ = [
     "Splits",
     "UnknownDataSourceError",
     "cache_root",
+    "darcy_operator",
     "describe_sources",
     "embedding_rms",
     "fetch",
+    "gaussian_random_field",
+    "generate_darcy",
     "get_source",
     "is_cached",
     "load_austen",
@@ -75,7 +87,9 @@ __all__ = [
     "minilm_path",
     "perturb_token_embeddings",
     "perturbed_embeddings",
+    "random_permeability",
     "random_split_indices",
+    "solve_darcy",
     "source_dir",
     "to_patches",
     "tokenize",

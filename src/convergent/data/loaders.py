@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from convergent.data.cache import DataSourceError
+from convergent.data.darcy_gen import generate_darcy
 from convergent.data.parsers import (
     FASHION_MNIST_CLASSES,
     load_austen,
@@ -179,17 +180,27 @@ def to_patches(fields: torch.Tensor, patch: int) -> torch.Tensor:
     return grid.permute(0, 1, 3, 2, 4).reshape(count, -1, patch * patch)
 
 
-def darcy_splits(seed: int = 0, resolution: int = 16, patch: int = 4) -> Splits:
-    """Darcy flow: coefficient field as 4x4 patches (16 tokens x 16 features) -> the
-    flattened 16x16 solution [N, 256].
+def field_regression_splits(
+    seed: int,
+    resolution: int,
+    patch: int,
+    load: Callable[[], dict[str, torch.Tensor]],
+    **info: Any,
+) -> Splits:
+    """Coefficient fields as patch x patch tokens -> the flattened solutions, the builder
+    shared by darcy-16 and darcy-gen.
 
-    Test is the official test file (50); validation is 10 % of the official train file
-    (100), drawn with ``seed``. Inputs and labels are standardized (one scalar mean and
-    std each, kept in ``info``) with the statistics of the remaining training examples.
+    ``load`` (called once the patch size is checked) gives "train_x", "train_y", "test_x"
+    and "test_y" [N, resolution, resolution]. Test is the test set as it is; validation is
+    10 % of the train set drawn with ``seed``. Inputs and labels are standardized (one
+    scalar mean and std each) with the statistics of the remaining training examples;
+    ``info`` keeps those four, ``patch``, ``resolution`` and the keywords in ``info``.
     """
-    if resolution % patch:
-        raise ValueError(f"Patch size {patch} must divide the resolution {resolution}.")
-    data = load_darcy(resolution)
+    if patch < 1 or resolution % patch:
+        raise ValueError(
+            f"Patch size {patch} must be positive and divide the resolution {resolution}."
+        )
+    data = load()
     train, validation, _ = random_split_indices(len(data["train_x"]), seed, (0.9, 0.1, 0.0))
     inputs_mean, inputs_std = data["train_x"][train].mean(), data["train_x"][train].std()
     labels_mean, labels_std = data["train_y"][train].mean(), data["train_y"][train].std()
@@ -211,8 +222,55 @@ def darcy_splits(seed: int = 0, resolution: int = 16, patch: int = 4) -> Splits:
         seq_len=(resolution // patch) ** 2,
         input_dim=patch * patch,
         info={"inputs_mean": inputs_mean, "inputs_std": inputs_std, "labels_mean": labels_mean,
-              "labels_std": labels_std, "patch": patch, "resolution": resolution},
+              "labels_std": labels_std, "patch": patch, "resolution": resolution, **info},
     )  # fmt: skip
+
+
+def darcy_splits(seed: int = 0, resolution: int = 16, patch: int = 4) -> Splits:
+    """Darcy flow: coefficient field as 4x4 patches (16 tokens x 16 features) -> the
+    flattened 16x16 solution [N, 256].
+
+    Test is the official test file (50); validation is 10 % of the official train file
+    (100), drawn with ``seed``. Inputs and labels are standardized (one scalar mean and
+    std each, kept in ``info``) with the statistics of the remaining training examples.
+    """
+    return field_regression_splits(seed, resolution, patch, lambda: load_darcy(resolution))
+
+
+def darcy_gen_splits(
+    seed: int = 0,
+    resolution: int = 16,
+    patch: int = 4,
+    train_size: int = 1000,
+    test_size: int = 100,
+) -> Splits:
+    """Generated Darcy flow at any resolution, laid out as darcy-16: coefficient field as
+    patch x patch tokens -> the flattened solution [N, resolution ** 2].
+
+    ``train_size`` pairs are generated (``generate_darcy``) with seed ``seed`` and
+    ``test_size`` new ones with seed ``seed + 1``, so the test fields are not training
+    fields (but the test set of seed s is the start of the train set of seed s + 1: do not
+    test one seed's model on another seed's splits). Validation is 10 % of the generated
+    train set drawn with ``seed``; standardization as for darcy-16. ``info`` also keeps
+    ``train_seed`` and ``test_seed``. Generation takes a few ms per pair at 16x16.
+    """
+    if train_size < 10:
+        raise ValueError(
+            f"train_size {train_size} is out of range; it must be at least 10 (a tenth of it "
+            "is the validation set)."
+        )
+    if test_size < 1:
+        raise ValueError(f"test_size {test_size} is out of range; it must be at least 1.")
+
+    def load() -> dict[str, torch.Tensor]:
+        train = generate_darcy(train_size, resolution, seed)
+        test = generate_darcy(test_size, resolution, seed + 1)
+        return {"train_x": train["x"], "train_y": train["y"], "test_x": test["x"],
+                "test_y": test["y"]}  # fmt: skip
+
+    return field_regression_splits(
+        seed, resolution, patch, load, train_seed=seed, test_seed=seed + 1
+    )
 
 
 def fashion_mnist_splits(
@@ -337,6 +395,7 @@ _BUILDERS: dict[str, Callable[..., Splits]] = {
     "digits": digits_splits,
     "weather-hourly": weather_splits,
     "darcy-16": darcy_splits,
+    "darcy-gen": darcy_gen_splits,
     "fashion-mnist": fashion_mnist_splits,
     "austen": austen_splits,
 }
@@ -346,12 +405,14 @@ def load_splits(name: str, *, seed: int = 0, **options: Any) -> Splits:
     """Fixed, seeded train/validation/test splits of a data source.
 
     Args:
-        name: "rt-sentences", "digits", "weather-hourly", "darcy-16", "fashion-mnist",
-            "austen" or "hf:<dataset or path>".
+        name: "rt-sentences", "digits", "weather-hourly", "darcy-16", "darcy-gen",
+            "fashion-mnist", "austen" or "hf:<dataset or path>".
         seed: the split's seed (the by-position splits of weather and austen ignore it).
         **options: per source: rt-sentences and hf: take ``tokenizer`` (default MiniLM's)
             and ``max_length`` (64); hf: also ``text_column``, ``label_column``, ``config``;
             weather-hourly takes ``window`` (24); darcy-16 takes ``patch`` (4);
+            darcy-gen takes ``resolution`` (16), ``patch`` (4), ``train_size`` (1000) and
+            ``test_size`` (100);
             fashion-mnist takes ``patch`` (7), ``size`` (28) and ``validation_size`` (5000);
             austen takes ``seq_len`` (128).
 

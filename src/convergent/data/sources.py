@@ -196,9 +196,19 @@ _SOURCE_LIST = [
 
 SOURCES: dict[str, DataSource] = {source.name: source for source in _SOURCE_LIST}
 
+# Sources made on demand by ``load_splits`` (name -> description): nothing to fetch or cache.
+GENERATED_SOURCES: dict[str, str] = {
+    "darcy-gen": "Darcy flow from our finite-difference solver (scipy sparse), any resolution",
+}
+
 
 def get_source(name: str) -> DataSource:
     """The registered source called ``name``, or an error listing the known names."""
+    if name in GENERATED_SOURCES:
+        raise DataSourceError(
+            f"Data source {name!r} is generated locally by load_splits({name!r}); there is "
+            "nothing to fetch or cache."
+        )
     if name not in SOURCES:
         known = ", ".join([*sorted(SOURCES), f"{HUB_PREFIX}<dataset name or local path>"])
         raise UnknownDataSourceError(f"Unknown data source {name!r}; known sources: {known}.")

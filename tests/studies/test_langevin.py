@@ -61,3 +61,10 @@ def test_verdicts_are_decided_outside_smoke_mode(tmp_path):
     config = replace(Config.for_mode("smoke"), mode="quick", variants=("none", "log"))
     result = run(config, tmp_path, progress=False)
     assert all(claim.reproduced in (True, False) for claim in result.claims)
+
+
+def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
+    config = replace(Config.for_mode("smoke"), variants=("none",), langevin_steps=10)
+    alone = run(config, tmp_path / "one", progress=False).data["runs"]
+    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False).data["runs"]
+    assert json.dumps(parallel, sort_keys=True) == json.dumps(alone, sort_keys=True)

@@ -88,9 +88,9 @@ class Config:
             starting test RMSE over phase 2.
         accuracy_tolerance: "about the same accuracy" means final test RMSEs within this
             relative difference.
-        workers: processes that run seeds in parallel (results do not depend on it). They are
-            spawned, so a script that calls `run` with workers > 1 needs the usual
-            `if __name__ == "__main__":` guard (the `convergent` command has it).
+        workers: processes that run (seed, experiment) jobs in parallel (results do not depend
+            on it). They are spawned, so a script that calls `run` with workers > 1 needs the
+            usual `if __name__ == "__main__":` guard (the `convergent` command has it).
         threads: torch CPU threads during the run (restored afterwards); the model is so small
             that more threads mostly add synchronization (10x slower on a busy 2-core machine).
     """
@@ -135,7 +135,9 @@ class Config:
             return cls(mode=mode, seeds=(0, 1, 2), pretrain_steps=2000, langevin_steps=6000,
                        record_every=300, villani_probes=8,
                        workers=min(3, os.cpu_count() or 1))  # fmt: skip
-        return cls(mode=mode, pretrain_steps=1000, langevin_steps=3000, record_every=150)
+        # Two processes (W_Q/W_K and LoRA) keep one seed under 5 minutes on 2 cores.
+        return cls(mode=mode, pretrain_steps=1000, langevin_steps=2000, record_every=100,
+                   workers=min(2, os.cpu_count() or 1))  # fmt: skip
 
 
 def patch_ordered_splits(train_examples: int | None) -> tuple[DictDataset, DictDataset]:
@@ -397,19 +399,17 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         torch.set_num_threads(threads)
 
 
-def _run_seed(
-    job: tuple[Config, int, float, bool], data: tuple[DictDataset, DictDataset] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both experiments for one seed (a top-level function, so that a process pool can run it)."""
-    config, seed, s, progress = job
+def _run_job(
+    job: tuple[Config, int, str, float, bool], data: tuple[DictDataset, DictDataset] | None = None
+) -> dict[str, Any]:
+    """One experiment for one seed (a top-level function, so that a process pool can run it)."""
+    config, seed, experiment, s, progress = job
     torch.set_num_threads(config.threads)
     train, test = data if data is not None else patch_ordered_splits(config.train_examples)
     if progress:
-        print(f"langevin: seed {seed}: W_Q/W_K runs", flush=True)
-    attention = run_experiment("attention", config, seed, train, test, s)
-    if progress:
-        print(f"langevin: seed {seed}: LoRA runs", flush=True)
-    return attention, run_experiment("lora", config, seed, train, test, s)
+        label = "W_Q/W_K" if experiment == "attention" else "LoRA"
+        print(f"langevin: seed {seed}: {label} runs", flush=True)
+    return run_experiment(experiment, config, seed, train, test, s)
 
 
 def _run(config: Config, out: Path, progress: bool) -> StudyResult:
@@ -418,20 +418,17 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
     train, test = patch_ordered_splits(config.train_examples)
     s = config.s if config.s is not None else 2.0 / len(train)
     runs: dict[str, list[dict[str, Any]]] = {"attention": [], "lora": []}
-    if config.workers > 1 and len(config.seeds) > 1:
-        # Seeds are independent and deterministic: running them in processes changes nothing
+    jobs = [(config, seed, experiment, s, progress) for seed in config.seeds for experiment in runs]
+    if config.workers > 1:
+        # Jobs are independent and deterministic: running them in processes changes nothing
         # but the wall time.
         context = multiprocessing.get_context("spawn")
-        workers = min(config.workers, len(config.seeds))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            results = list(
-                pool.map(_run_seed, [(config, seed, s, progress) for seed in config.seeds])
-            )
+        with ProcessPoolExecutor(max_workers=config.workers, mp_context=context) as pool:
+            outcomes = list(pool.map(_run_job, jobs))
     else:
-        results = [_run_seed((config, seed, s, progress), (train, test)) for seed in config.seeds]
-    for attention, lora in results:
-        runs["attention"].append(attention)
-        runs["lora"].append(lora)
+        outcomes = [_run_job(job, (train, test)) for job in jobs]
+    for (_, _, experiment, _, _), outcome in zip(jobs, outcomes, strict=True):
+        runs[experiment].append(outcome)
     claims, tables, summary = claims_and_tables(config, runs)
     figures = plot_traces(runs, out)
     notes = [

@@ -39,6 +39,15 @@ class TensorDataset(torch.utils.data.Dataset):
         return {key: value[index] for key, value in self.tensors.items()}
 
 
+def tiny_bert_config(**overrides):
+    """A 2-layer, 16-wide BertConfig over 50 tokens (transformers is imported on call)."""
+    from transformers import BertConfig
+
+    settings = {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 16}  # fmt: skip
+    return BertConfig(**{**settings, **overrides})
+
+
 def make_classification(n: int = 96, features: int = 6, classes: int = 3, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(n, features, generator=generator)

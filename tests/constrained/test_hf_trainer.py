@@ -6,7 +6,7 @@ import torch
 from convergent.data import load_rt_sentences, minilm_path, tokenize
 from convergent.models import HFEncoder
 from convergent.train.primal_dual import descent_step
-from tests.conftest import TensorDataset
+from tests.conftest import TensorDataset, tiny_bert_config
 from tests.constrained.tiny_bert import tiny_bert_descent
 
 transformers = pytest.importorskip("transformers")
@@ -49,19 +49,11 @@ def test_descent_trainer_trains_minilm_with_constraints_in_a_few_lines(tmp_path)
 
 
 def test_sequence_classification_readout_reproduces_the_model_logits():
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertForSequenceClassification
 
     from convergent.train.primal_dual_hf import sequence_classification_readout
 
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=3,
-    )
+    config = tiny_bert_config(num_labels=3)
     model = BertForSequenceClassification(config).eval()
     ids = torch.randint(0, 50, (2, 8))
     output = model(input_ids=ids, output_hidden_states=True)

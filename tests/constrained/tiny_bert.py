@@ -5,18 +5,17 @@ from __future__ import annotations
 import torch
 
 from convergent.train.primal_dual import PrimalDualStep, descent_step
-from tests.conftest import TensorDataset
+from tests.conftest import TensorDataset, tiny_bert_config
 
 
 def tiny_bert_descent(examples: int) -> tuple[torch.nn.Module, TensorDataset, PrimalDualStep]:
     """A 2-layer BERT without dropout, `examples` random sentences, an active descent step."""
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertForSequenceClassification
 
     from convergent.train.primal_dual_hf import sequence_classification_readout
 
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+    config = tiny_bert_config(num_labels=2, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)  # fmt: skip
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
     generator = torch.Generator().manual_seed(0)

@@ -12,6 +12,7 @@ from convergent.data.perturb import (
     word_embedding,
 )
 from convergent.models import HFEncoder, Transformer, TransformerConfig
+from tests.conftest import tiny_bert_config
 
 
 @pytest.fixture
@@ -89,16 +90,9 @@ def test_the_context_manager_perturbs_our_transformer_and_then_restores_it():
 
 
 def test_the_context_manager_finds_the_word_embeddings_of_a_hugging_face_encoder():
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-    )
+    config = tiny_bert_config()
     model = HFEncoder(BertModel(config, add_pooling_layer=False)).eval()
     assert word_embedding(model) is model.encoder.embeddings.word_embeddings
     ids = _ids((3, 8))

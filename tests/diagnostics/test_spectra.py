@@ -14,6 +14,7 @@ from convergent.diagnostics import (
     singular_values,
 )
 from convergent.models import HFEncoder, Transformer, TransformerConfig
+from tests.conftest import tiny_bert_config
 
 
 def _ours(beta: float = 0.5, norm: str = "none", layers: int = 2) -> Transformer:
@@ -27,13 +28,10 @@ def _ours(beta: float = 0.5, norm: str = "none", layers: int = 2) -> Transformer
 
 
 def _tiny_bert() -> HFEncoder:
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16, attn_implementation="eager",
-    )  # fmt: skip
+    config = tiny_bert_config(attn_implementation="eager")
     return HFEncoder(BertModel(config, add_pooling_layer=False).eval())
 
 

@@ -152,6 +152,13 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
             help=f"same as --mode {mode}",
         )
     parser.add_argument("--out", type=Path, default=Path("runs/studies"), help="where reports go")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run seeds 0..N-1 instead of the mode's own (the mode decides otherwise)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(handler=_reproduce)
 
@@ -165,19 +172,76 @@ def _reproduce(arguments: argparse.Namespace) -> int:
             raise UserError(
                 f"unknown study {name!r}; the studies are: {', '.join(sorted(STUDIES))}, all"
             )
+    if arguments.seeds is not None and arguments.seeds < 1:
+        raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
     results = []
     for name in names:
         print(f"{name} ({arguments.mode}): running, report into {arguments.out / name}", flush=True)
-        result = run_study(name, arguments.mode, arguments.out, progress=not arguments.no_progress)
+        result = run_study(
+            name,
+            arguments.mode,
+            arguments.out,
+            progress=not arguments.no_progress,
+            seeds=arguments.seeds,
+        )
         results.append(result)
         print(
             f"{name} ({arguments.mode}): {arguments.out / name / 'report.md'} ({result.seconds:.0f} s)"
         )
         for claim in result.claims:
-            print(f"  [{claim.verdict}] {claim.statement}: {claim.evidence}")
+            print(f"  [{claim.label}] {claim.statement}: {claim.summary()}")
         sys.stdout.flush()
     if len(results) > 1:
         print(f"index: {write_index(results, arguments.out)}")
+    return 0
+
+
+def _add_report(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="the results section of a README, generated from study reports",
+        description="Read every NAME/results.json under FOLDER and print the results section"
+        " (each claim with its verdict, effect, interval, seeds and manipulation checks), or"
+        " write it into a README between its results markers.",
+    )
+    parser.add_argument("folder", type=Path, help="a folder of study reports, e.g. docs/results")
+    parser.add_argument(
+        "--readme", type=Path, default=None, help="rewrite this README's results section"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --readme: write nothing, exit 1 if the README's section is out of date",
+    )
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="first re-score every report's claims from its results.json (numbers unchanged)",
+    )
+    parser.set_defaults(handler=_report)
+
+
+def _report(arguments: argparse.Namespace) -> int:
+    from .studies import rescore
+    from .studies.readme import results_section, update_readme
+
+    if not arguments.folder.is_dir():
+        raise UserError(f"{arguments.folder} is not a folder of study reports")
+    if arguments.check and arguments.readme is None:
+        raise UserError("--check needs --readme README to compare with")
+    if arguments.rescore:
+        for path in sorted(arguments.folder.glob("*/results.json")):
+            result = rescore(path.parent)
+            print(f"re-scored {path.parent}: {len(result.claims)} claims")
+    if arguments.readme is None:
+        print(results_section(arguments.folder), end="")
+        return 0
+    current = update_readme(arguments.readme, arguments.folder, check=arguments.check)
+    if arguments.check:
+        state = "up to date" if current else "out of date; run without --check to rewrite it"
+        print(f"{arguments.readme}: results section {state}")
+        return 0 if current else 1
+    print(f"{arguments.readme}: results section {'unchanged' if current else 'rewritten'}")
     return 0
 
 
@@ -289,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     if STUDIES:  # the command appears once there is a study to run
         _add_reproduce(commands)
+        _add_report(commands)
     return parser
 
 

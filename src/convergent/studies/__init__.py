@@ -1,18 +1,31 @@
 """Studies: one module per pillar, each reproducing its paper's claim at small scale.
 
-Each study module defines a frozen ``Config`` with ``Config.for_mode(mode)`` and
-``run(config, out_dir, progress=True) -> StudyResult``. Modules are imported only when a
-study runs, so that ``import convergent`` stays light.
+Each study module defines a frozen ``Config`` with ``Config.for_mode(mode)`` (and a
+``seeds`` field), ``run(config, out_dir, progress=True) -> StudyResult`` and
+``claims_from_results(results) -> list[Claim]`` (the claims scored from a ``results.json``
+payload alone). Modules are imported only when a study runs, so that ``import convergent``
+stays light.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from pathlib import Path
 from types import ModuleType
 
-from .common import MODES, Claim, StudyResult, check_mode, render_markdown, write_study
+from .claims import VERDICTS, Check, Claim, Threshold, claim_from_seeds
+from .common import (
+    MODES,
+    StudyResult,
+    check_mode,
+    json_ready,
+    load_study,
+    render_markdown,
+    results_payload,
+    write_study,
+)
 
 # name -> module; a study is listed here once it exists.
 STUDIES: dict[str, str] = {
@@ -31,14 +44,53 @@ def get_study(name: str) -> ModuleType:
     return importlib.import_module(STUDIES[name])
 
 
-def run_study(name: str, mode: str, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run study ``name`` at ``mode`` size and write its report into ``out_dir / name``."""
+def study_config(name: str, mode: str, seeds: int | None = None) -> object:
+    """Study ``name``'s config at ``mode`` size, with seeds 0..N-1 when ``seeds`` is given."""
     check_mode(mode)
     module = get_study(name)
+    config = module.Config.for_mode(mode)
+    if seeds is not None:
+        if seeds < 1:
+            raise ValueError(f"seeds must be a positive integer, got {seeds}")
+        config = dataclasses.replace(config, seeds=tuple(range(seeds)))
+    return config
+
+
+def run_study(
+    name: str, mode: str, out_dir: str | Path, progress: bool = True, seeds: int | None = None
+) -> StudyResult:
+    """Run study ``name`` at ``mode`` size and write its report into ``out_dir / name``.
+
+    Args:
+        name: the study.
+        mode: ``smoke``, ``quick`` or ``full``.
+        out_dir: reports go into ``out_dir / name``; finished units are kept in its
+            ``units/`` folder, so an interrupted run resumes where it stopped.
+        progress: print progress.
+        seeds: run seeds 0..seeds-1 instead of the mode's own.
+    """
+    module = get_study(name)
+    config = study_config(name, mode, seeds)
     folder = Path(out_dir) / name
     started = time.perf_counter()
-    result: StudyResult = module.run(module.Config.for_mode(mode), folder, progress=progress)
+    result: StudyResult = module.run(config, folder, progress=progress)
     result.seconds = result.seconds or time.perf_counter() - started
+    write_study(result, folder)
+    return result
+
+
+def rescore(folder: str | Path) -> StudyResult:
+    """Re-score a written study's claims from its ``results.json`` and rewrite its report.
+
+    Only the claims change: every measured number stays as it was written.
+    """
+    result = load_study(folder)
+    module = get_study(result.name)
+    payload = results_payload(result)
+    if not result.tuning and hasattr(module, "tuning_from_results"):
+        # Written before tuning records existed: rebuild them from the stored grid scores.
+        result.tuning = module.tuning_from_results(payload)
+    result.claims = list(module.claims_from_results(payload))
     write_study(result, folder)
     return result
 
@@ -48,14 +100,15 @@ def write_index(results: list[StudyResult], out_dir: str | Path) -> Path:
     lines = [
         "# Studies",
         "",
-        "| study | mode | claim | verdict | evidence |",
+        "| study | mode | claim | verdict | effect (95 % interval, n) |",
         "|---|---|---|---|---|",
     ]
     for result in results:
         link = f"[{result.name}]({result.name}/report.md)"
-        for claim in result.claims or [Claim("(no claims)", None, "")]:
+        for claim in result.claims:
             lines.append(
-                f"| {link} | {result.mode} | {claim.statement} | {claim.verdict} | {claim.evidence} |"
+                f"| {link} | {result.mode} | {claim.statement} | {claim.label} | "
+                f"{claim.summary()} |"
             )
     index = Path(out_dir) / "README.md"
     index.parent.mkdir(parents=True, exist_ok=True)
@@ -66,12 +119,20 @@ def write_index(results: list[StudyResult], out_dir: str | Path) -> Path:
 __all__ = [
     "MODES",
     "STUDIES",
+    "VERDICTS",
+    "Check",
     "Claim",
     "StudyResult",
+    "Threshold",
     "check_mode",
+    "claim_from_seeds",
     "get_study",
+    "json_ready",
+    "load_study",
     "render_markdown",
+    "rescore",
     "run_study",
+    "study_config",
     "write_index",
     "write_study",
 ]

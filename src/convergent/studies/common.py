@@ -1,18 +1,25 @@
 """What every study returns and how it is written to disk.
 
 A study module (one per pillar) exposes a frozen config dataclass with
-``for_mode(mode)`` and ``run(config, out_dir, progress=True) -> StudyResult``. The study
-measures; this module only writes: ``report.md`` (markdown tables, claims and verdicts,
-figure links), ``results.json`` (every number) and the PNG figures the study drew.
+``for_mode(mode)``, ``run(config, out_dir, progress=True) -> StudyResult`` and
+``claims_from_results(results) -> list[Claim]``, which scores the claims from the
+``results.json`` payload alone (``config`` and ``data``), so that a committed result can be
+re-scored without a re-run. The study measures; this module only writes: ``report.md``
+(claims with effect, interval and manipulation checks, tuning grids, tables, figure links),
+``results.json`` (every number; its ``claims`` schema is in :mod:`.claims`) and the PNG
+figures the study drew.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from .claims import PREVIEW_BELOW, Claim, format_interval, format_number
 
 MODES = ("smoke", "quick", "full")
 
@@ -24,28 +31,6 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A paper's claim and what this run found.
-
-    Attributes:
-        statement: the claim, in the paper's terms.
-        reproduced: True, False, or None when this run cannot decide (e.g. smoke size).
-        evidence: the measured numbers behind the verdict, in one or two sentences.
-    """
-
-    statement: str
-    reproduced: bool | None
-    evidence: str
-
-    @property
-    def verdict(self) -> str:
-        """A word for the report: reproduced, not reproduced, or undecided."""
-        if self.reproduced is None:
-            return "undecided"
-        return "reproduced" if self.reproduced else "NOT reproduced"
-
-
 @dataclass
 class StudyResult:
     """What a study measured.
@@ -55,12 +40,14 @@ class StudyResult:
         mode: ``smoke``, ``quick`` or ``full``.
         config: the study config (a dataclass or dict), saved with the results.
         tables: named tables, each a list of row dicts (rendered as markdown).
-        claims: the paper's claims with verdicts.
+        claims: the paper's claims with effect, interval, checks and verdict.
         figures: PNG files the study wrote, relative to its output folder.
         data: every other number worth keeping (curves, per-seed values), JSON-serializable.
         notes: free text for the report (what was done where the paper's setting could not be
             followed, and why).
         seconds: wall time of the run.
+        tuning: ``{experiment: {method: Tuning.to_json()}}``, the grid searches behind the
+            selected hyperparameters.
     """
 
     name: str
@@ -72,15 +59,17 @@ class StudyResult:
     data: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    tuning: dict[str, Any] = field(default_factory=dict)
 
 
-def _json_ready(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
+    """``value`` as JSON: dataclasses as dicts, tuples as lists, tensors as lists, inf as str."""
     if is_dataclass(value) and not isinstance(value, type):
-        return _json_ready(asdict(value))
+        return json_ready(asdict(value))
     if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "tolist"):
@@ -90,15 +79,94 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
+VERDICT_LEGEND = (
+    "Verdicts: **reproduced** (the 95 % interval of the effect lies where the claim holds), "
+    "**not reproduced** (it lies wholly outside), **inconclusive** (it straddles the threshold), "
+    "**untested** (a manipulation check failed or was not measured, so the method was not shown "
+    "to act; the effect is still reported). Below "
+    f"{PREVIEW_BELOW} seeds a verdict is a preview."
+)
+
+
+def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows ``| claim | verdict | effect | 95 % interval | n | holds if | checks |``
+    from JSON claim records (the ``claims`` list of ``results.json``)."""
+    lines = [
+        "| claim | verdict | effect | 95 % interval | n | holds if | checks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for claim in claims:
+        verdict = claim["verdict"] + (" (preview)" if claim["preview"] else "")
+        interval = claim["interval"]
+        shown = format_interval(None if interval is None else (interval[0], interval[1]))
+        checks = (
+            "; ".join(
+                f"{c['name']} = {format_number(c['value'])} (need {c['required']}): "
+                + {True: "ok", False: "failed", None: "not measured"}[c["passed"]]
+                for c in claim["checks"]
+            )
+            or "none"
+        )
+        lines.append(
+            f"| {claim['statement']} | {verdict} | {format_number(claim['effect'])} {claim['unit']} | "
+            f"{shown} | {claim['n']} | {claim['threshold']['text']} | {checks} |"
+        )
+    return lines
+
+
+def tuning_lines(tuning: dict[str, Any]) -> list[str]:
+    """The report's tuning section from ``StudyResult.tuning``."""
+    from ..report import markdown_table
+
+    lines: list[str] = []
+    for experiment, methods in tuning.items():
+        first = next(iter(methods.values()))
+        lines += [
+            f"### {experiment}",
+            "",
+            f"Each method: a grid of {len(first['points'])} point(s), selected on "
+            f"{first['criterion']}; the test split is not read while tuning.",
+            "",
+        ]
+        rows = []
+        for method, record in methods.items():
+            for point in record["points"]:
+                setting = {k: v for k, v in point.items() if k != "validation"}
+                rows.append(
+                    {
+                        "method": method,
+                        **setting,
+                        "validation": format_number(point["validation"]),
+                        "selected": "yes" if setting == record["selected"] else "",
+                    }
+                )
+        lines.append(markdown_table(rows))
+        edges = [f"{m} ({', '.join(r['on_edge'])})" for m, r in methods.items() if r["on_edge"]]
+        if edges:
+            lines += [
+                "Selected on the edge of its grid (the best value may lie outside it): "
+                + ", ".join(edges)
+                + ".",
+                "",
+            ]
+    return lines
+
+
 def render_markdown(result: StudyResult) -> str:
     """The study's ``report.md``."""
     from ..report import markdown_table
 
     lines = [f"# Study `{result.name}` ({result.mode} mode)", ""]
     if result.claims:
-        lines += ["## Claims", "", "| claim | verdict | evidence |", "|---|---|---|"]
-        lines += [f"| {c.statement} | {c.verdict} | {c.evidence} |" for c in result.claims]
+        records = [claim.to_json() for claim in result.claims]
+        lines += ["## Claims", "", VERDICT_LEGEND, "", *claim_rows(records), ""]
+        lines += ["Evidence and how each interval was computed:", ""]
+        for index, claim in enumerate(result.claims, 1):
+            lines.append(f"{index}. {claim.evidence} ({claim.interval_method}.)")
+            lines += [f"   - check note: {c.name}: {c.note}" for c in claim.checks if c.note]
         lines.append("")
+    if result.tuning:
+        lines += ["## Tuning", "", *tuning_lines(result.tuning)]
     for title, rows in result.tables.items():
         lines += [f"## {title}", "", markdown_table(rows)]
     if result.figures:
@@ -111,22 +179,55 @@ def render_markdown(result: StudyResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_payload(result: StudyResult) -> dict[str, Any]:
+    """The ``results.json`` object of ``result`` (claims schema: :mod:`.claims`)."""
+    return {
+        "name": result.name,
+        "mode": result.mode,
+        "config": json_ready(result.config),
+        "claims": [claim.to_json() for claim in result.claims],
+        "tuning": json_ready(result.tuning),
+        "tables": json_ready(result.tables),
+        "figures": result.figures,
+        "data": json_ready(result.data),
+        "notes": result.notes,
+        "seconds": result.seconds,
+    }
+
+
 def write_study(result: StudyResult, out_dir: str | Path) -> Path:
     """Write ``report.md`` and ``results.json`` into ``out_dir``; returns the report path."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "name": result.name,
-        "mode": result.mode,
-        "config": _json_ready(result.config),
-        "tables": _json_ready(result.tables),
-        "claims": [{**asdict(claim), "verdict": claim.verdict} for claim in result.claims],
-        "figures": result.figures,
-        "data": _json_ready(result.data),
-        "notes": result.notes,
-        "seconds": result.seconds,
-    }
-    (folder / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
+    payload = results_payload(result)
+    _write_text(folder / "results.json", json.dumps(payload, indent=2) + "\n")
     report = folder / "report.md"
-    report.write_text(render_markdown(result))
+    _write_text(report, render_markdown(result))
     return report
+
+
+def load_study(folder: str | Path) -> StudyResult:
+    """A study's ``results.json`` back as a StudyResult, without its claims (re-score them
+    with the study module's ``claims_from_results``)."""
+    path = Path(folder) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; give a folder written by a study")
+    payload = json.loads(path.read_text())
+    return StudyResult(
+        name=payload["name"],
+        mode=payload["mode"],
+        config=payload["config"],
+        tables=payload.get("tables", {}),
+        figures=payload.get("figures", []),
+        data=payload.get("data", {}),
+        notes=payload.get("notes", []),
+        seconds=payload.get("seconds", 0.0),
+        tuning=payload.get("tuning", {}),
+    )
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write through a temporary file and ``os.replace``: a reader never sees half a file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)

@@ -1,0 +1,190 @@
+"""Equal tuning budgets: a declared grid per method, selected on the validation split only.
+
+A method and its baseline each get a grid of the same size; every grid point is trained and
+scored on the validation split, the best one is selected by the same criterion for every
+method, and the whole record (each point's score, the selected point, whether it sits on
+the edge of its grid) goes into ``results.json``. The helper never sees the test split: it
+takes the training and validation sets alone and hands them to the study's ``run_point``
+as a :class:`TuningData`, which has no test attribute to reach for.
+
+A selected value on the edge of a numeric axis of at least two values means the best point
+may lie outside the grid; reports flag it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+Run = TypeVar("Run")
+
+
+@dataclass(frozen=True)
+class TuningData:
+    """What a grid point may train and select on: the training and validation splits."""
+
+    train: Any
+    validation: Any
+
+
+@dataclass
+class Tuning(Generic[Run]):
+    """One method's grid search.
+
+    Attributes:
+        method: the method's name.
+        axes: the grid, ``{hyperparameter: values}``.
+        points: every grid point, in grid order.
+        scores: the validation score of each point (NaN for a diverged run).
+        runs: what ``run_point`` returned for each point (e.g. a trained model).
+        selected: the index of the selected point.
+        criterion: what the score is and which way is better.
+    """
+
+    method: str
+    axes: dict[str, list[Any]]
+    points: list[dict[str, Any]]
+    scores: list[float]
+    runs: list[Run]
+    selected: int
+    criterion: str
+
+    @property
+    def selected_point(self) -> dict[str, Any]:
+        return self.points[self.selected]
+
+    @property
+    def selected_run(self) -> Run:
+        return self.runs[self.selected]
+
+    @property
+    def on_edge(self) -> list[str]:
+        """The numeric axes (of at least 2 values) whose selected value is the smallest or largest."""
+        edges = []
+        for name, values in self.axes.items():
+            numeric = [v for v in values if isinstance(v, int | float)]
+            if len(numeric) < 2 or len(numeric) != len(values):
+                continue
+            chosen = self.selected_point[name]
+            if chosen in (min(numeric), max(numeric)):
+                edges.append(name)
+        return edges
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "criterion": self.criterion,
+            "grid": self.axes,
+            "points": [
+                {**point, "validation": score if math.isfinite(score) else None}
+                for point, score in zip(self.points, self.scores, strict=True)
+            ],
+            "selected": self.selected_point,
+            "selected_validation": _finite_or_none(self.scores[self.selected]),
+            "on_edge": self.on_edge,
+        }
+
+
+def grid_points(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the axes' values, the first axis varying slowest."""
+    names = list(axes)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+def tune(
+    grids: Mapping[str, Mapping[str, Sequence[Any]]],
+    run_point: Callable[[str, dict[str, Any], TuningData], Run],
+    score: Callable[[Run], float],
+    data: TuningData,
+    *,
+    maximize: bool,
+    criterion: str,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Tuning[Run]]:
+    """Run every method's grid and select each method's best point on validation.
+
+    Args:
+        grids: ``{method: {hyperparameter: values}}``; every method's grid must have the
+            same number of points (equal tuning effort).
+        run_point: trains one point, ``run_point(method, point, data) -> run``.
+        score: the validation score of a run (NaN or None-like for a diverged run).
+        data: the training and validation splits (the test split is not given).
+        maximize: whether a higher score is better.
+        criterion: the score's name for the record, e.g. ``"validation accuracy"``.
+        log: called with one line per method.
+
+    Returns:
+        ``{method: Tuning}``.
+    """
+    if not grids:
+        raise ValueError("grids is empty; give at least one method's grid")
+    sizes = {method: len(grid_points(axes)) for method, axes in grids.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"every method needs a grid of the same size, got {sizes}")
+    if next(iter(sizes.values())) == 0:
+        raise ValueError("every grid needs at least one point")
+    results: dict[str, Tuning[Run]] = {}
+    for method, axes in grids.items():
+        points = grid_points(axes)
+        runs = [run_point(method, dict(point), data) for point in points]
+        scores = [_as_score(score(run)) for run in runs]
+        finite = [i for i, s in enumerate(scores) if math.isfinite(s)]
+        if finite:
+            pick = max if maximize else min
+            selected = pick(finite, key=lambda i: scores[i])
+        else:
+            selected = 0
+        results[method] = Tuning(
+            method=method,
+            axes={name: list(values) for name, values in axes.items()},
+            points=points,
+            scores=scores,
+            runs=runs,
+            selected=selected,
+            criterion=f"{criterion} ({'higher' if maximize else 'lower'} is better)",
+        )
+        if log is not None:
+            shown = ", ".join(
+                f"{_point_text(p)} -> {s:.4g}" for p, s in zip(points, scores, strict=True)
+            )
+            edge = results[method].on_edge
+            log(
+                f"tuning {method}: {shown}; selected {_point_text(points[selected])}"
+                + (f" (on the grid's edge: {', '.join(edge)})" if edge else "")
+            )
+    return results
+
+
+def edge_note(tunings: Mapping[str, Tuning[Any]]) -> str | None:
+    """A sentence for the report naming every selected point on its grid's edge, or None."""
+    flagged = [
+        f"{method} ({', '.join(f'{axis} {tuning.selected_point[axis]:g}' for axis in tuning.on_edge)})"
+        for method, tuning in tunings.items()
+        if tuning.on_edge
+    ]
+    if not flagged:
+        return None
+    return (
+        "Selected on the edge of the grid, so the best value may lie outside it: "
+        + ", ".join(flagged)
+        + "."
+    )
+
+
+def _point_text(point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}" for k, v in point.items())
+
+
+def _as_score(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -1,0 +1,129 @@
+"""Resumable studies: each finished unit of work is kept on disk and reused on the next run.
+
+A *unit* is one (configuration, seed) piece of a study, e.g. "HORST, lr 0.002, seed 1,
+AC/DC to 90 %". :class:`UnitCache` stores what a unit returned in ``OUT/units/`` under a
+key made of the study's name, its config (less the fields that only choose *which* units
+run: ``mode``, ``seeds``, ``workers``, ``threads``), the unit's own description and the
+code version (a hash of the package's source). An interrupted run therefore loses at most
+the unit in progress, a changed config or changed code never reuses a stale unit, and
+adding seeds (``--seeds 5`` after a 3-seed run) reuses the three finished ones.
+
+Values are whatever ``torch.save`` stores and ``torch.load(weights_only=True)`` reads back:
+numbers, strings, lists, dicts and tensors. Each file is written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from ..train.checkpoint import save_torch_atomically
+
+Value = TypeVar("Value")
+
+log = logging.getLogger(__name__)
+
+# Fields that choose which units run, or how fast, but not what a unit computes.
+SELECTION_FIELDS = ("mode", "seeds", "workers", "threads")
+
+
+@cache
+def code_version() -> str:
+    """A short hash of every source file of the ``convergent`` package (path and content)."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float | int | str | bool) or value is None:
+        return value
+    return repr(value)
+
+
+class UnitCache:
+    """Finished units of one study, kept in ``folder`` and keyed by config and code version.
+
+    Args:
+        folder: where the unit files go (e.g. ``OUT/NAME/units``).
+        study: the study's name.
+        config: the study's config as a JSON-ready mapping.
+        ignore: config fields left out of the key (see ``SELECTION_FIELDS``).
+        enabled: False computes every unit and stores nothing.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        study: str,
+        config: Mapping[str, Any],
+        ignore: Iterable[str] = SELECTION_FIELDS,
+        enabled: bool = True,
+    ) -> None:
+        self.folder = Path(folder)
+        self.enabled = enabled
+        skipped = set(ignore)
+        self._base = {
+            "study": study,
+            "config": _canonical({k: v for k, v in config.items() if k not in skipped}),
+            "code": code_version(),
+        }
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, unit: Mapping[str, Any]) -> str:
+        """The file stem of ``unit``: a hash of the study, config, code version and unit."""
+        text = json.dumps({**self._base, "unit": _canonical(unit)}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def path(self, unit: Mapping[str, Any]) -> Path:
+        return self.folder / f"{self.key(unit)}.pt"
+
+    def get(self, unit: Mapping[str, Any]) -> Any | None:
+        """The stored value of ``unit``, or None when it has not finished before."""
+        path = self.path(unit)
+        if not self.enabled or not path.is_file():
+            return None
+        try:
+            stored = torch.load(path, weights_only=True)
+        except Exception as error:  # a file from an older torch, or damaged: recompute
+            log.warning("unit file %s unreadable (%s); recomputing it", path, error)
+            return None
+        return stored["value"]
+
+    def put(self, unit: Mapping[str, Any], value: Any) -> None:
+        """Store ``value`` for ``unit`` (atomically)."""
+        if not self.enabled:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        save_torch_atomically({"unit": _canonical(unit), "value": value}, self.path(unit))
+
+    def run(self, unit: Mapping[str, Any], compute: Callable[[], Value]) -> Value:
+        """The stored value of ``unit`` if it finished before, else ``compute()``, stored."""
+        stored = self.get(unit)
+        if stored is not None:
+            self.hits += 1
+            return stored  # type: ignore[no-any-return]
+        self.misses += 1
+        value = compute()
+        self.put(unit, value)
+        return value
+
+    def summary(self) -> str:
+        """``"3 units reused, 5 computed"`` for the report."""
+        return f"{self.hits} unit(s) reused from {self.folder}, {self.misses} computed"

@@ -101,10 +101,71 @@ def test_reproduce_runs_studies_writes_reports_and_an_index(monkeypatch, capsys,
     assert main(["reproduce", "toy", "toy2", "--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"toy (quick): running, report into {tmp_path / 'toy'}" in out
-    assert "  [reproduced] one plus one is two: measured 2" in out
+    # one line per claim: verdict (a preview with one seed), effect, interval, n, checks
+    assert (
+        "  [reproduced (preview)] one plus one is two (here: at least 1.5): effect 2.1 (a sum)"
+        " (95 % interval none (1 seed), n=1; holds if >= 1.5); checks: the adder ran = 1"
+        " (need >= 1) ok" in out
+    )
     assert "one plus one is two" in (tmp_path / "toy" / "report.md").read_text()
-    assert json.loads((tmp_path / "toy2" / "results.json").read_text())["mode"] == "quick"
+    payload = json.loads((tmp_path / "toy2" / "results.json").read_text())
+    assert payload["mode"] == "quick"
+    claim = payload["claims"][0]
+    assert claim["verdict"] == "reproduced" and claim["preview"] is True and claim["n"] == 1
+    assert claim["interval"] is None and claim["effect"] == pytest.approx(2.1)
+    assert claim["checks"] == [
+        {"name": "the adder ran", "value": 1.0, "required": ">= 1", "passed": True, "note": ""}
+    ]
     assert "[toy](toy/report.md)" in (tmp_path / "README.md").read_text()
+
+
+def test_reproduce_seeds_overrides_the_mode_and_resumes_from_finished_units(
+    monkeypatch, capsys, tmp_path
+):
+    from scipy import stats
+
+    from convergent import studies
+    from tests.studies import toy_study
+
+    monkeypatch.setitem(studies.STUDIES, "toy", "tests.studies.toy_study")
+    monkeypatch.setattr(toy_study, "COMPUTED", [])
+    assert main(["reproduce", "toy", "--quick", "--seeds", "3", "--out", str(tmp_path)]) == 0
+    assert toy_study.COMPUTED == [0, 1, 2]
+    claim = json.loads((tmp_path / "toy" / "results.json").read_text())["claims"][0]
+    sums = [2.1, 1.8, 2.05]
+    low, high = stats.t.interval(0.95, 2, loc=sum(sums) / 3, scale=stats.sem(sums))
+    assert claim["n"] == 3 and claim["preview"] is False
+    assert claim["interval"] == pytest.approx([low, high])
+    assert claim["verdict"] == ("reproduced" if low >= 1.5 else "inconclusive")
+    # a fourth seed reuses the three finished units and computes one
+    assert main(["reproduce", "toy", "--quick", "--seeds", "4", "--out", str(tmp_path)]) == 0
+    assert toy_study.COMPUTED == [0, 1, 2, 3]
+    assert "n=4" in capsys.readouterr().out
+    assert main(["reproduce", "toy", "--smoke", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert "--seeds must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_report_writes_and_checks_a_readme_results_section(monkeypatch, capsys, tmp_path):
+    from convergent import studies
+    from convergent.studies.readme import END, START
+
+    monkeypatch.setitem(studies.STUDIES, "toy", "tests.studies.toy_study")
+    results = tmp_path / "docs" / "results"
+    assert main(["reproduce", "toy", "--full", "--out", str(results)]) == 0
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\n{START}\nold text\n{END}\n\nafter\n")
+    capsys.readouterr()
+    assert main(["report", str(results), "--readme", str(readme), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().out
+    assert main(["report", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith(f"# title\n\n{START}\n") and text.endswith(f"{END}\n\nafter\n")
+    assert "old text" not in text
+    assert "| one plus one is two (here: at least 1.5) | reproduced | 1.983 (a sum) |" in text
+    assert "[`docs/results/toy/`](docs/results/toy/report.md)" in text
+    assert main(["report", str(results), "--readme", str(readme), "--check"]) == 0
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder of study reports" in capsys.readouterr().err
 
 
 def test_reproduce_refuses_an_unknown_study(capsys):

@@ -1,26 +1,65 @@
-"""A study module with the real interface and no work, for testing the CLI's plumbing."""
+"""A study module with the real interface and no real work, for testing the CLI's plumbing.
+
+Its one claim: a noisy measurement of 1 + 1 is at least 1.5. Each seed "measures" 2 plus a
+seeded offset; every unit goes through the unit cache, so resuming can be tested too.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from convergent.studies.common import Claim, StudyResult, check_mode
+from convergent.studies.claims import Check, Claim, at_least, claim_from_seeds
+from convergent.studies.common import StudyResult, check_mode, json_ready
+from convergent.studies.units import UnitCache
+
+OFFSETS = (0.1, -0.2, 0.05, 0.15, -0.1, 0.0, 0.2)
+COMPUTED: list[int] = []  # the seeds measured in this process (not taken from the cache)
 
 
 @dataclass(frozen=True)
 class Config:
     mode: str = "quick"
+    seeds: tuple[int, ...] = (0,)
+    scale: float = 1.0
 
     @classmethod
     def for_mode(cls, mode: str) -> Config:
         check_mode(mode)
-        return cls(mode=mode)
+        return cls(mode=mode, seeds=(0, 1, 2) if mode == "full" else (0,))
+
+
+def _measure(seed: int, scale: float) -> dict[str, Any]:
+    COMPUTED.append(seed)
+    return {"sum": 2.0 * scale + OFFSETS[seed % len(OFFSETS)], "moved": 1.0}
+
+
+def claims_from_results(results: dict[str, Any]) -> list[Claim]:
+    sums = [unit["sum"] for unit in results["data"]["units"]]
+    moved = min(unit["moved"] for unit in results["data"]["units"])
+    return [
+        claim_from_seeds(
+            "one plus one is two (here: at least 1.5)",
+            sums,
+            at_least(1.5),
+            unit="(a sum)",
+            checks=[Check("the adder ran", moved, at_least(1.0))],
+            evidence=f"measured {', '.join(f'{s:g}' for s in sums)}",
+        )
+    ]
 
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    result = StudyResult(name="toy", mode=config.mode, config=config)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    cache = UnitCache(folder / "units", "toy", asdict(config))
+    units = [
+        cache.run({"seed": seed}, lambda seed=seed: _measure(seed, config.scale))
+        for seed in config.seeds
+    ]
+    data = {"units": units}
+    result = StudyResult(name="toy", mode=config.mode, config=config, data=data)
     result.tables["numbers"] = [{"x": 1, "y": 2.5}]
-    result.claims = [Claim("one plus one is two", config.mode != "smoke", "measured 2")]
+    result.claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
     return result

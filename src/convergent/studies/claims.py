@@ -151,7 +151,9 @@ class Check:
         }
 
 
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+def t_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
     """The Student-t interval of the mean of ``values``; None with fewer than 2 finite values.
 
     Args:
@@ -332,7 +334,9 @@ def format_checks(checks: Sequence[Check]) -> str:
     parts = []
     for check in checks:
         state = {True: "ok", False: "FAILED", None: "NOT MEASURED"}[check.passed]
-        parts.append(f"{check.name} = {format_number(check.value)} (need {check.required.text}) {state}")
+        parts.append(
+            f"{check.name} = {format_number(check.value)} (need {check.required.text}) {state}"
+        )
     return "; ".join(parts)
 
 

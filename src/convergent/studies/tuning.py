@@ -175,7 +175,9 @@ def edge_note(tunings: Mapping[str, Tuning[Any]]) -> str | None:
 
 
 def _point_text(point: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}" for k, v in point.items())
+    return ", ".join(
+        f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}" for k, v in point.items()
+    )
 
 
 def _as_score(value: Any) -> float:

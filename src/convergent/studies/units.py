@@ -118,7 +118,7 @@ class UnitCache:
         stored = self.get(unit)
         if stored is not None:
             self.hits += 1
-            return stored  # type: ignore[no-any-return]
+            return stored
         self.misses += 1
         value = compute()
         self.put(unit, value)

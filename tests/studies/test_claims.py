@@ -1,0 +1,155 @@
+"""The verdict logic of the claim record, on constructed inputs with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from convergent.studies.claims import (
+    PAIRED_T_INTERVAL,
+    VERDICTS,
+    Check,
+    Threshold,
+    at_least,
+    at_most,
+    claim_from_seeds,
+    decide,
+    not_measured,
+    t_interval,
+    within,
+)
+
+PASSED = Check("the method acted", 0.5, at_least(0.2))
+
+
+def test_t_interval_matches_scipy():
+    values = [0.012, 0.004, 0.009, -0.002, 0.007]
+    expected = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+    assert t_interval(values) == pytest.approx(expected, rel=1e-12)
+    assert t_interval(values, confidence=0.9) == pytest.approx(
+        stats.t.interval(0.9, 4, loc=np.mean(values), scale=stats.sem(values)), rel=1e-12
+    )
+
+
+def test_t_interval_needs_two_finite_values_and_leaves_out_nan():
+    assert t_interval([1.0]) is None
+    assert t_interval([1.0, math.nan]) is None
+    expected = stats.t.interval(0.95, 2, loc=2.0, scale=stats.sem([1.0, 2.0, 3.0]))
+    assert t_interval([1.0, math.nan, 2.0, 3.0]) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="confidence must be in"):
+        t_interval([1.0, 2.0], confidence=1.5)
+
+
+@pytest.mark.parametrize(
+    ("per_seed", "threshold", "verdict"),
+    [
+        ([0.020, 0.025, 0.030, 0.022, 0.028], at_least(0.01), "reproduced"),  # above
+        ([-0.020, -0.025, -0.030, -0.022, -0.028], at_least(0.01), "not reproduced"),  # below
+        ([0.0, 0.02, -0.01, 0.03, 0.01], at_least(0.01), "inconclusive"),  # across
+        ([-0.02, -0.01, -0.03, -0.02, -0.025], at_most(0.0), "reproduced"),
+        ([0.02, 0.01, 0.03, 0.02, 0.025], at_most(0.0), "not reproduced"),
+        ([0.01, -0.01, 0.0, 0.005, -0.005], within(-0.05, 0.05), "reproduced"),
+        ([0.10, 0.12, 0.09, 0.11, 0.10], within(-0.05, 0.05), "not reproduced"),
+        ([-0.10, -0.12, -0.09, -0.11, -0.10], within(-0.05, 0.05), "not reproduced"),
+        ([0.0, 0.08, 0.02, 0.06, 0.04], within(-0.05, 0.05), "inconclusive"),
+    ],
+)
+def test_verdict_follows_the_interval(per_seed, threshold, verdict):
+    claim = claim_from_seeds("c", per_seed, threshold, unit="u", checks=[PASSED])
+    low, high = stats.t.interval(0.95, 4, loc=np.mean(per_seed), scale=stats.sem(per_seed))
+    region_low, region_high = threshold.bounds
+    # the expectation, written out from the definition
+    expected = (
+        "reproduced"
+        if region_low <= low and high <= region_high
+        else "not reproduced"
+        if high < region_low or low > region_high
+        else "inconclusive"
+    )
+    assert claim.verdict == expected == verdict
+    assert claim.interval == pytest.approx((low, high))
+    assert claim.effect == pytest.approx(np.mean(per_seed))
+    assert claim.n == 5 and not claim.preview
+
+
+def test_a_failed_or_unmeasured_check_makes_it_untested_whatever_the_effect():
+    per_seed = [0.020, 0.025, 0.030, 0.022, 0.028]
+    failed = Check("mirror move / Adam move", 0.016, at_least(0.2))
+    missing = not_measured("mirror move / Adam move", at_least(0.2), "not stored")
+    for check in (failed, missing):
+        claim = claim_from_seeds("c", per_seed, at_least(0.01), unit="u", checks=[PASSED, check])
+        assert claim.verdict == "untested"
+        assert claim.effect == pytest.approx(np.mean(per_seed))  # still shown
+    assert failed.passed is False and missing.passed is None and missing.value is None
+    assert "not measured: not stored" in missing.note
+    assert Check("ratio", 0.5, within(0.1, 1.0)).passed is True
+    assert Check("ratio", 1.5, within(0.1, 1.0)).passed is False
+    assert Check("ratio", math.nan, within(0.1, 1.0)).passed is None
+
+
+def test_one_seed_is_a_preview_decided_by_the_point_estimate():
+    above = claim_from_seeds("c", [0.03], at_least(0.01), unit="u", checks=[PASSED])
+    below = claim_from_seeds("c", [0.0], at_least(0.01), unit="u", checks=[PASSED])
+    assert above.interval is None and above.n == 1 and above.preview
+    assert above.verdict == "reproduced" and below.verdict == "not reproduced"
+    assert above.label == "reproduced (preview)"
+    two = claim_from_seeds("c", [0.03, 0.04], at_least(0.01), unit="u", checks=[PASSED])
+    assert two.preview and two.interval is not None
+    three = claim_from_seeds("c", [0.03, 0.04, math.nan], at_least(0.01), unit="u", checks=[PASSED])
+    assert three.n == 2 and three.preview  # a diverged seed does not count
+
+
+def test_no_finite_effect_is_inconclusive():
+    assert decide(None, None, at_least(0.0), [PASSED]) == "inconclusive"
+    claim = claim_from_seeds("c", [math.nan], at_least(0.0), unit="u", checks=[PASSED])
+    assert claim.effect is None and claim.verdict == "inconclusive"
+
+
+def test_json_record_has_the_documented_schema():
+    claim = claim_from_seeds(
+        "HORST loses at most half of AdamW's accuracy",
+        [-0.001, 0.002, 0.0005],
+        at_most(0.0),
+        unit="accuracy (fraction)",
+        checks=[Check("mirror move / Adam move", 0.016, at_least(0.2), note="why")],
+        evidence="numbers",
+        paired=True,
+    )
+    record = claim.to_json()
+    for key in (
+        "statement",
+        "verdict",
+        "preview",
+        "effect",
+        "threshold",
+        "interval",
+        "n",
+        "checks",
+    ):
+        assert key in record
+    assert record["verdict"] in VERDICTS and record["verdict"] == "untested"
+    assert record["preview"] is False and record["n"] == 3
+    assert record["threshold"] == {"form": "<=", "value": 0.0, "text": "<= 0"}
+    assert record["interval_method"] == PAIRED_T_INTERVAL
+    assert record["checks"] == [
+        {
+            "name": "mirror move / Adam move",
+            "value": 0.016,
+            "required": ">= 0.2",
+            "passed": False,
+            "note": "why",
+        }
+    ]
+    assert within(-0.05, 0.05).to_json()["value"] == [-0.05, 0.05]
+
+
+def test_bad_thresholds_are_refused_in_one_sentence():
+    with pytest.raises(ValueError, match="threshold form must be"):
+        Threshold("==", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs low <= high"):
+        within(1.0, 0.0)
+    with pytest.raises(ValueError, match="needs one number"):
+        Threshold(">=", (0.0, 1.0))

@@ -1,0 +1,64 @@
+"""Resumable studies: finished units are reused, stale ones never are."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from convergent.studies import units
+from convergent.studies.units import UnitCache, code_version
+
+
+def test_a_finished_unit_is_reused_and_only_it(tmp_path):
+    calls = []
+
+    def compute(seed):
+        calls.append(seed)
+        return {"accuracy": 0.5 + seed, "curve": [1.0, 0.5], "weights": torch.arange(3.0),
+                "radius": math.inf}  # fmt: skip
+
+    config = {"mode": "quick", "seeds": [0, 1], "lr": 1e-3}
+    first = UnitCache(tmp_path, "toy", config)
+    values = [first.run({"seed": s}, lambda s=s: compute(s)) for s in (0, 1)]
+    assert calls == [0, 1] and first.misses == 2 and first.hits == 0
+    # a new process with more seeds: seeds and mode do not enter the key
+    again = UnitCache(tmp_path, "toy", {**config, "mode": "full", "seeds": [0, 1, 2]})
+    reused = [again.run({"seed": s}, lambda s=s: compute(s)) for s in (0, 1, 2)]
+    assert calls == [0, 1, 2] and again.hits == 2 and again.misses == 1
+    assert reused[0]["accuracy"] == values[0]["accuracy"] and reused[1]["radius"] == math.inf
+    assert torch.equal(reused[1]["weights"], torch.arange(3.0))
+    assert "2 unit(s) reused" in again.summary()
+
+
+def test_a_changed_config_or_code_never_reuses_a_unit(tmp_path, monkeypatch):
+    config = {"mode": "quick", "seeds": [0], "lr": 1e-3}
+    UnitCache(tmp_path, "toy", config).run({"seed": 0}, lambda: 1.0)
+    changed = UnitCache(tmp_path, "toy", {**config, "lr": 2e-3})
+    assert changed.get({"seed": 0}) is None
+    other_study = UnitCache(tmp_path, "other", config)
+    assert other_study.get({"seed": 0}) is None
+    monkeypatch.setattr(units, "code_version", lambda: "another-version")
+    assert UnitCache(tmp_path, "toy", config).get({"seed": 0}) is None
+    monkeypatch.undo()
+    assert UnitCache(tmp_path, "toy", config).get({"seed": 0}) == 1.0
+
+
+def test_disabled_cache_computes_everything_and_writes_nothing(tmp_path):
+    cache = UnitCache(tmp_path / "units", "toy", {}, enabled=False)
+    assert cache.run({"seed": 0}, lambda: 3) == 3
+    assert not (tmp_path / "units").exists()
+
+
+def test_a_damaged_unit_file_is_recomputed(tmp_path):
+    cache = UnitCache(tmp_path, "toy", {"lr": 1})
+    cache.run({"seed": 0}, lambda: 1.0)
+    cache.path({"seed": 0}).write_bytes(b"not a torch file")
+    assert cache.run({"seed": 0}, lambda: 2.0) == 2.0
+    assert UnitCache(tmp_path, "toy", {"lr": 1}).get({"seed": 0}) == 2.0
+
+
+def test_code_version_hashes_the_package_source():
+    version = code_version()
+    assert len(version) == 16 and int(version, 16) >= 0
+    assert code_version() == version

@@ -39,6 +39,53 @@ class TensorDataset(torch.utils.data.Dataset):
         return {key: value[index] for key, value in self.tensors.items()}
 
 
+class RecordingDataset(torch.utils.data.Dataset):
+    """Wraps a dataset and remembers every index it served, in order.
+
+    It has no ``tensors`` attribute, so the training loop and ``evaluate`` read it example by
+    example, and a distributed test can check which examples each rank saw.
+    """
+
+    def __init__(self, base: torch.utils.data.Dataset) -> None:
+        self.base = base
+        self.served: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        self.served.append(int(index))
+        return self.base[index]
+
+
+def assert_batches_split(single: list[int], ranks: list[list[int]], local: int) -> None:
+    """Each global batch of a one-process run is split across the ranks, disjointly.
+
+    Args:
+        single: the indices the one-process run trained on, in order.
+        ranks: the indices each rank trained on, in order.
+        local: examples per rank per step.
+    """
+    world = len(ranks)
+    steps = len(single) // (local * world)
+    assert steps > 0 and len(single) == steps * local * world
+    for served in ranks:
+        assert len(served) == steps * local, "a rank trained on more or fewer examples"
+    for step in range(steps):
+        parts = [served[step * local : (step + 1) * local] for served in ranks]
+        seen = [index for part in parts for index in part]
+        assert len(set(seen)) == len(seen), f"step {step}: ranks share examples"
+        glob = single[step * local * world : (step + 1) * local * world]
+        assert sorted(seen) == sorted(glob), f"step {step}: the union is not the global batch"
+
+
+def assert_examples_split(ranks: list[list[int]], size: int) -> None:
+    """An evaluation pass over ``size`` examples: every rank read some, none twice, all read."""
+    assert all(ranks), "a rank read no example: the set must be larger than batch x world"
+    seen = [index for served in ranks for index in served]
+    assert sorted(seen) == list(range(size))
+
+
 def tiny_bert_config(**overrides):
     """A 2-layer, 16-wide BertConfig over 50 tokens (transformers is imported on call)."""
     from transformers import BertConfig

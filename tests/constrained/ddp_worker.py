@@ -14,7 +14,17 @@ import torch.distributed as dist
 from convergent.models import Transformer, TransformerConfig
 from convergent.train import distributed, fit
 from convergent.train.primal_dual import descent_step
-from tests.conftest import TensorDataset
+from tests.conftest import RecordingDataset, TensorDataset
+
+FULL_PASS_EXAMPLES = 600  # more than the full pass's batch (256) x 2 ranks
+
+
+def _tokens(count: int, seed: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 40, (count, 8), generator=generator)
+    return TensorDataset(
+        input_ids=ids, attention_mask=torch.ones_like(ids), labels=(ids[:, 0] < 20).long()
+    )
 
 
 def train(cadence: str) -> dict:
@@ -23,11 +33,8 @@ def train(cadence: str) -> dict:
         vocab_size=40, num_outputs=2, d_model=16, n_heads=2, n_layers=3, max_len=8
     )
     model = Transformer(config)
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 40, (64, 8), generator=generator)
-    data = TensorDataset(
-        input_ids=ids, attention_mask=torch.ones_like(ids), labels=(ids[:, 0] < 20).long()
-    )
+    data = RecordingDataset(_tokens(64, seed=0))
+    full_pass = RecordingDataset(_tokens(FULL_PASS_EXAMPLES, seed=1))
     step = descent_step(
         "classification",
         3,
@@ -36,7 +43,7 @@ def train(cadence: str) -> dict:
         resilient_cost=2.0,
         cadence=cadence,
         interval=2 if cadence != "step" else 1,
-        full_pass_data=data if cadence == "epoch" else None,
+        full_pass_data=full_pass if cadence == "epoch" else None,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     fit(
@@ -50,11 +57,13 @@ def train(cadence: str) -> dict:
         tensorboard=False,
         seed=3,
     )
-    return {"state": model.state_dict(), "lambda": step.dual.value(), "u": step.dual.slack()}
+    return {"state": model.state_dict(), "lambda": step.dual.value(), "u": step.dual.slack(),
+            "train_served": data.served, "full_pass_served": full_pass.served}  # fmt: skip
 
 
-def main(output: str) -> None:
+def main(output: str, processes: str) -> None:
     distributed.init_from_environment(backend="gloo")
+    assert distributed.world_size() == int(processes)
     results = {cadence: train(cadence) for cadence in ("every", "epoch")}
     torch.save(results, f"{output}.rank{distributed.rank()}")
     if dist.is_initialized():
@@ -62,4 +71,4 @@ def main(output: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

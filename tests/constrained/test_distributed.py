@@ -5,12 +5,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import assert_batches_split, assert_examples_split
+from tests.constrained.ddp_worker import FULL_PASS_EXAMPLES
 from tests.launch import torchrun
 
 
 def _run(tmp_path: Path, processes: int) -> list[dict]:
     output = tmp_path / f"result-{processes}.pt"
-    torchrun("tests.constrained.ddp_worker", str(output), processes=processes)
+    torchrun("tests.constrained.ddp_worker", str(output), str(processes), processes=processes)
     return [torch.load(f"{output}.rank{rank}", weights_only=True) for rank in range(processes)]
 
 
@@ -20,6 +22,21 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
     ranks = _run(tmp_path, 2)
     for cadence in ("every", "epoch"):
         _compare(single[cadence], ranks[0][cadence], ranks[1][cadence])
+        assert_batches_split(
+            single[cadence]["train_served"], [r[cadence]["train_served"] for r in ranks], local=8
+        )
+    # cadence "epoch": 3 dual steps (6 steps, interval 2), each on a full pass split over ranks
+    passes = 3
+    first_passes = []
+    for rank in ranks:
+        served = rank["epoch"]["full_pass_served"]
+        share = len(served) // passes
+        assert served == served[:share] * passes
+        first_passes.append(served[:share])
+    assert_examples_split(first_passes, FULL_PASS_EXAMPLES)
+    assert sorted(single["epoch"]["full_pass_served"]) == sorted(
+        list(range(FULL_PASS_EXAMPLES)) * passes
+    )
 
 
 def _compare(one: dict, first: dict, second: dict) -> None:

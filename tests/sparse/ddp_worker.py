@@ -11,19 +11,21 @@ from convergent.optim import HORST
 from convergent.sparse import ACDCSchedule, select_prunable
 from convergent.train import ErmStep, distributed, fit
 from convergent.train.masked import MaskedStep
-from tests.conftest import make_classification
+from tests.conftest import RecordingDataset, make_classification
 from tests.sparse.test_enforce import ThreeLayers
 
 
-def main(output: str) -> None:
+def main(output: str, processes: str) -> None:
     distributed.init_from_environment(backend="gloo")
+    assert distributed.world_size() == int(processes)
     torch.manual_seed(0)
     model = ThreeLayers()
     optimizer = HORST(model.parameters(), lr=2e-2, weight_decay=0.05)
     names = select_prunable(model, include_first=True, include_last=True).names
     masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.75,
                         schedule=ACDCSchedule(30), reset="momentum")  # fmt: skip
-    fit(model, optimizer, make_classification(), max_steps=30, batch_size=16,
+    data = RecordingDataset(make_classification())
+    fit(model, optimizer, data, max_steps=30, batch_size=16,
         training_step=masked, progress=False, seed=5, tensorboard=False)  # fmt: skip
     assert masked.masks is not None
     torch.save(
@@ -31,6 +33,7 @@ def main(output: str) -> None:
             "masks": masked.masks.state_dict(),
             "state": model.state_dict(),
             "compressions": masked.compressions,
+            "train_served": data.served,
         },
         f"{output}.rank{distributed.rank()}",
     )
@@ -39,4 +42,4 @@ def main(output: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

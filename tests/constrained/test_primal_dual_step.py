@@ -149,3 +149,55 @@ def test_mismatched_layer_count_and_non_finite_losses_are_named():
             parameter.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="loss at layer 2 is nan"):
         step.loss(model, _data(8).tensors)
+
+
+@pytest.mark.parametrize("task", ["classification", "lm"])
+def test_full_pass_losses_over_ragged_batches_equal_one_batch_of_everything(task):
+    """70 examples in batches of 16 (the last holds 6): the full-pass per-layer losses are the
+    mean over examples (over valid tokens for lm) of one pass over all 70 at once. Keeping only
+    the first batch, or averaging the batch means unweighted, gives other numbers."""
+    import torch.nn.functional as F
+
+    from convergent.train.primal_dual import dataset_layer_losses
+
+    torch.manual_seed(0)
+    config = TransformerConfig(task=task, vocab_size=40, num_outputs=2 if task != "lm" else 40,
+                               d_model=16, n_heads=2, n_layers=3, max_len=8,
+                               causal=task == "lm")  # fmt: skip
+    model = Transformer(config).eval()
+    with torch.no_grad():  # larger weights: per-example losses differ, so batches differ
+        for parameter in model.parameters():
+            parameter.mul_(4.0)
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 40, (70, 8), generator=generator)
+    if task == "lm":
+        labels = torch.randint(0, 40, (70, 8), generator=generator)
+        # ragged token counts: each batch of 16 ignores a different number of positions
+        for i in range(70):
+            ignored = min(7, 2 * (i // 16))
+            if ignored:
+                labels[i, -ignored:] = -100
+    else:
+        labels = (ids[:, 0] < 20).long()
+    data = TensorDataset(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+
+    with torch.no_grad():
+        hidden = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                       output_hidden_states=True).hidden_states  # fmt: skip
+        expected = []
+        for state in hidden:
+            logits = model.readout(state, torch.ones_like(ids))
+            expected.append(
+                F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
+                )
+            )
+    expected = torch.stack(expected)
+    measured = dataset_layer_losses(model, data, task, batch_size=16)
+    torch.testing.assert_close(measured, expected, rtol=1e-5, atol=1e-6)
+    first = TensorDataset(**{key: value[:16] for key, value in data.tensors.items()})
+    first_batch_only = dataset_layer_losses(model, first, task, batch_size=16)
+    assert (first_batch_only - expected).abs().max() > 1e-3  # the test can tell them apart
+    step = descent_step(task, 3, cadence="epoch", interval=1, full_pass_data=data, alpha=0.1)
+    slacks = step.full_pass_slacks(model, data)
+    torch.testing.assert_close(slacks, expected[1:] - 0.9 * expected[:-1], rtol=1e-4, atol=1e-6)

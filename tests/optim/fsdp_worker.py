@@ -76,21 +76,33 @@ def check_nonfinite_skip_is_collective() -> None:
         assert torch.equal(want, got)
 
 
-def check_langevin_noise_is_independent_across_shards() -> None:
-    model = fully_shard(torch.nn.Linear(8, 16, bias=False))
+def check_langevin_noise_is_independent_across_shards(implementation: str) -> None:
+    # A large shard (256 x 256 per rank), so the noise's variance is known to within 0.6 %
+    # (sd of a variance estimate: sqrt(2 / n)); lr * s = 0.25, so a swapped or missing factor
+    # shows too.
+    lr, s = 0.5, 0.5
+    model = fully_shard(torch.nn.Linear(256, 512, bias=False))
     (weight,) = model.parameters()
     before = weight.to_local().detach().clone()
-    optimizer = Langevin(model.parameters(), lr=1.0, s=1.0, seed=0)
+    optimizer = Langevin(model.parameters(), lr=lr, s=s, seed=0, implementation=implementation)
     weight.grad = torch.zeros_like(weight)
     optimizer.step()
-    noise = weight.to_local().detach() - before  # this rank's 8 x 8 shard of the draw
+    noise = (weight.to_local().detach() - before).double()  # this rank's shard of the draw
+    count = noise.numel()
+    assert count == 256 * 256
+    variance = float(noise.var())
+    assert abs(variance / (lr * s) - 1) < 0.03, (
+        f"{implementation}: noise variance {variance}, want {lr * s}"
+    )
+    assert abs(float(noise.mean())) < 5 * (lr * s / count) ** 0.5
     gathered = [torch.empty_like(noise) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, noise)
     assert not torch.equal(gathered[0], gathered[1]), "both shards drew the same noise"
-    assert 0.5 < float(noise.std()) < 1.5  # sqrt(lr * s) = 1
+    correlation = float(torch.corrcoef(torch.stack([g.flatten() for g in gathered]))[0, 1])
+    assert abs(correlation) < 5 / count**0.5, f"shards' noise correlated: {correlation}"
     # The state dict keeps this rank's shard stream, and a reload continues it.
     state = optimizer.state_dict()
-    again = Langevin(model.parameters(), lr=1.0, s=1.0, seed=0)
+    again = Langevin(model.parameters(), lr=lr, s=s, seed=0)
     again.load_state_dict(state)
     shard_key = next(key for key in state["noise"]["generators"] if "shard" in key)
     assert torch.equal(
@@ -98,12 +110,39 @@ def check_langevin_noise_is_independent_across_shards() -> None:
     )
 
 
+def check_langevin_under_ddp_keeps_replicas_identical() -> None:
+    """Replicated (DDP) parameters draw the same noise on every rank: the replicas stay equal,
+    and the noise is really there (the run differs from s = 0)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    final = {}
+    for s in (0.0, 1e-2):
+        model = DistributedDataParallel(_model())
+        optimizer = Langevin(model.parameters(), lr=0.1, s=s, seed=0)
+        generator = torch.Generator().manual_seed(10 + dist.get_rank())  # different data per rank
+        for _ in range(5):
+            inputs = torch.randn(8, 8, generator=generator)
+            targets = torch.randint(0, 3, (8,), generator=generator)
+            torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        final[s] = torch.cat([p.detach().flatten() for p in model.parameters()])
+        gathered = [torch.empty_like(final[s]) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, final[s])
+        assert torch.equal(gathered[0], gathered[1]), f"DDP replicas differ at s = {s}"
+    moved = float((final[1e-2] - final[0.0]).pow(2).mean().sqrt())
+    # 5 steps of noise of std sqrt(0.1 * 0.01) = 0.032 each: about 0.07 in all
+    assert 0.03 < moved < 0.15, f"the noise moved the weights by {moved}"
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     try:
         check_parity()
         check_nonfinite_skip_is_collective()
-        check_langevin_noise_is_independent_across_shards()
+        for implementation in ("foreach", "reference"):
+            check_langevin_noise_is_independent_across_shards(implementation)
+        check_langevin_under_ddp_keeps_replicas_identical()
     finally:
         dist.destroy_process_group()
 

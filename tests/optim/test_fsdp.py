@@ -11,5 +11,6 @@ from tests.launch import torchrun
 def test_optimizers_on_fsdp2_shards_match_one_process():
     # HORST (foreach, compiled), HAM (compiled, foreach) and Langevin at s = 0 equal the
     # unsharded run; a NaN in one rank's shard makes every rank skip; Langevin's shards draw
-    # independent noise and the state dict keeps each rank's stream. See fsdp_worker.py.
+    # independent noise of variance lr * s (within 3 %) and the state dict keeps each rank's
+    # stream; under DDP, Langevin with s > 0 keeps the replicas identical. See fsdp_worker.py.
     torchrun("tests.optim.fsdp_worker", processes=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import warnings
 
 import pytest
@@ -16,6 +17,7 @@ from convergent.optim import (
     _fast,
     adam_direction,
     first_nonfinite,
+    horst_move_ratio,
     steepest_descent_step,
 )
 from convergent.optim import horst as horst_module
@@ -362,3 +364,38 @@ def test_first_nonfinite_finds_the_first_bad_tensor():
     tensors[1][0] = float("inf")
     assert first_nonfinite(tensors) == 1
     assert first_nonfinite([torch.zeros(0), torch.tensor([float("-inf")])]) == 1
+
+
+def test_move_ratio_after_one_step_matches_adamw_formulas():
+    generator = torch.Generator().manual_seed(3)
+    weight = nn.Parameter(0.02 * torch.randn(3, 4, generator=generator, dtype=torch.float64))
+    bias = nn.Parameter(torch.randn(3, generator=generator, dtype=torch.float64))
+    gradients = [torch.randn(3, 4, generator=generator, dtype=torch.float64),
+                 torch.randn(3, generator=generator, dtype=torch.float64)]  # fmt: skip
+    lr, weight_decay, alpha, beta, eps = 0.01, 0.1, 2.0, 0.05, 1e-8
+    beta1, beta2 = 0.9, 0.999
+    optimizer = HORST([weight, bias], lr=lr, betas=(beta1, beta2), eps=eps,
+                      weight_decay=weight_decay, alpha=alpha, beta=beta)  # fmt: skip
+    for param, gradient in zip((weight, bias), gradients, strict=True):
+        param.grad = gradient.clone()
+    optimizer.step()
+    # After one step t = 1: m = (1 - beta1) g and v = (1 - beta2) g^2, so m_hat = g, v_hat = g^2.
+    mirror_norm, adam_norm = 0.0, 0.0
+    for param, gradient in zip((weight, bias), gradients, strict=True):
+        theta = param.detach()
+        m_hat = (1 - beta1) * gradient / (1 - beta1)
+        v_hat = (1 - beta2) * gradient**2 / (1 - beta2)
+        u = lr * m_hat / (v_hat.sqrt() + eps)
+        half = theta - u - lr * weight_decay * theta
+        adam_norm += float(((theta - half) ** 2).sum())
+        if param.ndim >= 2:  # HORST mirrors matrices only by default; the bias moves by S alone
+            exponent = -alpha * torch.sign(half) * u - lr * beta
+            mirror_norm += float(((half * (torch.exp(exponent) - 1)) ** 2).sum())
+    expected = (mirror_norm / adam_norm) ** 0.5
+    assert 0.001 < expected < 1.0
+    assert horst_move_ratio(optimizer) == pytest.approx(expected, rel=1e-9)
+    assert optimizer.state[weight]["step"] == 1  # measuring applied nothing
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    assert math.isnan(horst_move_ratio(optimizer))
+    assert math.isnan(horst_move_ratio(HORST([nn.Parameter(torch.ones(2, 2))])))  # no state yet

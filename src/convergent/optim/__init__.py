@@ -13,7 +13,7 @@ compiled equivalent, behind the `torch.optim.Optimizer` interface.
 """
 
 from convergent.optim.ham import HAM
-from convergent.optim.horst import HORST, first_nonfinite
+from convergent.optim.horst import HORST, first_nonfinite, horst_move_ratio
 from convergent.optim.langevin import (
     Langevin,
     NoiseSchedule,
@@ -44,6 +44,7 @@ __all__ = [
     "first_nonfinite",
     "ham_mirror_step",
     "horst_mirror_direction",
+    "horst_move_ratio",
     "horst_reference_step",
     "langevin_update",
     "mirror_step",

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from convergent.optim import HAM, ham_mirror_step
+from convergent.optim import HAM, _fast, ham_mirror_step
 
 
 def _params(seed=0):
@@ -123,6 +123,10 @@ def test_grad_scaler_steps_through_ham():
         assert torch.equal(want.detach(), got.detach())
 
 
+@pytest.mark.skipif(
+    _fast.compiler_unavailable_reason(torch.device("cpu")) is not None,
+    reason="no compiled path on this machine",
+)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_compiled_mirror_step_equals_the_foreach_one(dtype):
     results = []
@@ -134,6 +138,8 @@ def test_compiled_mirror_step_equals_the_foreach_one(dtype):
             for param, grad in zip(params, _grads(step), strict=True):
                 param.grad = grad.to(dtype)
             optimizer.step()
+        assert optimizer.fallback_reason is None  # proof of the path
+        assert optimizer.tensor_steps[implementation] == 6 * 2
         results.append([param.detach() for param in params])
     tolerance = {"rtol": 1e-13, "atol": 0} if dtype == torch.float64 else {}
     for want, got, start in zip(*results, _params(), strict=True):
@@ -164,6 +170,7 @@ def test_missing_compiler_falls_back_to_foreach_with_one_warning(monkeypatch):
     assert [str(w.message) for w in caught] == [
         "HAM: no compiler; using the foreach implementation instead."
     ]
-    assert optimizer.implementation == "foreach"
+    assert optimizer.implementation == "foreach" and optimizer.fallback_reason == "no compiler"
+    assert optimizer.tensor_steps == {"foreach": 3, "compiled": 0}
     for want, got in zip(*results, strict=True):
         assert torch.equal(want, got)

@@ -270,6 +270,10 @@ def test_nonfinite_gradient_skip_counts_and_round_trips():
 
 
 def _random_run(implementation, dtype, steps=25, **kwargs):
+    return _random_run_with_optimizer(implementation, dtype, steps, **kwargs)[0]
+
+
+def _random_run_with_optimizer(implementation, dtype, steps=25, **kwargs):
     generator = torch.Generator().manual_seed(3)
     shapes = [(16, 9), (33,), (4, 5, 6), (2, 1)]
     params = [
@@ -282,21 +286,40 @@ def _random_run(implementation, dtype, steps=25, **kwargs):
         for param in params:
             param.grad = torch.randn(param.shape, generator=generator, dtype=dtype)
         optimizer.step()
-    return [param.detach() for param in params]
+    return [param.detach() for param in params], optimizer
 
 
-@pytest.mark.parametrize("implementation", ["foreach", "compiled"])
+_COMPILER = _fast.compiler_unavailable_reason(torch.device("cpu"))
+requires_compiler = pytest.mark.skipif(
+    _COMPILER is not None, reason=f"no compiled path on this machine: {_COMPILER}"
+)
+
+
+def _assert_ran(optimizer, implementation):
+    """Proof of the path: the implementation asked for stepped the tensors, nothing else."""
+    assert optimizer.fallback_reason is None, optimizer.fallback_reason
+    assert optimizer.tensor_steps[implementation] > 0
+    others = {k: v for k, v in optimizer.tensor_steps.items() if k != implementation}
+    assert not any(others.values()), optimizer.tensor_steps
+
+
+@pytest.mark.parametrize(
+    "implementation", ["foreach", pytest.param("compiled", marks=requires_compiler)]
+)
 def test_fast_paths_equal_the_reference(implementation):
     reference = _random_run("reference", torch.float64)
-    fast = _random_run(implementation, torch.float64)
+    fast, optimizer = _random_run_with_optimizer(implementation, torch.float64)
+    _assert_ran(optimizer, implementation)
     for want, got in zip(reference, fast, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
 
 
+@requires_compiler
 def test_compiled_path_equals_the_reference_in_float32():
     # A second compile (float32); the kernel computes with float32 scalars like eager mode.
     reference = _random_run("reference", torch.float32, steps=10)
-    fast = _random_run("compiled", torch.float32, steps=10)
+    fast, optimizer = _random_run_with_optimizer("compiled", torch.float32, steps=10)
+    _assert_ran(optimizer, "compiled")
     for want, got in zip(reference, fast, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -322,11 +345,13 @@ def test_missing_compiler_falls_back_to_foreach_with_one_warning(monkeypatch):
     reference = _random_run("foreach", torch.float64, steps=3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fallback = _random_run("compiled", torch.float64, steps=3)
+        fallback, optimizer = _random_run_with_optimizer("compiled", torch.float64, steps=3)
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert messages == [
         "HORST: no C++ compiler was found; using the foreach implementation instead."
     ]
+    assert optimizer.fallback_reason == "no C++ compiler was found"
+    assert optimizer.tensor_steps == {"reference": 0, "foreach": 12, "compiled": 0}
     for want, got in zip(reference, fallback, strict=True):
         assert torch.equal(want, got)
 
@@ -399,3 +424,18 @@ def test_move_ratio_after_one_step_matches_adamw_formulas():
         group["lr"] = 0.0
     assert math.isnan(horst_move_ratio(optimizer))
     assert math.isnan(horst_move_ratio(HORST([nn.Parameter(torch.ones(2, 2))])))  # no state yet
+
+
+@requires_compiler
+def test_a_failed_compile_falls_back_for_that_optimizer_only(monkeypatch):
+    def broken(*args, **kwargs):
+        return "torch.compile failed (a test)"
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_fast, "compiled_horst_step", broken)
+        with pytest.warns(RuntimeWarning, match="torch.compile failed \\(a test\\)"):
+            _, first = _random_run_with_optimizer("compiled", torch.float64, steps=2)
+    assert first.fallback_reason == "torch.compile failed (a test)"
+    assert first.implementation == "foreach" and first.tensor_steps["compiled"] == 0
+    _, second = _random_run_with_optimizer("compiled", torch.float64, steps=2)
+    assert second.fallback_reason is None and second.tensor_steps["compiled"] > 0

@@ -109,13 +109,11 @@ def _horst_kernel(
 
 
 _compiled_kernels: dict[tuple[Any, ...], Callable[..., None]] = {}
-_broken_reason: str | None = None
 
 
 def compiler_unavailable_reason(device: torch.device) -> str | None:
-    """Why torch.compile cannot build the fused step on `device`, or None if it can."""
-    if _broken_reason is not None:
-        return _broken_reason
+    """Why torch.compile cannot build a fused step on `device` (from the installation alone),
+    or None if it should. A compile that fails anyway is reported by the step functions."""
     if not hasattr(torch, "compile"):
         return "this torch has no torch.compile"
     try:
@@ -151,8 +149,12 @@ def compiled_horst_step(
     alpha: float,
     beta: float,
     exponent_clamp: float | None,
-) -> bool:
-    """The HORST step in place, one compiled pass per tensor; False if compilation failed.
+) -> str | None:
+    """The HORST step in place, one compiled pass per tensor.
+
+    Returns:
+        None when the compiled kernel ran; otherwise why it could not be compiled (nothing
+        was changed then).
 
     Tensors must be contiguous with at least two elements (the caller routes the rest to
     the reference). A non-mirrored tensor gets alpha = beta = 0 and no clamp, so its factor
@@ -186,9 +188,10 @@ def _ham_kernel(weight: Tensor, grad: Tensor, scalars: Tensor) -> None:
 
 def compiled_ham_step(
     weights: list[Tensor], grads: list[Tensor], *, lr: float, alpha: float, beta: float
-) -> bool:
+) -> str | None:
     """HAM's mirror step w <- w * exp(lr * (-alpha * sign(w) * grad - beta)) in place, one
-    compiled pass per tensor (read w and grad, write w); False if compilation failed.
+    compiled pass per tensor (read w and grad, write w); None when it ran, otherwise why it
+    could not be compiled.
 
     Tensors must be contiguous (the caller routes the rest to the foreach path).
     """
@@ -211,18 +214,16 @@ def _compiled(key: tuple[Any, ...], function: Callable[..., None]) -> Callable[.
     return _compiled_kernels[key]
 
 
-def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Tensor, ...]]) -> bool:
-    """Runs `kernel` on each argument tuple; False if the first call fails to compile."""
-    global _broken_reason
+def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Tensor, ...]]) -> str | None:
+    """Runs `kernel` on each argument tuple; the reason if the first call fails to compile."""
     for index, arguments in enumerate(calls):
         try:
             kernel(*arguments)
         except Exception as error:
             if index > 0:
                 raise  # compiled once already: a real error, not a missing compiler
-            _broken_reason = f"torch.compile failed ({type(error).__name__})"
-            return False
-    return True
+            return f"torch.compile failed ({type(error).__name__}: {error})".splitlines()[0]
+    return None
 
 
 def warn_fallback(reason: str, name: str = "HORST") -> None:

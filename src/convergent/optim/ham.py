@@ -60,6 +60,9 @@ class HAM(Optimizer):
                 f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
             )
         self.implementation = implementation
+        # Which path ran the mirror step on how many tensors, and why "compiled" fell back.
+        self.tensor_steps = {"foreach": 0, "compiled": 0}
+        self.fallback_reason: str | None = None
         if not isinstance(base_optimizer, Optimizer):
             raise TypeError(
                 f"base_optimizer must be a torch.optim.Optimizer, got {type(base_optimizer).__name__}."
@@ -128,12 +131,14 @@ class HAM(Optimizer):
             grads_of[id(weight)] = _sharding.local(cast(Tensor, param.grad))
             fast = compiled and weight.is_contiguous() and grads_of[id(weight)].is_contiguous()
             buckets.setdefault((weight.device, weight.dtype, fast), []).append(weight)
-        for (device, _, fast), weights in buckets.items():
+        for (_, _, fast), weights in buckets.items():
             grads = [grads_of[id(weight)] for weight in weights]
             if fast:
-                if _fast.compiled_ham_step(weights, grads, lr=lr, alpha=alpha, beta=beta):
+                failure = _fast.compiled_ham_step(weights, grads, lr=lr, alpha=alpha, beta=beta)
+                if failure is None:
+                    self.tensor_steps["compiled"] += len(weights)
                     continue
-                self._fall_back(_fast.compiler_unavailable_reason(device) or "")
+                self._fall_back(failure)
             # factor = exp(-(sign(w) * lr * (alpha * grad + beta * sign(w)))), one temporary.
             factors = torch._foreach_sign(weights)
             torch._foreach_mul_(factors, grads)
@@ -141,6 +146,7 @@ class HAM(Optimizer):
             torch._foreach_add_(factors, -lr * beta)
             torch._foreach_exp_(factors)
             torch._foreach_mul_(weights, factors)
+            self.tensor_steps["foreach"] += len(weights)
 
     def _use_compiled(self, params: list[Tensor]) -> bool:
         if self.implementation == "foreach" or not params:
@@ -154,7 +160,9 @@ class HAM(Optimizer):
         return False
 
     def _fall_back(self, reason: str) -> None:
-        # One warning per optimizer, then the foreach implementation for good.
+        # One warning per optimizer, then the foreach implementation for good (this optimizer
+        # only: another one tries to compile again).
         if self.implementation != "foreach":
             _fast.warn_fallback(reason, name="HAM")
+            self.fallback_reason = reason
         self.implementation = "foreach"

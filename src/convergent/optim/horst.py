@@ -133,6 +133,10 @@ class HORST(Optimizer):
                 f"implementation={implementation!r} supports HyperbolicEntropyMap(0.0) only."
             )
         self.implementation: Implementation = implementation if multiplicative else "reference"
+        # Which path stepped how many tensors, and why "compiled" fell back to foreach (if it
+        # did): the proof of which implementation really ran.
+        self.tensor_steps = {"reference": 0, "foreach": 0, "compiled": 0}
+        self.fallback_reason: str | None = None
         self.nonfinite = nonfinite
         self.skipped_steps = 0
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
@@ -238,6 +242,7 @@ class HORST(Optimizer):
                 param.copy_(horst_reference_step(
                     param, grad, state["exp_avg"], state["exp_avg_sq"], step=step,
                     mirror=flag, mirror_map=self.mirror_map, **options))  # fmt: skip
+            self.tensor_steps["reference"] += len(params)
             return
         # Elementwise from here on: FSDP2 (DTensor) parameters are updated shard by shard.
         local = _sharding.local
@@ -260,11 +265,14 @@ class HORST(Optimizer):
             arguments = ([thetas[i] for i in indices], [local_grads[i] for i in indices],
                          [exp_avgs[i] for i in indices], [exp_avg_sqs[i] for i in indices],
                          [steps[i] for i in indices], [flags[i] for i in indices])  # fmt: skip
-            if compilable and _fast.compiled_horst_step(*arguments, **options):
-                continue
             if compilable:
-                self._fall_back(_fast.compiler_unavailable_reason(arguments[0][0].device) or "")
+                failure = _fast.compiled_horst_step(*arguments, **options)
+                if failure is None:
+                    self.tensor_steps["compiled"] += len(indices)
+                    continue
+                self._fall_back(failure)
             _fast.foreach_horst_step(*arguments, **options)
+            self.tensor_steps["foreach"] += len(indices)
 
     def _resolve_implementation(self, params: list[Tensor]) -> str:
         if self.implementation in ("reference", "foreach"):
@@ -278,9 +286,11 @@ class HORST(Optimizer):
         return "foreach"
 
     def _fall_back(self, reason: str) -> None:
-        # One warning per optimizer, then the foreach implementation for good.
+        # One warning per optimizer, then the foreach implementation for good (this optimizer
+        # only: another one tries to compile again).
         if self.implementation != "foreach":
             _fast.warn_fallback(reason)
+            self.fallback_reason = reason
         self.implementation = "foreach"
 
 

@@ -1,13 +1,30 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+import torch
+from scipy import stats
 
+from convergent.optim.langevin import Langevin
+from convergent.studies import VERDICTS
+from convergent.studies import langevin as study
 from convergent.studies.common import write_study
-from convergent.studies.langevin import Config, run
+from convergent.studies.langevin import Config, gradient_rms, run
+from convergent.studies.langevin_claims import (
+    NOISE_CHECK,
+    claims_from_results,
+    noise_check,
+    noise_to_drift_ratio,
+)
 from convergent.studies.langevin_report import relative_growth, trend
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
 
 
 def test_relative_growth_of_a_line_and_a_plateau():
@@ -22,12 +39,159 @@ def test_relative_growth_of_a_line_and_a_plateau():
     assert trend(zigzag, "x") == pytest.approx(1.0, abs=0.15)  # the noise averages out
 
 
+def test_gradient_rms_of_known_gradients():
+    ones = torch.zeros(4, requires_grad=True)
+    zeros = torch.zeros(3, 4, requires_grad=True)
+    untouched = torch.zeros(5, requires_grad=True)  # no gradient: not counted
+    ones.grad, zeros.grad = torch.full((4,), 3.0), torch.zeros(3, 4)
+    # sqrt((4 * 9 + 12 * 0) / 16)
+    assert gradient_rms([ones, zeros, untouched]) == pytest.approx(1.5)
+    assert gradient_rms([untouched]) == 0.0
+
+
+def test_noise_to_drift_ratio_matches_one_langevin_step():
+    lr, s, entries = 0.01, 0.004, 200_000
+    gradient = torch.randn(entries, generator=torch.Generator().manual_seed(1)) * 0.3
+
+    def moved(noise: float) -> torch.Tensor:
+        weight = torch.zeros(entries, requires_grad=True)
+        weight.grad = gradient.clone()
+        Langevin([weight], lr=lr, s=noise, seed=0).step()
+        return weight.detach()
+
+    drift = moved(0.0)
+    noise = moved(s) - drift
+    measured = float(noise.pow(2).mean().sqrt() / drift.pow(2).mean().sqrt())
+    rms = float(gradient.pow(2).mean().sqrt())
+    assert noise_to_drift_ratio(lr, s, rms) == pytest.approx(measured, rel=0.01)
+    assert noise_to_drift_ratio(0.01, 0.0025, 0.5) == pytest.approx(1.0)  # 0.005 / 0.005
+    assert noise_to_drift_ratio(0.01, 0.0025, 0.0) == math.inf
+    with pytest.raises(ValueError, match="lr > 0"):
+        noise_to_drift_ratio(0.0, 0.0025, 0.5)
+
+
+def test_noise_check_averages_records_then_seeds_and_skips_step_zero():
+    lr, s = 0.01, 0.0025  # sqrt(lr s) / lr = 0.5
+    traces: list[list[dict[str, Any]]] = [
+        [
+            {"step": 0, "grad_rms": None},
+            {"step": 10, "grad_rms": 1.0},
+            {"step": 20, "grad_rms": 0.5},
+        ],
+        [
+            {"step": 0, "grad_rms": None},
+            {"step": 10, "grad_rms": 5.0},
+            {"step": 20, "grad_rms": 5.0},
+        ],
+    ]
+    check = noise_check(traces, lr, s)
+    assert check.value == pytest.approx(((0.5 + 1.0) / 2 + 0.1) / 2)
+    assert check.passed is True
+    old = [[{"step": 0}, {"step": 10}]]
+    missing = noise_check(old, lr, s)
+    assert missing.value is None and missing.passed is None
+    assert "gradient RMS not stored" in missing.note
+
+
 def test_modes_are_sized_as_documented():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    assert len(full.seeds) >= 3 and len(quick.seeds) == 1
+    assert full.seeds == (0, 1, 2, 3, 4) and len(quick.seeds) == 1 and len(smoke.seeds) == 1
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
     with pytest.raises(ValueError, match="mode must be one of"):
         Config.for_mode("huge")
+
+
+def _gap_trend(trace: list[dict]) -> float:
+    """Least-squares slope of the gap against the step, times the steps spanned."""
+    steps = np.array([r["step"] for r in trace], dtype=float)
+    slope = np.polyfit(steps, np.array([r["gap"] for r in trace]), 1)[0]
+    return float(slope * (steps[-1] - steps[0]))
+
+
+def _t_interval(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    half = stats.t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n)
+    return float(np.mean(values) - half), float(np.mean(values) + half)
+
+
+def test_committed_full_results_rescore_from_their_own_numbers():
+    payload = json.loads(COMMITTED.read_text())
+    claims = claims_from_results(payload)
+    assert len(claims) == 8
+    runs, summary = payload["data"]["runs"], payload["data"]["summary"]
+    gap_bar, tolerance = payload["config"]["gap_threshold"], payload["config"]["accuracy_tolerance"]
+    for index, (experiment, keys) in enumerate(
+        (("attention", ("query", "key")), ("lora", ("lora_A", "lora_B")))
+    ):
+        bounded, grows, gap, accuracy = claims[4 * index : 4 * index + 4]
+        assert all(c.statement.startswith(experiment) for c in (bounded, grows, gap, accuracy))
+        assert "(here:" in bounded.statement and "stay bounded" in bounded.statement
+        traces = [r["traces"] for r in runs[experiment]]
+        # Claim 1 from the growth numbers the run itself stored in its summary.
+        stored = summary[experiment]
+        expected = [
+            max(stored[v][f"{k}_growth"][seed] for v in ("log", "power") for k in keys)
+            for seed in range(3)
+        ]
+        assert bounded.per_seed == pytest.approx(expected, rel=1e-9)
+        # Claim 3 from the raw traces: the gap trend by numpy's least squares.
+        expected = []
+        for trace in traces:
+            change = {v: _gap_trend(trace[v]) for v in ("none", "log", "power")}
+            start = trace["none"][0]["test_rmse"]
+            expected.append(
+                min(
+                    change["none"] - gap_bar * start,
+                    change["none"] - max(change["log"], change["power"]),
+                )
+            )
+        assert gap.per_seed == pytest.approx(expected, abs=1e-12)
+        # Claim 4 from the last records: the variant furthest from the unregularized run.
+        difference = {
+            v: [
+                (t[v][-1]["test_rmse"] - t["none"][-1]["test_rmse"]) / t["none"][-1]["test_rmse"]
+                for t in traces
+            ]
+            for v in ("log", "power")
+        }
+        worst = max(difference, key=lambda v: np.mean(np.abs(difference[v])))
+        assert accuracy.per_seed == pytest.approx(difference[worst], rel=1e-12)
+        assert accuracy.threshold.bounds == (-tolerance, tolerance)
+        # The intervals are Student-t intervals over the three seeds.
+        for claim in (gap, accuracy):
+            assert claim.n == 3 and not claim.preview
+            assert claim.interval == pytest.approx(_t_interval(list(claim.per_seed)), rel=1e-9)
+        # Check A from the end norms of all targeted matrices together.
+        ratio = max(
+            np.mean([
+                math.hypot(*(t[v][-1][k] for k in keys)) / math.hypot(*(t["none"][-1][k] for k in keys))
+                for t in traces
+            ])
+            for v in ("log", "power")
+        )  # fmt: skip
+        assert bounded.checks[0].value == pytest.approx(ratio, rel=1e-12)
+        assert bounded.checks[0].passed is True
+        # The gradient RMS was not stored then: the claims that need the noise check are untested.
+        for claim in (grows, gap):
+            assert claim.verdict == "untested"
+            noise = next(c for c in claim.checks if c.name == NOISE_CHECK)
+            assert noise.value is None and "gradient RMS not stored by this run" in noise.note
+        for claim in (bounded, accuracy):
+            assert claim.verdict != "untested"
+    assert [c.verdict for c in claims] == [
+        "not reproduced", "untested", "untested", "not reproduced",
+        "not reproduced", "untested", "untested", "inconclusive",
+    ]  # fmt: skip
+
+
+def _check_smoke_claims(claims: list) -> None:
+    assert len(claims) == 8
+    for claim in claims:
+        assert claim.checks and claim.n == 1 and claim.preview
+        assert claim.verdict in VERDICTS and math.isfinite(claim.effect)
+        assert claim.interval is None and "(here:" in claim.statement
+        # A new run measures every check, so none is missing.
+        assert all(check.value is not None for check in claim.checks)
 
 
 def test_smoke_run_writes_report_json_and_figures(tmp_path):
@@ -35,8 +199,9 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
     assert result.name == "langevin" and payload["mode"] == "smoke"
-    assert all(claim.reproduced is None for claim in result.claims)  # smoke decides nothing
-    assert len(result.claims) == 8
+    _check_smoke_claims(result.claims)
+    # The payload re-scores to the very claims the run made.
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:
         assert (tmp_path / figure).stat().st_size > 0
     text = report.read_text()
@@ -51,20 +216,46 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
         for trace in traces.values():
             assert trace[-1]["step"] == Config.for_mode("smoke").langevin_steps
             assert all(key in trace[-1] for key in (*keys, "train_rmse", "test_rmse", "gap"))
+            assert trace[0]["grad_rms"] is None
+            assert all(record["grad_rms"] > 0 for record in trace[1:])
         assert runs[experiment][0]["lam"]["none"] == 0.0 and runs[experiment][0]["lam"]["log"] > 0
     villani = runs["attention"][0]["villani"]
     # Along the ray the regularized potential's Villani quantity grows faster than without.
     assert villani["log"][-1]["villani"] > villani["none"][-1]["villani"]
 
 
-def test_verdicts_are_decided_outside_smoke_mode(tmp_path):
-    config = replace(Config.for_mode("smoke"), mode="quick", variants=("none", "log"))
-    result = run(config, tmp_path, progress=False)
-    assert all(claim.reproduced in (True, False) for claim in result.claims)
+def test_a_second_run_reuses_every_unit_and_a_changed_config_recomputes(tmp_path, monkeypatch):
+    config = Config.for_mode("smoke")
+    first = run(config, tmp_path, progress=False)
+    units = sorted((tmp_path / "units").glob("*.pt"))
+    assert len(units) == 2  # (attention, lora) x one seed
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached unit was computed again")
+
+    monkeypatch.setattr(study, "run_experiment", refuse)
+    second = run(config, tmp_path, progress=False)
+    assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
+    assert json.dumps(second.data, sort_keys=True, default=str) == json.dumps(
+        first.data, sort_keys=True, default=str
+    )
+    assert any("2 unit(s) reused" in note and "0 computed" in note for note in second.notes)
+    # Fewer Langevin steps change what each unit computes: nothing may be reused.
+    with pytest.raises(AssertionError, match="computed again"):
+        run(replace(config, langevin_steps=10), tmp_path, progress=False)
+    assert sorted((tmp_path / "units").glob("*.pt")) == units
 
 
 def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
-    config = replace(Config.for_mode("smoke"), variants=("none",), langevin_steps=10)
-    alone = run(config, tmp_path / "one", progress=False).data["runs"]
-    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False).data["runs"]
-    assert json.dumps(parallel, sort_keys=True) == json.dumps(alone, sort_keys=True)
+    config = replace(
+        Config.for_mode("smoke"), variants=("none", "log"), langevin_steps=10, record_every=5
+    )
+    alone = run(config, tmp_path / "one", progress=False)
+    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+    assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
+        alone.data["runs"], sort_keys=True, default=str
+    )
+    # Without the power variant the claims are still all there, scored from log alone.
+    _check_smoke_claims(alone.claims)
+    assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]
+    assert len(list((tmp_path / "two" / "units").glob("*.pt"))) == 2

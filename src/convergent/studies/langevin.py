@@ -20,7 +20,8 @@ the same either way. This study puts those claims to a small test on darcy-16:
 `lam_rule="loss_fraction"` makes the penalty 1 % of the training loss at the start; at s = 2 / N
 it is so light that its stationary radius is ~10x the start norm, far beyond what a run of a
 few thousand steps reaches, so both rules are kept and the report prints the stationary radius
-of the lam it used. Verdicts come from the numbers by the fixed thresholds of `Config`.
+of the lam it used. The claims and their checks are scored from the stored traces alone
+(`langevin_claims`); each (experiment, seed) is one unit of the resumable `UnitCache`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import math
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +56,10 @@ from convergent.regularize import (
     stationary_radius,
     villani_along_ray,
 )
-from convergent.studies.common import StudyResult, check_mode
-from convergent.studies.langevin_report import claims_and_tables, plot_traces
+from convergent.studies.common import StudyResult, check_mode, json_ready
+from convergent.studies.langevin_claims import claims_from_results
+from convergent.studies.langevin_report import plot_traces, run_notes, tables_and_summary
+from convergent.studies.units import UnitCache
 from convergent.train import evaluate, fit
 
 VARIANTS = ("none", "log", "power")
@@ -125,14 +130,14 @@ class Config:
 
     @classmethod
     def for_mode(cls, mode: str) -> Config:
-        """smoke: seconds, for the test suite; quick: one seed, minutes; full: three seeds."""
+        """smoke: seconds, for the test suite; quick: one seed, minutes; full: five seeds."""
         check_mode(mode)
         if mode == "smoke":
             return cls(mode=mode, train_examples=96, d_model=8, pretrain_steps=20,
                        langevin_steps=20, langevin_batch_size=32, record_every=10,
                        villani_radii=(1.0, 4.0), villani_probes=1, villani_examples=16)  # fmt: skip
         if mode == "full":
-            return cls(mode=mode, seeds=(0, 1, 2), pretrain_steps=2000, langevin_steps=6000,
+            return cls(mode=mode, seeds=(0, 1, 2, 3, 4), pretrain_steps=2000, langevin_steps=6000,
                        record_every=300, villani_probes=8,
                        workers=min(3, os.cpu_count() or 1))  # fmt: skip
         # Two processes (W_Q/W_K and LoRA) keep one seed under 5 minutes on 2 cores.
@@ -180,28 +185,40 @@ def pretrain(
         seed=seed, progress=False, tensorboard=False)  # fmt: skip
 
 
+def gradient_rms(parameters: Iterable[torch.Tensor]) -> float:
+    """sqrt(mean of grad^2) over every entry of the parameters that have a gradient."""
+    grads = [p.grad.detach() for p in parameters if p.grad is not None]
+    count = sum(g.numel() for g in grads)
+    return math.sqrt(sum(float(g.pow(2).sum()) for g in grads) / count) if count else 0.0
+
+
 class _Tracker:
-    """A `fit` callback: every `every` steps, norms and train/test scores into `records`."""
+    """A `fit` callback: every `every` steps, norms, train/test scores and the gradient RMS of
+    the step just taken (the noise check's denominator) into `records`."""
 
     def __init__(
         self, model: nn.Module, norms: Any, train: DictDataset, test: DictDataset, every: int
     ):
         self.model, self.norms, self.train, self.test, self.every = model, norms, train, test, every
-        self.records: list[dict[str, float]] = []
-        self.record(0)
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.records: list[dict[str, float | None]] = []
+        self.record(0, None)  # before any step there is no gradient
 
-    def record(self, step: int) -> None:
+    def record(self, step: int, grad_rms: float | None) -> None:
         train_scores = evaluate(self.model, self.train, "regression")
         test_scores = evaluate(self.model, self.test, "regression")
         self.records.append({"step": step, **self.norms(), "train_rmse": train_scores["rmse"],
                              "test_rmse": test_scores["rmse"],
                              "train_relative_l2": train_scores["relative_l2"],
                              "test_relative_l2": test_scores["relative_l2"],
-                             "gap": test_scores["rmse"] - train_scores["rmse"]})  # fmt: skip
+                             "gap": test_scores["rmse"] - train_scores["rmse"],
+                             "grad_rms": grad_rms})  # fmt: skip
 
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
         if step % self.every == 0:
-            self.record(step)
+            # `fit` zeroes gradients at the start of the next step: they are still this step's
+            # (loss + regularizer on the batch), exactly what the Langevin step used.
+            self.record(step, gradient_rms(self.trainable))
 
 
 def _total_norm(weights: list[torch.Tensor]) -> float:
@@ -311,7 +328,8 @@ def run_experiment(
     """Phase 1 once, then phase 2 from the same weights for each variant.
 
     experiment "attention": one layer, W_Q and W_K train; "lora": `lora_layers` layers, the
-    PEFT LoRA factors on q/k train.
+    PEFT LoRA factors on q/k train. Returns only numbers, strings, lists and dicts (a unit of
+    the cache; `stationary_radius` is inf without a penalty).
     """
     tokens, features = train.tensors["inputs"].shape[1:]
     layers = 1 if experiment == "attention" else config.lora_layers
@@ -359,34 +377,15 @@ def run_experiment(
         tracker = _Tracker(model, reader, train, test, config.record_every)
         langevin_phase(model, regularizer, tracker, train, steps=config.langevin_steps, lr=config.langevin_lr,
                        s=s, batch_size=config.langevin_batch_size, seed=seed)  # fmt: skip
-        out["traces"][variant], out["lam"][variant], out["target_radius"][variant] = (
-            tracker.records,
-            lam,
-            radius,
-        )
         numel = next(iter(regularizer.weights().values())).numel()
-        out["stationary_radius"][variant] = stationary_radius(kind, lam, numel, s, config.power_eps)
+        stationary = float(stationary_radius(kind, lam, numel, s, config.power_eps))  # inf: none
+        for key, value in (("traces", tracker.records), ("lam", lam), ("target_radius", radius),
+                           ("stationary_radius", stationary)):  # fmt: skip
+            out[key][variant] = value
         if experiment == "attention":
             out["villani"][variant] = villani_rows(model, regularizer, train, config.villani_radii, s,
                                                    config.villani_probes, config.villani_examples, seed)  # fmt: skip
     return out
-
-
-def _lam_note(config: Config, runs: dict[str, list[dict[str, Any]]]) -> str:
-    parts = []
-    for experiment, seed_runs in runs.items():
-        for variant in config.variants:
-            if variant == "none":
-                continue
-            first = seed_runs[0]
-            parts.append(f"{experiment}/{variant}: lam {first['lam'][variant]:.3g}, stationary "
-                         f"||W|| per matrix {first['stationary_radius'][variant]:.3g}")  # fmt: skip
-    if config.lam_rule == "radius":
-        rule = (f"lam is set so that the penalty alone (flat loss) has its most likely ||W||_F at "
-                f"{config.radius_factor:g}x the root-mean-square start norm of the targeted matrices")  # fmt: skip
-    else:
-        rule = f"lam is set so that the penalty is {config.penalty_fraction:.0%} of the training loss at the start"
-    return f"{rule}; seed {config.seeds[0]}: " + "; ".join(parts) + "."
 
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
@@ -412,6 +411,33 @@ def _run_job(
     return run_experiment(experiment, config, seed, train, test, s)
 
 
+def _run_units(
+    jobs: list[tuple[Config, int, str, float, bool]],
+    cache: UnitCache,
+    data: tuple[DictDataset, DictDataset],
+    workers: int,
+) -> list[dict[str, Any]]:
+    """Each job's outcome, from the cache or computed (in `workers` processes); the parent
+    stores each unit as soon as it finishes, so an interruption loses only the units in flight."""
+    units = [{"experiment": experiment, "seed": seed} for _, seed, experiment, _, _ in jobs]
+    outcomes: list[dict[str, Any] | None] = [cache.get(unit) for unit in units]
+    cache.hits += sum(outcome is not None for outcome in outcomes)
+    pending = [index for index, outcome in enumerate(outcomes) if outcome is None]
+    if workers > 1 and len(pending) > 1:
+        # Jobs are independent and deterministic: running them in processes changes nothing
+        # but the wall time.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(_run_job, jobs[index]): index for index in pending}
+            for future in as_completed(futures):
+                index = futures[future]
+                outcomes[index] = cache.run(units[index], future.result)
+    else:
+        for index in pending:
+            outcomes[index] = cache.run(units[index], partial(_run_job, jobs[index], data))
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
 def _run(config: Config, out: Path, progress: bool) -> StudyResult:
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -419,37 +445,19 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
     s = config.s if config.s is not None else 2.0 / len(train)
     runs: dict[str, list[dict[str, Any]]] = {"attention": [], "lora": []}
     jobs = [(config, seed, experiment, s, progress) for seed in config.seeds for experiment in runs]
-    if config.workers > 1:
-        # Jobs are independent and deterministic: running them in processes changes nothing
-        # but the wall time.
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=config.workers, mp_context=context) as pool:
-            outcomes = list(pool.map(_run_job, jobs))
-    else:
-        outcomes = [_run_job(job, (train, test)) for job in jobs]
+    cache = UnitCache(out / "units", "langevin", json_ready(config))
+    outcomes = _run_units(jobs, cache, (train, test), config.workers)
     for (_, _, experiment, _, _), outcome in zip(jobs, outcomes, strict=True):
         runs[experiment].append(outcome)
-    claims, tables, summary = claims_and_tables(config, runs)
+    tables, summary = tables_and_summary(config, runs)
+    data = {"s": s, "summary": summary, "runs": runs}
+    # Scored from the JSON form, by the same code that re-scores a committed results.json.
+    claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
     figures = plot_traces(runs, out)
-    notes = [
-        f"s = {s:.3g} (temperature s/2 = {s / 2:.3g}; "
-        + (
-            "2 / N_train, the posterior at temperature 1 for the summed loss"
-            if config.s is None
-            else "set in the config"
-        )
-        + f"), Langevin lr = {config.langevin_lr}, batch {config.langevin_batch_size} of {len(train)} "
-        "training examples (stochastic-gradient Langevin), test = the 50 official test fields.",
-        _lam_note(config, runs),
-        "The gap is test RMSE - train RMSE; RMSE is in units of the standardized solution field.",
-        "Growth of a norm = its least-squares trend over the second half of phase 2, as a fraction of its "
-        "mean there; the gap trend is the least-squares change of the gap over all of phase 2. Norms in "
-        "the tables are over all targeted matrices together (e.g. ||A|| over every LoRA A).",
-    ]
-    if config.mode == "smoke":
-        notes.append(
-            "Smoke size: too short and too small to decide any claim; verdicts are undecided."
-        )
+    notes = [*run_notes(config, runs, s, len(train)), cache.summary() + "."]
     return StudyResult(name="langevin", mode=config.mode, config=replace(config), tables=tables, claims=claims,
-                       figures=figures, data={"s": s, "summary": summary, "runs": runs}, notes=notes,
+                       figures=figures, data=data, notes=notes,
                        seconds=time.perf_counter() - started)  # fmt: skip
+
+
+__all__ = ["Config", "claims_from_results", "gradient_rms", "run", "run_experiment"]

@@ -1,7 +1,9 @@
-"""Numbers, verdicts and figures of the `langevin` study, from its recorded traces.
+"""Tables, notes and figures of the `langevin` study, from its recorded traces.
 
 A trace is a list of records {step, <norm keys>, train_rmse, test_rmse, train_relative_l2,
-test_relative_l2, gap}, one per evaluation during phase 2, for one variant and one seed.
+test_relative_l2, gap, grad_rms}, one per evaluation during phase 2, for one variant and one
+seed. grad_rms is the RMS of the last step's gradient of the potential over the trained
+entries (None at step 0, before any step; absent in runs written before it was recorded).
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-
-from convergent.studies.common import Claim
 
 NORM_KEYS = {"attention": ("query", "key"), "lora": ("lora_A", "lora_B", "lora_BA")}
 NORM_LABELS = {
@@ -76,8 +76,9 @@ def _cell(values: list[float], digits: int = 4) -> str:
     return f"{_mean(values):.{digits}g} ± {statistics.stdev(values):.2g}"
 
 
-def claims_and_tables(config: Any, runs: dict[str, list[dict[str, Any]]]) -> tuple[list[Claim], dict[str, list[dict[str, Any]]], dict[str, Any]]:  # fmt: skip
-    """Per experiment and variant: summaries over seeds, the tables, and the claims' verdicts."""
+def tables_and_summary(config: Any, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:  # fmt: skip
+    """Per experiment and variant: the tables and the summaries over seeds (the claims are
+    scored in `langevin_claims`, from the traces)."""
     summary: dict[str, dict[str, dict[str, list[float]]]] = {}
     tables: dict[str, list[dict[str, Any]]] = {}
     for experiment, seed_runs in runs.items():
@@ -117,8 +118,7 @@ def claims_and_tables(config: Any, runs: dict[str, list[dict[str, Any]]]) -> tup
         tables[
             "Villani quantity ||grad V||^2 / s - Laplacian V along the ray through the final (W_Q, W_K) (seed 0)"
         ] = rows
-    claims = _claims(config, summary)
-    return claims, tables, _json_summary(summary)
+    return tables, _json_summary(summary)
 
 
 def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -128,55 +128,51 @@ def _json_summary(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _claims(config: Any, summary: dict[str, Any]) -> list[Claim]:
-    decide = config.mode != "smoke"
-    growth, tolerance = config.growth_threshold, config.accuracy_tolerance
-    regularized = [v for v in ("log", "power") if v in config.variants]
-    claims = []
-    for experiment, what in (("attention", "W_Q and W_K"), ("lora", "the LoRA factors A and B")):
-        data = summary[experiment]
-        keys = NORM_KEYS[experiment][:2]
+def lam_note(config: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
+    """How lam was set, and its value and stationary radius per experiment (first seed)."""
+    parts = []
+    for experiment, seed_runs in runs.items():
+        for variant in config.variants:
+            if variant == "none":
+                continue
+            first = seed_runs[0]
+            parts.append(f"{experiment}/{variant}: lam {first['lam'][variant]:.3g}, stationary "
+                         f"||W|| per matrix {first['stationary_radius'][variant]:.3g}")  # fmt: skip
+    if config.lam_rule == "radius":
+        rule = (f"lam is set so that the penalty alone (flat loss) has its most likely ||W||_F at "
+                f"{config.radius_factor:g}x the root-mean-square start norm of the targeted matrices")  # fmt: skip
+    else:
+        rule = f"lam is set so that the penalty is {config.penalty_fraction:.0%} of the training loss at the start"
+    return f"{rule}; seed {config.seeds[0]}: " + "; ".join(parts) + "."
 
-        def grow(variant: str, key: str, data: dict[str, Any] = data) -> float:
-            return _mean(data[variant][f"{key}_growth"])
 
-        bounded = [
-            f"{v}: " + ", ".join(f"{NORM_LABELS[k]} {grow(v, k):+.1%}" for k in keys)
-            for v in regularized
-        ]
-        ok = all(grow(v, k) < growth for v in regularized for k in keys)
-        claims.append(Claim(
-            f"{experiment}: with a light log or power regularizer, the norms of {what} stay bounded",
-            ok if decide else None,
-            f"growth over the second half of phase 2 ({'; '.join(bounded)}); bounded means < {growth:.0%}."))  # fmt: skip
-        if "none" in config.variants:
-            unbounded = ", ".join(f"{NORM_LABELS[k]} {grow('none', k):+.1%}" for k in keys)
-            ends = "; ".join(f"{v}: " + ", ".join(f"{NORM_LABELS[k]} {_mean(data[v][f'{k}_end']):.3g}" for k in keys)
-                             for v in config.variants)  # fmt: skip
-            claims.append(Claim(
-                f"{experiment}: without a regularizer, the norms of {what} grow",
-                all(grow("none", k) > growth for k in keys) if decide else None,
-                f"growth without regularizer: {unbounded} (grows means > {growth:.0%}); end norms {ends}."))  # fmt: skip
-            start = _mean(data["none"]["test_rmse_start"])
-            change = {v: _mean(data[v]["gap_change"]) for v in config.variants}
-            creeps = change["none"] > config.gap_threshold * start and all(
-                change["none"] > change[v] for v in regularized
-            )
-            claims.append(Claim(
-                f"{experiment}: without a regularizer, the generalization gap creeps up",
-                creeps if decide else None,
-                "gap trend over phase 2 (least-squares change): " + ", ".join(f"{v} {c:+.4f}" for v, c in change.items())
-                + f" (creeps up means > {config.gap_threshold:.0%} of the starting test RMSE {start:.4f}, and more than with a regularizer)."))  # fmt: skip
-            final = {v: _mean(data[v]["test_rmse_end"]) for v in config.variants}
-            same = all(
-                abs(final[v] - final["none"]) <= tolerance * final["none"] for v in regularized
-            )
-            claims.append(Claim(
-                f"{experiment}: prediction accuracy is about the same with or without a regularizer",
-                same if decide else None,
-                "final test RMSE: " + ", ".join(f"{v} {r:.4f}" for v, r in final.items())
-                + f" (the same means within {tolerance:.0%} of the unregularized run)."))  # fmt: skip
-    return claims
+def run_notes(
+    config: Any, runs: dict[str, list[dict[str, Any]]], s: float, train_size: int
+) -> list[str]:
+    """The report's notes: the noise, lam, and how the claims' quantities are measured."""
+    origin = (
+        "2 / N_train, the posterior at temperature 1 for the summed loss"
+        if config.s is None
+        else "set in the config"
+    )
+    notes = [
+        f"s = {s:.3g} (temperature s/2 = {s / 2:.3g}; {origin}), Langevin lr = "
+        f"{config.langevin_lr}, batch {config.langevin_batch_size} of {train_size} training "
+        "examples (stochastic-gradient Langevin), test = the 50 official test fields.",
+        lam_note(config, runs),
+        "The gap is test RMSE - train RMSE; RMSE is in units of the standardized solution field.",
+        "Growth of a norm = its least-squares trend over the second half of phase 2, as a fraction "
+        "of its mean there; the gap trend is the least-squares change of the gap over all of phase "
+        "2. Norms in the tables are over all targeted matrices together (e.g. ||A|| over every "
+        "LoRA A).",
+        "Noise check: sqrt(lr s) / (lr * RMS of the gradient of loss + regularizer over the "
+        "trained entries), the gradient read at every record step of phase 2.",
+    ]
+    if config.mode == "smoke":
+        notes.append(
+            "Smoke size: one seed, too short and too small to decide a claim; verdicts are previews."
+        )
+    return notes
 
 
 def plot_traces(runs: dict[str, list[dict[str, Any]]], out_dir: Path) -> list[str]:

@@ -1,14 +1,38 @@
 from __future__ import annotations
 
+import copy
 import json
 import math
+from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from scipy import stats
 
-from convergent.studies.common import write_study
+from convergent.studies import VERDICTS, rescore
+from convergent.studies import residual as study
+from convergent.studies.common import json_ready, write_study
 from convergent.studies.residual import Config, run
-from convergent.studies.residual_depth import ScaledResidualOutput, set_residual_coefficient
+from convergent.studies.residual_claims import (
+    claims_from_results,
+    depth_gaps,
+    floor_decades,
+    head_and_tail_means,
+    smallest_gap_growth,
+    spearman,
+    worst_r_squared,
+)
+from convergent.studies.residual_depth import (
+    DepthRun,
+    ScaledResidualOutput,
+    depth_run_to_dict,
+    set_residual_coefficient,
+)
+from convergent.studies.residual_onelayer import GradientDescentRun, run_to_dict
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
 
 
 def _tiny_bert():
@@ -40,7 +64,9 @@ def test_scaled_residual_at_beta_one_is_bert_and_at_zero_drops_the_input():
 
 
 def test_config_modes_and_bad_values():
-    assert Config.for_mode("full").seeds == (0, 1, 2)
+    assert Config.for_mode("full").seeds == (0, 1, 2, 3, 4)
+    assert Config.for_mode("full").gd_steps == 2000
+    assert Config.for_mode("quick").seeds == (0,)
     assert Config.for_mode("quick").betas == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert Config.for_mode("quick").depths == (2, 6, 10)
     with pytest.raises(ValueError, match=r"beta=1.5 is out of range"):
@@ -49,14 +75,196 @@ def test_config_modes_and_bad_values():
         Config.for_mode("huge")
 
 
+# --- measurement functions, against answers worked out by hand -------------------------------
+
+
+def test_head_and_tail_means_use_a_tenth_of_the_steps():
+    # 20 steps: the first and last 2 -> (0 + 1) / 2 and (18 + 19) / 2.
+    assert head_and_tail_means([float(v) for v in range(20)]) == (0.5, 18.5)
+    # 5 steps: a tenth rounds down to 0, so one step each.
+    assert head_and_tail_means([4.0, 9.0, 9.0, 9.0, 2.0]) == (4.0, 2.0)
+    # 200 steps as in full mode: 20 each; JSON's "nan" strings are read as numbers.
+    losses = [1.0] * 20 + ["nan"] * 160 + [0.25] * 20
+    assert head_and_tail_means(losses) == (1.0, 0.25)
+
+
+def test_worst_r_squared_counts_a_failed_fit_as_zero():
+    good = {"r_squared": 0.95, "rate_high": 0.99, "diverged": False}
+    worse = {"r_squared": 0.91, "rate_high": 0.999, "diverged": False}
+    assert worst_r_squared([good, worse]) == pytest.approx(0.91)
+    assert worst_r_squared([good, {**worse, "diverged": True}]) == 0.0
+    assert worst_r_squared([good, {**worse, "rate_high": 1.0}]) == 0.0
+    assert worst_r_squared([good, {**worse, "r_squared": "nan"}]) == 0.0
+    assert math.isnan(worst_r_squared([]))
+
+
+def test_floor_decades_and_gap_growth():
+    rows = [
+        {"beta": 0.0, "residual_sigma_min_min": 1e-4},
+        {"beta": 0.5, "residual_sigma_min_min": 0.3},
+        {"beta": 1.0, "residual_sigma_min_min": 0.1},
+    ]
+    assert floor_decades(rows) == pytest.approx(3.0)  # min(0.3, 0.1) / 1e-4 = 10^3
+    assert math.isnan(floor_decades(rows[1:]))  # no beta = 0 run
+    assert smallest_gap_growth({2: 0.1, 6: 0.3, 10: 0.25}) == pytest.approx(-0.05)
+    assert smallest_gap_growth({10: 0.5, 2: 0.1, 6: 0.3}) == pytest.approx(0.2)
+    assert math.isnan(smallest_gap_growth({2: 0.1}))
+    runs = [
+        {"depth": 2, "beta": 0.0, "losses": [0.9] * 10},
+        {"depth": 2, "beta": 1.0, "losses": [0.5] * 9 + [0.3]},
+    ]
+    assert depth_gaps(runs) == {2: pytest.approx(0.6)}  # tail of 1 step: 0.9 - 0.3
+    assert spearman([0.0, 0.5, 1.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([0.0, 0.5, 1.0], [2.0, 2.0, 2.0]))  # no order to compare
+
+
+def test_unit_values_survive_a_weights_only_load(tmp_path):
+    gd = GradientDescentRun(
+        beta=0.5, seed=3, losses=[1.0, math.nan], spectra_steps=[0, 1], sigma_min=[0.1, 0.2],
+        sigma_max=[1.0, 2.0], residual_sigma_min=[0.3, 0.4], residual_sigma_max=[1.5, 2.5],
+        squared_ratio=[0.01, 0.01], residual_squared_ratio=[0.04, 0.03], diverged=True,
+        seconds=1.5,
+    )  # fmt: skip
+    depth = DepthRun(2, 1.0, 3, "pretrained layers 0-1", [0.7, 0.6], 0.25, 0.55, 4.0)
+    torch.save({"gd": run_to_dict(gd), "depth": depth_run_to_dict(depth)}, tmp_path / "u.pt")
+    loaded = torch.load(tmp_path / "u.pt", weights_only=True)
+    rebuilt = GradientDescentRun(**loaded["gd"])
+    assert math.isnan(rebuilt.losses[1])
+    assert replace(rebuilt, losses=[1.0]) == replace(gd, losses=[1.0])
+    assert DepthRun(**loaded["depth"]) == depth
+
+
+# --- the committed full-mode results (3 seeds, written before this claim record) ------------
+
+
+def _committed() -> dict:
+    return json.loads(COMMITTED.read_text())
+
+
+def _t_interval(values: list[float]) -> tuple[float, float]:
+    mean, spread = float(np.mean(values)), float(np.std(values, ddof=1))
+    half = stats.t.ppf(0.975, len(values) - 1) * spread / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def test_claims_from_committed_results_recompute_independently():
+    payload = _committed()
+    claims = claims_from_results(payload)
+    assert len(claims) == 5
+    rows = payload["data"]["one_layer_fits"]["full_curve"]
+    seeds = [0, 1, 2]
+
+    # Claim 1: per seed, min over beta > 0 of R^2, a diverged run or rate_high >= 1 as 0.
+    linear = []
+    for seed in seeds:
+        values = []
+        for row in rows:
+            if row["seed"] == seed and row["beta"] > 0:
+                broken = row["diverged"] or row["rate_high"] >= 1
+                values.append(0.0 if broken else row["r_squared"])
+        linear.append(min(values))
+    assert claims[0].per_seed == pytest.approx(linear)
+    assert claims[0].interval == pytest.approx(_t_interval(linear))
+    assert claims[0].threshold.bounds == (0.9, math.inf)
+
+    # Claim 3: per seed, log10(min over beta > 0 of the floor / the floor at beta 0).
+    decades = []
+    for seed in seeds:
+        floor = {r["beta"]: r["residual_sigma_min_min"] for r in rows if r["seed"] == seed}
+        decades.append(math.log10(min(v for b, v in floor.items() if b > 0) / floor[0.0]))
+    assert claims[2].per_seed == pytest.approx(decades)
+    assert claims[2].interval == pytest.approx(_t_interval(decades))
+
+    # Claim 4: per seed, Spearman(beta, 1 - rate) over the five betas.
+    speed = []
+    for seed in seeds:
+        chosen = sorted((r for r in rows if r["seed"] == seed), key=lambda r: r["beta"])
+        speed.append(
+            stats.spearmanr([r["beta"] for r in chosen], [1 - r["rate"] for r in chosen]).statistic
+        )
+    assert claims[3].per_seed == pytest.approx(speed)
+
+    # Claim 5: per seed, the gap of the last-20-step mean loss (200 steps), beta 0 minus 1,
+    # and its smallest increase from depth 2 to 6 to 10.
+    growth = []
+    for seed in seeds:
+        tail = {
+            (r["depth"], r["beta"]): sum(r["losses"][-20:]) / 20
+            for r in payload["data"]["depth_runs"]
+            if r["seed"] == seed
+        }
+        gap = [tail[(d, 0.0)] - tail[(d, 1.0)] for d in (2, 6, 10)]
+        growth.append(min(gap[1] - gap[0], gap[2] - gap[1]))
+    assert claims[4].per_seed == pytest.approx(growth)
+    assert claims[4].interval == pytest.approx(_t_interval(growth))
+
+    # Every check's quantity was stored in the old payload: nothing is untested, and
+    # the verdicts follow from the intervals above.
+    for claim in claims:
+        assert claim.n == 3 and not claim.preview
+        assert all(check.value is not None and check.passed for check in claim.checks)
+        assert "(here: " in claim.statement
+    assert [claim.verdict for claim in claims] == [
+        "inconclusive",  # R^2 interval [0.879, 0.917] straddles 0.9
+        "not reproduced",
+        "reproduced",
+        "not reproduced",
+        "reproduced",
+    ]
+
+
+def test_a_check_quantity_that_was_not_stored_makes_the_claim_untested():
+    payload = copy.deepcopy(_committed())
+    for row in payload["data"]["one_layer_fits"]["full_curve"]:
+        del row["squared_ratio_mean"]
+    claims = claims_from_results(payload)
+    # The collapse check backs claims 2 and 3; the effects are still reported.
+    assert [c.verdict for c in claims] == [
+        "inconclusive", "untested", "untested", "not reproduced", "reproduced",
+    ]  # fmt: skip
+    collapse = [c for c in claims[2].checks if c.name.startswith("softmax collapses")]
+    assert collapse[0].value is None and "not measured" in collapse[0].note
+    assert claims[2].effect == pytest.approx(claims_from_results(_committed())[2].effect)
+
+    for row in payload["data"]["one_layer_fits"]["full_curve"]:
+        del row["initial_loss"]
+    assert [c.verdict for c in claims_from_results(payload)[:4]] == ["untested"] * 4
+
+
+def test_rescore_of_the_committed_folder(tmp_path):
+    folder = tmp_path / "residual-full"
+    folder.mkdir()
+    (folder / "results.json").write_text(COMMITTED.read_text())
+    result = rescore(folder)
+    written = json.loads((folder / "results.json").read_text())
+    assert [c["verdict"] for c in written["claims"]] == [c.verdict for c in result.claims]
+    report = (folder / "report.md").read_text()
+    for claim in result.claims:
+        assert f"| {claim.statement} | {claim.verdict} |" in report
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def _assert_preview_claims(claims) -> None:
+    assert len(claims) == 5
+    for claim in claims:
+        assert claim.checks, claim.statement
+        assert claim.n == 1 and claim.preview
+        assert claim.verdict in VERDICTS
+        assert claim.interval is None
+        assert claim.effect is not None and math.isfinite(claim.effect)
+
+
 def test_smoke_run_writes_a_report(tmp_path):
     result = run(Config.for_mode("smoke"), tmp_path, progress=False)
     report = write_study(result, tmp_path)
     assert report.is_file()
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["name"] == "residual"
-    assert len(result.claims) == 5
-    assert all(claim.reproduced is None for claim in result.claims)  # smoke decides nothing
+    _assert_preview_claims(result.claims)
+    # run() scores its claims with the same function a rescore uses.
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:
         assert (tmp_path / figure).stat().st_size > 1000
     one_layer = result.data["one_layer_runs"]
@@ -77,8 +285,46 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert all(len(run["losses"]) == 3 for run in depth)
 
 
+def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
+    config = Config.for_mode("smoke")
+    first = run(config, tmp_path, progress=False)
+    units = sorted((tmp_path / "units").glob("*.pt"))
+    assert len(units) == 3 + 4  # 3 betas, and 2 depths x 2 betas, one seed
+    stamps = [path.stat().st_mtime_ns for path in units]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished unit was computed again")
+
+    monkeypatch.setattr(study, "train_one_beta", refuse)
+    monkeypatch.setattr(study, "train_one_depth", refuse)
+    second = run(config, tmp_path, progress=False)
+    assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
+    assert json_ready(second.data) == json_ready(first.data)
+    assert second.tables == first.tables
+    assert [path.stat().st_mtime_ns for path in units] == stamps
+
+    # A field that changes what a unit computes makes every unit new.
+    monkeypatch.undo()
+    computed: list[str] = []
+    for name in ("train_one_beta", "train_one_depth"):
+        original = getattr(study, name)
+
+        def counting(*args, _original=original, _name=name, **kwargs):
+            computed.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(study, name, counting)
+    changed = run(replace(config, gd_lr=0.05), tmp_path, progress=False)
+    assert sorted(computed) == ["train_one_beta"] * 3 + ["train_one_depth"] * 4
+    assert len(list((tmp_path / "units").glob("*.pt"))) == 14
+    assert changed.data["one_layer_runs"][1]["losses"] != first.data["one_layer_runs"][1]["losses"]
+
+
 def test_quick_run(tmp_path):
     """The one real-data study that runs at quick size in the default suite, so CI runs it."""
     result = run(Config.for_mode("quick"), tmp_path, progress=False)
     write_study(result, tmp_path)
-    assert all(claim.reproduced is not None for claim in result.claims)
+    _assert_preview_claims(result.claims)
+    assert all(check.value is not None for claim in result.claims for check in claim.checks)
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]

@@ -10,33 +10,50 @@ residual connections. Claims checked here:
 4. Convergence speeds up as the residual coefficient beta goes from 0 to 1.
 5. With depth (2, 6, 10 layers) the advantage of residuals grows.
 
-Part (a) (claims 1-4) is `residual_onelayer`; part (b) (claim 4) is `residual_depth`.
+Part (a) (claims 1-4) is `residual_onelayer`; part (b) (claim 5) is `residual_depth`; the
+claims are scored in `residual_claims` (one effect per seed, from the stored data alone).
+Every (seed, beta) and (seed, depth, beta) run is a unit of `UnitCache`, so a run resumes.
 Usage: ``run(Config.for_mode("quick"), out_dir)``; ``convergent reproduce residual`` calls it.
 """
 
 from __future__ import annotations
 
-import itertools
+import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
-from .common import Claim, StudyResult, check_mode
-from .residual_depth import DepthRun, train_at_depth
-from .residual_onelayer import GradientDescentRun, run_beta_sweep, summarize_run
+from .common import StudyResult, check_mode, json_ready
+from .residual_claims import claims_from_results
+from .residual_depth import (
+    DepthRun,
+    depth_run_to_dict,
+    load_minilm,
+    rt_sentence_data,
+    train_one_depth,
+)
+from .residual_onelayer import (
+    GradientDescentRun,
+    run_to_dict,
+    summarize_run,
+    train_one_beta,
+    weather_subset,
+)
 from .residual_plots import (
     plot_depth_curves,
     plot_loss_curves,
     plot_rate_against_ratio,
     plot_spectra,
 )
+from .units import UnitCache
+
+__all__ = ["Config", "claims_from_results", "run"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,7 @@ class Config:
 
     @classmethod
     def for_mode(cls, mode: str) -> Config:
-        """smoke: seconds, for CI; quick: < 5 min on 2 cores; full: three seeds."""
+        """smoke: seconds, for CI; quick: < 5 min on 2 cores; full: five seeds."""
         check_mode(mode)
         if mode == "smoke":
             return cls(
@@ -121,7 +138,7 @@ class Config:
             )  # fmt: skip
         if mode == "full":
             return cls(
-                mode="full", seeds=(0, 1, 2), gd_steps=2000, depth_steps=200,
+                mode="full", seeds=(0, 1, 2, 3, 4), gd_steps=2000, depth_steps=200,
                 train_examples=8000, validation_examples=1000,
             )  # fmt: skip
         return cls(mode="quick")
@@ -130,14 +147,6 @@ class Config:
     def resolved_init_std(self) -> float:
         """``init_std``, or 1 / sqrt(d_model) when it is None."""
         return self.init_std if self.init_std is not None else 1.0 / math.sqrt(self.d_model)
-
-
-def _spearman(first: Sequence[float], second: Sequence[float]) -> float:
-    if len(first) < 2 or not all(map(math.isfinite, [*first, *second])):
-        return math.nan
-    if np.ptp(first) == 0 or np.ptp(second) == 0:
-        return math.nan
-    return float(stats.spearmanr(first, second).statistic)
 
 
 def _mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
@@ -176,92 +185,6 @@ def _beta_table(rows: list[dict[str, Any]], late: dict[tuple, dict[str, Any]]) -
     return table
 
 
-def _part_a_claims(table: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Claim]:
-    betas = [row["beta"] for row in table]
-    contraction = [1.0 - row["rate (full curve)"] for row in table]
-    late_contraction = [1.0 - row["rate (late window)"] for row in table]
-    effective_contraction = [1.0 - row["effective rate"] for row in table]
-    ratio = [row["(min/max)^2 bX+A"] for row in table]
-    plain_ratio = [row["(min/max)^2 A"] for row in table]
-    residual_rows = [row for row in rows if row["beta"] > 0]
-    linear = all(
-        row["rate_high"] < 1 and row["r_squared"] >= 0.9 and not row["diverged"]
-        for row in residual_rows
-    )
-    worst_r2 = min((row["r_squared"] for row in residual_rows), default=math.nan)
-    claims = [
-        Claim(
-            "Full-batch GD on a one-layer Transformer with residual connections converges linearly.",
-            linear,
-            f"for every beta > 0 and seed, log(loss) against step fits a line with upper rate "
-            f"bound < 1: {'yes' if linear else 'no'} (smallest R^2 {worst_r2:.3f}; criterion "
-            f"R^2 >= 0.9 over the whole curve).",
-        )
-    ]
-    rho_theory = _spearman(contraction, ratio)
-    rho_plain = _spearman(contraction, plain_ratio)
-    rho_late = _spearman(late_contraction, ratio)
-    rho_effective = _spearman(effective_contraction, ratio)
-    same_order = rho_theory == 1.0
-    claims.append(
-        Claim(
-            "The rate is set by sigma_min^2 / sigma_max^2 of the attention output "
-            "(the fitted rate orders the same way across beta).",
-            same_order if math.isfinite(rho_theory) else None,
-            f"Spearman(1 - rho, mean (sigma_min/sigma_max)^2 of beta X + Attn(X)) = "
-            f"{rho_theory:.2f} over {len(betas)} betas"
-            f"{' (same order)' if same_order else ' (the orders differ)'}; with Attn(X) alone "
-            f"{rho_plain:.2f}; with the late-window rate {rho_late:.2f}; with the effective "
-            f"rate (L_T/L_0)^(1/T) {rho_effective:.2f} (reported, not the criterion).",
-        )
-    )
-    by_beta = {row["beta"]: row for row in table}
-    baseline = by_beta.get(0.0)
-    speeds_up = _spearman(betas, contraction)
-    if baseline is None:
-        claims.append(
-            Claim(
-                "Residuals keep sigma_min away from zero where softmax collapses rank.",
-                None,
-                "no beta = 0 run to compare with.",
-            )
-        )
-    else:
-        floor = [
-            min(r["residual_sigma_min_min"] for r in rows if r["beta"] == beta) for beta in betas
-        ]
-        zero_floor = floor[betas.index(0.0)]
-        kept_away = all(
-            value > 10 * zero_floor for beta, value in zip(betas, floor, strict=True) if beta > 0
-        )
-        collapse = baseline["(min/max)^2 A"]
-        claims.append(
-            Claim(
-                "Residuals keep sigma_min away from zero where softmax collapses rank.",
-                kept_away,
-                "smallest sigma_min of beta X + Attn(X) over training: "
-                + ", ".join(f"beta={b:g}: {v:.2g}" for b, v in zip(betas, floor, strict=True))
-                + f" (criterion: every beta > 0 at least 10x beta = 0: "
-                f"{'yes' if kept_away else 'no'}); Attn(X) alone: mean (sigma_min/sigma_max)^2 "
-                f"= {collapse:.2g} at beta = 0 and "
-                f"{by_beta[max(betas)]['(min/max)^2 A']:.2g} at beta = {max(betas):g}.",
-            )
-        )
-    speeds_effective = _spearman(betas, effective_contraction)
-    final_losses = [row["final_loss"] for row in table]
-    claims.append(
-        Claim(
-            "Convergence speeds up as beta goes from 0 to 1.",
-            speeds_up == 1.0 if math.isfinite(speeds_up) else None,
-            f"Spearman(beta, 1 - rho) = {speeds_up:.2f} with the fitted rate (criterion 1.00);"
-            f" with the effective rate {speeds_effective:.2f}; final loss by beta: "
-            + ", ".join(f"{b:g}: {v:.4f}" for b, v in zip(betas, final_losses, strict=True))
-            + ".",
-        )
-    )
-    return claims
-
-
 def _depth_table(runs: list[DepthRun]) -> list[dict[str, Any]]:
     table = []
     for depth in sorted({run.depth for run in runs}):
@@ -281,7 +204,8 @@ def _depth_table(runs: list[DepthRun]) -> list[dict[str, Any]]:
     return table
 
 
-def _depth_claim(table: list[dict[str, Any]]) -> tuple[Claim, list[dict[str, Any]]]:
+def _depth_gap_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per depth, the seed-mean final train loss and validation error at beta 0 minus beta 1."""
     gaps = []
     for depth in sorted({row["depth"] for row in table}):
         rows = {row["beta"]: row for row in table if row["depth"] == depth}
@@ -295,19 +219,7 @@ def _depth_claim(table: list[dict[str, Any]]) -> tuple[Claim, list[dict[str, Any
                     - rows[1.0]["validation error"],
                 }
             )
-    loss_gaps = [row["loss gap (beta 0 - beta 1)"] for row in gaps]
-    grows = len(loss_gaps) >= 2 and all(b > a for a, b in itertools.pairwise(loss_gaps))
-    claim = Claim(
-        "With depth, the advantage of residuals grows.",
-        grows if len(loss_gaps) >= 2 else None,
-        "final training-loss gap (beta 0 minus beta 1) by depth: "
-        + ", ".join(f"{row['depth']}: {row['loss gap (beta 0 - beta 1)']:.3f}" for row in gaps)
-        + f" (criterion: strictly increasing with depth: {'yes' if grows else 'no'}); "
-        + "validation-error gaps: "
-        + ", ".join(f"{row['depth']}: {row['error gap (beta 0 - beta 1)']:.3f}" for row in gaps)
-        + ".",
-    )
-    return claim, gaps
+    return gaps
 
 
 def _limited_threads(count: int) -> Any:
@@ -324,29 +236,104 @@ def _limited_threads(count: int) -> Any:
     return _Threads()
 
 
+def _one_layer_runs(
+    config: Config, units: UnitCache, log: Callable[[str], None] | None
+) -> list[GradientDescentRun]:
+    """Part (a): one cached unit per (seed, beta); the data subset is loaded only if a unit
+    has to be computed."""
+    weather = functools.cache(lambda: weather_subset(config.window, config.examples, 0))
+    runs = []
+    # The one-layer model's matrices are tiny: one thread avoids pure threading overhead.
+    with _limited_threads(1):
+        for seed in config.seeds:
+            for beta in config.betas:
+
+                def compute(beta: float = beta, seed: int = seed) -> dict[str, Any]:
+                    inputs, labels, _ = weather()
+                    run = train_one_beta(
+                        inputs, labels, beta, seed, window=config.window,
+                        d_model=config.d_model, d_ff=config.d_ff,
+                        init_std=config.resolved_init_std, steps=config.gd_steps,
+                        lr=config.gd_lr, spectra_every=config.spectra_every,
+                    )  # fmt: skip
+                    return run_to_dict(run)
+
+                unit = {"part": "one_layer", "beta": float(beta), "seed": int(seed)}
+                run = GradientDescentRun(**units.run(unit, compute))
+                if log is not None:
+                    log(
+                        f"beta={beta} seed={seed}: loss {run.losses[0]:.4f} -> "
+                        f"{run.losses[-1]:.4f} in {run.seconds:.1f} s"
+                    )
+                runs.append(run)
+    return runs
+
+
+def _depth_runs(
+    config: Config, units: UnitCache, log: Callable[[str], None] | None
+) -> list[DepthRun]:
+    """Part (b): one cached unit per (seed, depth, beta); MiniLM and rt-sentences are loaded
+    only if a unit has to be computed."""
+    from ..data import minilm_path
+
+    pretrained = functools.cache(lambda: load_minilm(minilm_path()))
+    sentences = functools.cache(
+        lambda: rt_sentence_data(
+            config.max_length, config.train_examples, config.validation_examples
+        )
+    )
+    runs = []
+    for seed in config.seeds:
+        for depth in config.depths:
+            for beta in config.depth_betas:
+
+                def compute(depth: int = depth, beta: float = beta, seed: int = seed) -> dict:
+                    train, validation = sentences()
+                    run = train_one_depth(
+                        pretrained(), train, validation, depth, beta, seed,
+                        steps=config.depth_steps, batch_size=config.depth_batch_size,
+                        lr=config.depth_lr,
+                    )  # fmt: skip
+                    return depth_run_to_dict(run)
+
+                unit = {
+                    "part": "depth",
+                    "depth": int(depth),
+                    "beta": float(beta),
+                    "seed": int(seed),
+                }
+                run = DepthRun(**units.run(unit, compute))
+                if log is not None:
+                    log(
+                        f"depth={depth} beta={beta} seed={seed}: final loss {run.losses[-1]:.3f},"
+                        f" validation error {run.validation_error:.3f} ({run.seconds:.0f} s)"
+                    )
+                runs.append(run)
+    return runs
+
+
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run parts (a) and (b), write the figures into ``out_dir`` and return the results."""
+    """Run parts (a) and (b), write the figures into ``out_dir`` and return the results.
+
+    Each (seed, beta) run of part (a) and (seed, depth, beta) run of part (b) is a unit kept
+    in ``out_dir / "units"``: a rerun reuses the finished ones.
+    """
     started = time.perf_counter()
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     log = print if progress else None
     init_std = config.resolved_init_std
-    # The one-layer model's matrices are tiny: one thread avoids pure threading overhead.
-    with _limited_threads(1):
-        gd_runs: list[GradientDescentRun] = run_beta_sweep(
-            config.betas, config.seeds, window=config.window, examples=config.examples,
-            d_model=config.d_model, d_ff=config.d_ff, init_std=init_std,
-            steps=config.gd_steps, lr=config.gd_lr, spectra_every=config.spectra_every, log=log,
-        )  # fmt: skip
+    units = UnitCache(folder / "units", "residual", json_ready(config))
+    gd_runs = _one_layer_runs(config, units, log)
     rows = [summarize_run(run, 0.0, config.confidence) for run in gd_runs]
     late = {
         (run.seed, run.beta): summarize_run(run, config.late_fit_start, config.confidence)
         for run in gd_runs
     }
-    beta_table = _beta_table(rows, late)
     result = StudyResult(name="residual", mode=config.mode, config=replace(config))
-    result.tables["(a) one-layer Transformer, full-batch GD on weather-hourly"] = beta_table
-    result.claims += _part_a_claims(beta_table, rows)
+    result.tables["(a) one-layer Transformer, full-batch GD on weather-hourly"] = _beta_table(
+        rows, late
+    )
     result.figures += [
         plot_loss_curves(gd_runs, folder / "residual_loss_curves.png").name,
         plot_spectra(gd_runs, folder / "residual_spectra.png").name,
@@ -370,19 +357,14 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         "Spectra: singular values of the T x d matrices Attn(X) (after the output projection, "
         "before the residual) and beta X + Attn(X), per example over the training subset, "
         f"averaged over examples and over the measurements (every {config.spectra_every} steps).",
+        "Claims: every effect is one number per seed (claims 2 and 4: a Spearman over the "
+        "betas within each seed), with a 95 % t-interval over the seeds.",
     ]
     if config.run_depth:
-        depth_runs = train_at_depth(
-            config.depths, config.depth_betas, config.seeds, steps=config.depth_steps,
-            batch_size=config.depth_batch_size, lr=config.depth_lr,
-            max_length=config.max_length, train_examples=config.train_examples,
-            validation_examples=config.validation_examples, log=log,
-        )  # fmt: skip
+        depth_runs = _depth_runs(config, units, log)
         depth_table = _depth_table(depth_runs)
-        claim, gaps = _depth_claim(depth_table)
         result.tables["(b) rt-sentences at depth, with and without residuals"] = depth_table
-        result.tables["(b) residual advantage by depth"] = gaps
-        result.claims.append(claim)
+        result.tables["(b) residual advantage by depth"] = _depth_gap_table(depth_table)
         result.figures.append(plot_depth_curves(depth_runs, folder / "residual_depth.png").name)
         result.data["depth_runs"] = [vars(run) for run in depth_runs]
         result.notes.append(
@@ -399,8 +381,12 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         )
     else:
         result.notes.append("(b) was not run (run_depth=False).")
+    # New runs and committed results are scored by the same function, from the stored data.
+    result.claims = claims_from_results(
+        {"config": json_ready(config), "data": json_ready(result.data)}
+    )
     if config.mode == "smoke":
-        result.notes.append("Smoke size: the verdicts mean nothing at this size.")
-        result.claims = [replace(claim, reproduced=None) for claim in result.claims]
+        result.notes.append("Smoke size: one seed, so every verdict is a preview.")
+    result.notes.append(f"Units: {units.summary()}.")
     result.seconds = time.perf_counter() - started
     return result

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,52 +153,52 @@ def rt_sentence_data(
     )
 
 
-def train_at_depth(
-    depths: Sequence[int],
-    betas: Sequence[float],
-    seeds: Sequence[int],
+def train_one_depth(
+    pretrained: nn.Module,
+    train: Any,
+    validation: Any,
+    depth: int,
+    beta: float,
+    seed: int,
     *,
     steps: int,
     batch_size: int,
     lr: float,
-    max_length: int,
-    train_examples: int,
-    validation_examples: int,
-    log: Callable[[str], None] | None = None,
-) -> list[DepthRun]:
-    """AdamW (constant ``lr``, no weight decay, word embeddings frozen) for the same number of
-    steps in every setting, with the same batches (data-order seed = seed)."""
-    from ..data import minilm_path
+) -> DepthRun:
+    """One (depth, beta, seed) run: AdamW (constant ``lr``, no weight decay, word embeddings
+    frozen) for ``steps`` steps, batches drawn in the order of ``seed``.
+
+    The model and its head are seeded inside (``minilm_at_depth``), so the run is the same
+    whether it is computed alone or in a sweep (the study's unit cache relies on that).
+    """
     from ..train import evaluate, fit
 
-    pretrained = load_minilm(minilm_path())
-    train, validation = rt_sentence_data(max_length, train_examples, validation_examples)
-    runs = []
-    for seed in seeds:
-        for depth in depths:
-            for beta in betas:
-                started = time.perf_counter()
-                model, description = minilm_at_depth(pretrained, depth, beta, seed)
-                # Frozen in every setting: AdamW over the 30522 x 384 table would dominate.
-                encoder: Any = model.encoder
-                encoder.embeddings.word_embeddings.weight.requires_grad_(False)
-                trainable = [p for p in model.parameters() if p.requires_grad]
-                optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
-                result = fit(
-                    model, optimizer, train, max_steps=steps, batch_size=batch_size,
-                    task="classification", seed=seed, progress=False, tensorboard=False,
-                )  # fmt: skip
-                losses = [r["loss"] for r in result.history if r.get("split") == "train"]
-                scores = evaluate(model, validation, "classification", batch_size=128)
-                run = DepthRun(
-                    depth=depth, beta=beta, seed=seed, initialization=description,
-                    losses=losses, validation_error=1.0 - scores["accuracy"],
-                    validation_loss=scores["loss"], seconds=time.perf_counter() - started,
-                )  # fmt: skip
-                if log is not None:
-                    log(
-                        f"depth={depth} beta={beta} seed={seed}: final loss {losses[-1]:.3f},"
-                        f" validation error {run.validation_error:.3f} ({run.seconds:.0f} s)"
-                    )
-                runs.append(run)
-    return runs
+    started = time.perf_counter()
+    model, description = minilm_at_depth(pretrained, depth, beta, seed)
+    # Frozen in every setting: AdamW over the 30522 x 384 table would dominate.
+    encoder: Any = model.encoder
+    encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    result = fit(
+        model, optimizer, train, max_steps=steps, batch_size=batch_size,
+        task="classification", seed=seed, progress=False, tensorboard=False,
+    )  # fmt: skip
+    losses = [float(r["loss"]) for r in result.history if r.get("split") == "train"]
+    scores = evaluate(model, validation, "classification", batch_size=128)
+    return DepthRun(
+        depth=depth, beta=beta, seed=seed, initialization=description, losses=losses,
+        validation_error=1.0 - float(scores["accuracy"]), validation_loss=float(scores["loss"]),
+        seconds=time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def depth_run_to_dict(run: DepthRun) -> dict[str, Any]:
+    """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
+    reads back); ``DepthRun(**depth_run_to_dict(run))`` rebuilds it."""
+    return {
+        "depth": int(run.depth), "beta": float(run.beta), "seed": int(run.seed),
+        "initialization": str(run.initialization), "losses": [float(v) for v in run.losses],
+        "validation_error": float(run.validation_error),
+        "validation_loss": float(run.validation_loss), "seconds": float(run.seconds),
+    }  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,12 @@ import torch
 from ..diagnostics import attention_spectra, fit_linear_rate
 from ..losses import task_loss
 from ..models import Transformer, TransformerConfig
+
+# The spectra a run records at every measurement, in the order of GradientDescentRun's fields.
+SPECTRA_FIELDS = (
+    "sigma_min", "sigma_max", "residual_sigma_min", "residual_sigma_max",
+    "squared_ratio", "residual_squared_ratio",
+)  # fmt: skip
 
 
 @dataclass
@@ -142,37 +148,43 @@ def train_full_batch(
     return run
 
 
-def run_beta_sweep(
-    betas: Sequence[float],
-    seeds: Sequence[int],
+def train_one_beta(
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    beta: float,
+    seed: int,
     *,
     window: int,
-    examples: int,
     d_model: int,
     d_ff: int,
     init_std: float,
     steps: int,
     lr: float,
     spectra_every: int,
-    data_seed: int = 0,
-    log: Callable[[str], None] | None = None,
-) -> list[GradientDescentRun]:
-    """Every (seed, beta) pair on the same data subset; the same init seed for every beta."""
-    inputs, labels, channels = weather_subset(window, examples, data_seed)
-    runs = []
-    for seed in seeds:
-        for beta in betas:
-            model = one_layer_model(channels, channels, window, d_model, d_ff, beta, init_std, seed)
-            run = train_full_batch(
-                model, inputs, labels, steps, lr, spectra_every, GradientDescentRun(beta, seed)
-            )
-            if log is not None:
-                log(
-                    f"beta={beta} seed={seed}: loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
-                    f" in {run.seconds:.1f} s"
-                )
-            runs.append(run)
-    return runs
+) -> GradientDescentRun:
+    """One (beta, seed) run: a fresh model seeded with ``seed``, full-batch GD on the data.
+
+    Everything random is drawn after ``torch.manual_seed(seed)``, so the run is the same
+    whether it is computed alone or in a sweep (the study's unit cache relies on that).
+    """
+    channels = int(inputs.shape[-1])
+    outputs = int(labels.shape[-1])
+    model = one_layer_model(channels, outputs, window, d_model, d_ff, beta, init_std, seed)
+    return train_full_batch(
+        model, inputs, labels, steps, lr, spectra_every, GradientDescentRun(beta, seed)
+    )
+
+
+def run_to_dict(run: GradientDescentRun) -> dict[str, Any]:
+    """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
+    reads back); ``GradientDescentRun(**run_to_dict(run))`` rebuilds it."""
+    return {
+        "beta": float(run.beta), "seed": int(run.seed),
+        "losses": [float(v) for v in run.losses],
+        "spectra_steps": [int(v) for v in run.spectra_steps],
+        **{key: [float(v) for v in getattr(run, key)] for key in SPECTRA_FIELDS},
+        "diverged": bool(run.diverged), "seconds": float(run.seconds),
+    }  # fmt: skip
 
 
 def _effective_rate(losses: Sequence[float]) -> float:
@@ -203,10 +215,7 @@ def summarize_run(run: GradientDescentRun, fit_start: float, confidence: float) 
     except ValueError:
         row.update(rate=math.nan, rate_low=math.nan, rate_high=math.nan, contraction=math.nan,
                    r_squared=math.nan, fit_start=start)  # fmt: skip
-    for key in (
-        "sigma_min", "sigma_max", "residual_sigma_min", "residual_sigma_max",
-        "squared_ratio", "residual_squared_ratio",
-    ):  # fmt: skip
+    for key in SPECTRA_FIELDS:
         values = np.asarray(getattr(run, key), dtype=np.float64)
         row[f"{key}_mean"] = float(values.mean())
         row[f"{key}_min"] = float(values.min())

@@ -8,6 +8,9 @@ fraction of layer constraints satisfied on test data.
 (b) An unrolled Transformer denoiser on patches of street-video frames, trained at one
 noise level: test RMSE at noise levels up to 3x the training level, and per-layer losses.
 
+Each (part, method, seed) run is one unit kept in ``OUT/units/``: an interrupted run resumes
+where it stopped. The claims are scored in :mod:`.descent_claims` from the stored numbers.
+
 Run with ``convergent reproduce descent [--quick | --smoke]``.
 """
 
@@ -25,11 +28,9 @@ from matplotlib.figure import Figure
 from ..data import load_street_video
 from ..data.perturb import PERTURBATIONS
 from . import descent_parts as parts
-from .common import Claim, StudyResult, check_mode
-
-# Fixed before any run: differences smaller than these are not counted as an effect.
-ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)
-RMSE_MARGIN = 0.01  # relative
+from .common import StudyResult, check_mode, json_ready
+from .descent_claims import claims_from_results
+from .units import UnitCache
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class Config:
         if mode == "full":
             return cls(
                 mode="full",
-                seeds=(0, 1, 2),
+                seeds=(0, 1, 2, 3, 4),
                 test_examples=None,
                 text_steps=250,
                 additive_gammas=(0.25, 0.5, 1.0, 2.0),
@@ -132,8 +133,47 @@ def _fmt(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
 
 
-def run_text(config: Config, progress: bool) -> dict[str, Any]:
-    """Part (a): per seed and method, accuracies, robustness and per-layer test losses."""
+def _train(
+    model: torch.nn.Module,
+    method: str,
+    train: Any,
+    config: Config,
+    *,
+    task: str,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool,
+) -> dict[str, Any]:
+    """Train one model; the start of its per-run record (loss and multiplier activity)."""
+    training = parts.train_model(
+        model,
+        method,
+        train,
+        task=task,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        alpha=config.alpha,
+        dual_lr=config.dual_lr,
+        resilient_cost=config.resilient_cost,
+        progress=progress,
+    )
+    return {
+        "seed": seed,
+        "train_loss": training["train_loss"],
+        "multipliers": training["multipliers"],
+        **parts.multiplier_activity(training["history"]),
+    }
+
+
+def run_text(config: Config, units: UnitCache, progress: bool) -> dict[str, Any]:
+    """Part (a): per seed and method, accuracies, robustness and per-layer test losses.
+
+    Each (method, seed) run is one unit of ``units``: a finished one is read back, not rerun.
+    """
     train, test, special = parts.text_data(
         config.max_length, config.train_examples, config.test_examples
     )
@@ -142,29 +182,30 @@ def run_text(config: Config, progress: bool) -> dict[str, Any]:
         "uniform": config.additive_gammas,
         "discrete": config.discrete_gammas,
     }
+
+    def compute(method: str, seed: int) -> dict[str, Any]:
+        model = parts.text_model(seed, config.text_layers)
+        record = _train(
+            model,
+            method,
+            train,
+            config,
+            task="classification",
+            steps=config.text_steps,
+            batch_size=config.text_batch_size,
+            lr=config.text_lr,
+            seed=seed,
+            progress=progress,
+        )
+        record.update(parts.robustness(model, test, levels, special, seed=1000 + seed))
+        record.update(parts.layer_report(model, test, "classification", config.alpha))
+        return record
+
     runs: dict[str, list[dict[str, Any]]] = {method: [] for method in parts.METHODS}
     for seed in config.seeds:
         for method in parts.METHODS:
-            model = parts.text_model(seed, config.text_layers)
-            training = parts.train_model(
-                model,
-                method,
-                train,
-                task="classification",
-                steps=config.text_steps,
-                batch_size=config.text_batch_size,
-                lr=config.text_lr,
-                seed=seed,
-                alpha=config.alpha,
-                dual_lr=config.dual_lr,
-                resilient_cost=config.resilient_cost,
-                progress=progress,
-            )
-            record = {"seed": seed, "train_loss": training["train_loss"]}
-            record["multipliers"] = training["multipliers"]
-            record.update(parts.robustness(model, test, levels, special, seed=1000 + seed))
-            record.update(parts.layer_report(model, test, "classification", config.alpha))
-            runs[method].append(record)
+            unit = {"part": "text", "method": method, "seed": seed}
+            runs[method].append(units.run(unit, lambda m=method, s=seed: compute(m, s)))
     return {
         "levels": levels,
         "runs": runs,
@@ -173,8 +214,11 @@ def run_text(config: Config, progress: bool) -> dict[str, Any]:
     }
 
 
-def run_video(config: Config, progress: bool) -> dict[str, Any]:
-    """Part (b): per seed and method, RMSE at each noise level and per-layer test losses."""
+def run_video(config: Config, units: UnitCache, progress: bool) -> dict[str, Any]:
+    """Part (b): per seed and method, RMSE at each noise level and per-layer test losses.
+
+    Each (method, seed) run is one unit of ``units``: a finished one is read back, not rerun.
+    """
     frames = load_street_video(max_frames=config.video_frames)
     split = max(1, int(0.75 * len(frames)))
     train_frames, test_frames = frames[:split], frames[split:] if split < len(frames) else frames
@@ -186,34 +230,35 @@ def run_video(config: Config, progress: bool) -> dict[str, Any]:
         test_frames, config.test_crops, config.crop, config.patch, generator
     )
     train = parts.noisy_pairs(train_clean, config.train_noise, seed=1)
+    at_training_noise = parts.noisy_pairs(test_clean, config.train_noise, seed=3000)
     sigmas = [m * config.train_noise for m in config.noise_multiples]
     tokens = (config.crop // config.patch) ** 2
+
+    def compute(method: str, seed: int) -> dict[str, Any]:
+        model = parts.denoiser(
+            seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers
+        )
+        record = _train(
+            model,
+            method,
+            train,
+            config,
+            task="regression",
+            steps=config.video_steps,
+            batch_size=config.video_batch_size,
+            lr=config.video_lr,
+            seed=seed,
+            progress=progress,
+        )
+        record["rmse"] = parts.denoising_rmse(model, test_clean, sigmas, seed=2000)
+        record.update(parts.layer_report(model, at_training_noise, "regression", config.alpha))
+        return record
+
     runs: dict[str, list[dict[str, Any]]] = {method: [] for method in parts.METHODS}
     for seed in config.seeds:
         for method in parts.METHODS:
-            model = parts.denoiser(
-                seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers
-            )
-            training = parts.train_model(
-                model,
-                method,
-                train,
-                task="regression",
-                steps=config.video_steps,
-                batch_size=config.video_batch_size,
-                lr=config.video_lr,
-                seed=seed,
-                alpha=config.alpha,
-                dual_lr=config.dual_lr,
-                resilient_cost=config.resilient_cost,
-                progress=progress,
-            )
-            record = {"seed": seed, "train_loss": training["train_loss"]}
-            record["multipliers"] = training["multipliers"]
-            record["rmse"] = parts.denoising_rmse(model, test_clean, sigmas, seed=2000)
-            at_training_noise = parts.noisy_pairs(test_clean, config.train_noise, seed=3000)
-            record.update(parts.layer_report(model, at_training_noise, "regression", config.alpha))
-            runs[method].append(record)
+            unit = {"part": "video", "method": method, "seed": seed}
+            runs[method].append(units.run(unit, lambda m=method, s=seed: compute(m, s)))
     return {"sigmas": sigmas, "runs": runs, "frames": len(frames)}
 
 
@@ -280,87 +325,6 @@ def _video_tables(video: dict[str, Any], config: Config) -> dict[str, list[dict[
         "(b) denoising test RMSE by noise level": rmse,
         "(b) per-layer test MSE at the training noise": layers,
     }
-
-
-def _mean(runs: list[dict[str, Any]], key: str, index: int | None = None) -> float:
-    values = [r[key] if index is None else r[key][index] for r in runs]
-    return statistics.fmean(values)
-
-
-def _claims(text: dict[str, Any], video: dict[str, Any], config: Config) -> list[Claim]:
-    decide = config.mode != "smoke"
-    erm, constrained = text["runs"]["erm"], text["runs"]["constrained"]
-    claims = []
-    monotone = all(r["is_monotone"] for r in constrained)
-    bumps = sum(not r["is_monotone"] for r in erm)
-    claims.append(
-        Claim(
-            "(a) Descent-constrained training gives per-layer losses that fall monotonically "
-            "across layers, where ERM shows bumps.",
-            (monotone and bumps > len(erm) / 2) if decide else None,
-            f"test per-layer losses monotone in {sum(r['is_monotone'] for r in constrained)}/"
-            f"{len(constrained)} constrained runs and {len(erm) - bumps}/{len(erm)} ERM runs; "
-            f"constraints satisfied (alpha={config.alpha}): constrained "
-            f"{_mean(constrained, 'fraction_satisfied'):.2f}, ERM {_mean(erm, 'fraction_satisfied'):.2f}.",
-        )
-    )
-    clean_erm, clean_con = _mean(erm, "clean"), _mean(constrained, "clean")
-    for kind, gammas in text["levels"].items():
-        drops = {
-            name: statistics.fmean(
-                r["clean"] - r[kind][i] for r in runs for i in range(len(gammas))
-            )
-            for name, runs in (("erm", erm), ("constrained", constrained))
-        }
-        claims.append(
-            Claim(
-                f"(a) Under {kind} token-embedding perturbations the constrained model degrades "
-                f"more gracefully than ERM (here: a mean accuracy drop at least "
-                f"{100 * ROBUSTNESS_MARGIN:g} point smaller).",
-                (drops["erm"] - drops["constrained"] >= ROBUSTNESS_MARGIN) if decide else None,
-                f"mean accuracy drop over gamma in {list(gammas)}: constrained "
-                f"{100 * drops['constrained']:.1f} points, ERM {100 * drops['erm']:.1f} points.",
-            )
-        )
-    claims.append(
-        Claim(
-            "(a) Clean accuracy stays within a fraction of a point of ERM (here: at most 1 "
-            "point lower).",
-            (clean_con >= clean_erm - 0.01) if decide else None,
-            f"clean test accuracy: constrained {100 * clean_con:.1f} %, ERM "
-            f"{100 * clean_erm:.1f} % on {text['test_examples']} test sentences.",
-        )
-    )
-    v_erm, v_con = video["runs"]["erm"], video["runs"]["constrained"]
-    beyond = [i for i, m in enumerate(config.noise_multiples) if m >= 2.0]
-    better = [
-        _mean(v_con, "rmse", i) <= (1 - RMSE_MARGIN) * _mean(v_erm, "rmse", i) for i in beyond
-    ]
-    claims.append(
-        Claim(
-            "(b) Under out-of-distribution noise (>= 2x the training level) the constrained "
-            f"denoiser has lower test RMSE than ERM (here: at least {100 * RMSE_MARGIN:g} % "
-            "lower at every such level).",
-            (bool(beyond) and all(better)) if decide else None,
-            "; ".join(
-                f"{config.noise_multiples[i]:g}x: constrained {_mean(v_con, 'rmse', i):.4f}, "
-                f"ERM {_mean(v_erm, 'rmse', i):.4f}"
-                for i in beyond
-            )
-            or "no test level at or beyond 2x",
-        )
-    )
-    claims.append(
-        Claim(
-            "(b) The constrained denoiser's per-layer losses fall monotonically across layers.",
-            all(r["is_monotone"] for r in v_con) if decide else None,
-            f"monotone in {sum(r['is_monotone'] for r in v_con)}/{len(v_con)} constrained runs "
-            f"and {sum(r['is_monotone'] for r in v_erm)}/{len(v_erm)} ERM runs; largest final "
-            f"multiplier {max(max(r['multipliers'], default=0.0) for r in v_con):.3f} "
-            "(0 means the constraints never bound).",
-        )
-    )
-    return claims
 
 
 def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style: str) -> None:
@@ -435,14 +399,18 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
     start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = run_text(config, progress)
-    video = run_video(config, progress)
+    units = UnitCache(out / "units", "descent", json_ready(config))
+    text = run_text(config, units, progress)
+    video = run_video(config, units, progress)
     result = StudyResult(name="descent", mode=config.mode, config=config)
     result.tables.update(_text_tables(text))
     result.tables.update(_video_tables(video, config))
-    result.claims = _claims(text, video, config)
-    result.figures = _figures(text, video, config, out)
     result.data = {"text": text, "video": video}
+    # The same scoring as a re-score of a written results.json: from its JSON form alone.
+    result.claims = claims_from_results(
+        {"config": json_ready(config), "data": json_ready(result.data)}
+    )
+    result.figures = _figures(text, video, config, out)
     model_name = (
         "MiniLM-L6"
         if config.text_layers is None
@@ -466,7 +434,10 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         f"{config.denoiser_layers}-layer pre-norm Transformer (d_model {config.denoiser_width}) "
         f"whose shared head maps every layer to clean pixels; {config.video_steps} steps.",
     ]
-    if config.mode == "smoke":
-        result.notes.append("Smoke size: the claims are left undecided.")
+    if len(config.seeds) < 3:
+        result.notes.append(
+            f"{len(config.seeds)} seed(s): every verdict is a preview, not a result."
+        )
+    result.notes.append(f"Units: {units.summary()}.")
     result.seconds = time.perf_counter() - start
     return result

@@ -76,6 +76,35 @@ def train_model(
     return {"train_loss": result.train_loss, "multipliers": multipliers, "history": result.history}
 
 
+def multiplier_activity(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """How hard the descent constraints pushed during training, from ``fit``'s history.
+
+    A primal-dual step logs ``lambda_1 .. lambda_L`` each step (after that step's dual
+    update). A run whose multipliers stay near 0 trained on f_L alone: ERM in all but name.
+
+    Args:
+        history: the per-step records ``fit`` returns; records of other splits and records
+            without multipliers (ERM) are ignored.
+
+    Returns:
+        ``{"multiplier_max": max over steps and layers of lambda_l,
+        "multiplier_active_share": share of logged steps with some lambda_l > 0}``; both
+        None when no record holds a multiplier.
+    """
+    per_step = [
+        [float(value) for key, value in record.items() if key.startswith("lambda_")]
+        for record in history
+        if record.get("split", "train") == "train"
+    ]
+    per_step = [values for values in per_step if values]
+    if not per_step:
+        return {"multiplier_max": None, "multiplier_active_share": None}
+    return {
+        "multiplier_max": max(max(values) for values in per_step),
+        "multiplier_active_share": sum(max(values) > 0 for values in per_step) / len(per_step),
+    }
+
+
 def layer_report(
     model: nn.Module, data: Any, task: str, alpha: float, batch_size: int = 256
 ) -> dict[str, Any]:

@@ -86,6 +86,17 @@ def assert_examples_split(ranks: list[list[int]], size: int) -> None:
     assert sorted(seen) == list(range(size))
 
 
+def assert_drawn_figure(path) -> None:
+    """``path`` is a PNG with something drawn on it: readable, not tiny, not one flat colour."""
+    from matplotlib import image
+
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and min(pixels.shape[:2]) >= 200, f"{path}: {pixels.shape}"
+    assert float(pixels[..., :3].std()) > 0.02, f"{path} is blank"
+    # more than a frame: at least 2 % of the pixels are neither white nor the most common colour
+    assert float((pixels[..., :3] < 0.9).any(axis=-1).mean()) > 0.02, f"{path} is nearly empty"
+
+
 def tiny_bert_config(**overrides):
     """A 2-layer, 16-wide BertConfig over 50 tokens (transformers is imported on call)."""
     from transformers import BertConfig

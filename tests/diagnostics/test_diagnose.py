@@ -6,6 +6,7 @@ import pytest
 
 from convergent.diagnostics.diagnose import diagnose
 from convergent.train import CheckpointError
+from tests.conftest import assert_drawn_figure
 
 FIGURES = ("layerwise_loss.png", "spectra.png", "rank_collapse.png", "weights.png",
            "query_key_norms.png")  # fmt: skip
@@ -28,7 +29,7 @@ def test_diagnose_writes_the_report_folder(digits_run, tmp_path):
     summary = diagnose(digits_run, "digits", tmp_path / "report", examples=20)
     assert summary.read_text().startswith("# Diagnostics:")
     for name in FIGURES:
-        assert (tmp_path / "report" / name).stat().st_size > 1000
+        assert_drawn_figure(tmp_path / "report" / name)
     payload = json.loads((tmp_path / "report" / "diagnostics.json").read_text())
     assert len(payload["layerwise_losses"]) == 3
     assert [row["layer"] for row in payload["spectra"]] == [

@@ -16,6 +16,7 @@ from convergent.studies import descent_parts as parts
 from convergent.studies.descent import Config, claims_from_results, run
 from convergent.studies.descent_claims import constraints_acted
 from convergent.studies.descent_parts import multiplier_activity, video_crops
+from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
 
@@ -169,7 +170,7 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
     config, folder, result = smoke_run
     assert (folder / "report.md").is_file()
     for figure in result.figures:
-        assert (folder / figure).stat().st_size > 0
+        assert_drawn_figure(folder / figure)
     assert len(result.claims) == 7
     for claim in result.claims:
         assert claim.n == 1 and claim.preview and claim.interval is None

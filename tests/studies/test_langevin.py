@@ -23,6 +23,7 @@ from convergent.studies.langevin_claims import (
     noise_to_drift_ratio,
 )
 from convergent.studies.langevin_report import relative_growth, trend
+from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
 
@@ -203,7 +204,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:
-        assert (tmp_path / figure).stat().st_size > 0
+        assert_drawn_figure(tmp_path / figure)
     text = report.read_text()
     assert "W_Q, W_K under Langevin" in text and "LoRA factors under Langevin" in text
     runs = payload["data"]["runs"]

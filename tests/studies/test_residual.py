@@ -31,6 +31,7 @@ from convergent.studies.residual_depth import (
     set_residual_coefficient,
 )
 from convergent.studies.residual_onelayer import GradientDescentRun, run_to_dict
+from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
 
@@ -266,7 +267,7 @@ def test_smoke_run_writes_a_report(tmp_path):
     # run() scores its claims with the same function a rescore uses.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:
-        assert (tmp_path / figure).stat().st_size > 1000
+        assert_drawn_figure(tmp_path / figure)
     one_layer = result.data["one_layer_runs"]
     assert [run["beta"] for run in one_layer] == [0.0, 0.5, 1.0]
     for entry in one_layer:

@@ -29,6 +29,7 @@ from convergent.studies.sparsity import (
 from convergent.studies.sparsity_prune import format_prune_summary, prune_run
 from convergent.studies.units import UnitCache
 from convergent.train import load_checkpoint
+from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
 
@@ -58,7 +59,7 @@ def test_smoke_study_runs_end_to_end(smoke_run):
     _, folder, result = smoke_run
     assert (folder / "report.md").is_file()
     for figure in result.figures:
-        assert (folder / figure).stat().st_size > 0
+        assert_drawn_figure(folder / figure)
     payload = json.loads((folder / "results.json").read_text())
     vision, language = payload["data"]["vision"], payload["data"]["language"]
     assert set(vision["accuracy"]) == {"adamw", "ham", "horst"}

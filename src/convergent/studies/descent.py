@@ -16,6 +16,7 @@ Run with ``convergent reproduce descent [--quick | --smoke]``.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import dataclass
@@ -205,7 +206,7 @@ def run_text(config: Config, units: UnitCache, progress: bool) -> dict[str, Any]
     for seed in config.seeds:
         for method in parts.METHODS:
             unit = {"part": "text", "method": method, "seed": seed}
-            runs[method].append(units.run(unit, lambda m=method, s=seed: compute(m, s)))
+            runs[method].append(units.run(unit, functools.partial(compute, method, seed)))
     return {
         "levels": levels,
         "runs": runs,
@@ -258,7 +259,7 @@ def run_video(config: Config, units: UnitCache, progress: bool) -> dict[str, Any
     for seed in config.seeds:
         for method in parts.METHODS:
             unit = {"part": "video", "method": method, "seed": seed}
-            runs[method].append(units.run(unit, lambda m=method, s=seed: compute(m, s)))
+            runs[method].append(units.run(unit, functools.partial(compute, method, seed)))
     return {"sigmas": sigmas, "runs": runs, "frames": len(frames)}
 
 

@@ -58,8 +58,9 @@ def constraints_acted(constrained: Sequence[Record], part: str) -> Check:
     )
     required = at_least(MULTIPLIER_FLOOR)
     maxima = [record.get("multiplier_max") for record in constrained]
-    if maxima and all(value is not None for value in maxima):
-        return Check(name, min(float(v) for v in maxima), required, note=MULTIPLIER_REASON)
+    measured = [float(value) for value in maxima if value is not None]
+    if maxima and len(measured) == len(maxima):
+        return Check(name, min(measured), required, note=MULTIPLIER_REASON)
     finals = [max(record["multipliers"], default=0.0) for record in constrained]
     if finals and min(finals) >= MULTIPLIER_FLOOR:
         return Check(

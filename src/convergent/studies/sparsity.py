@@ -240,7 +240,8 @@ def run_classifier(config: Config, log: Callable[[str], None], cache: UnitCache)
         tuning = tunings[name]
         sweep[name] = {p["lr"]: s for p, s in zip(tuning.points, tuning.scores, strict=True)}
         lr = chosen[name] = tuning.selected_point["lr"]
-        accuracy[name], achieved[name], moves = {"dense": []}, {}, {"dense": []}
+        moves: dict[str, list[float | None]] = {"dense": []}
+        accuracy[name], achieved[name] = {"dense": []}, {}
         for seed in config.seeds:
             dense = tuning.selected_run if seed == first_seed else _classifier_unit(
                 cache, splits, (train, validation, None), recipe, name, lr, seed, None)  # fmt: skip

@@ -144,7 +144,7 @@ class Check:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "value": _finite_or_none(self.value),
+            "value": finite_or_none(self.value),
             "required": self.required.text,
             "passed": self.passed,
             "note": self.note,
@@ -263,13 +263,13 @@ class Claim:
             "statement": self.statement,
             "verdict": self.verdict,
             "preview": self.preview,
-            "effect": _finite_or_none(self.effect),
+            "effect": finite_or_none(self.effect),
             "unit": self.unit,
             "threshold": self.threshold.to_json(),
             "interval": None if self.interval is None else [*map(float, self.interval)],
             "interval_method": self.interval_method,
             "n": self.n,
-            "per_seed": [_finite_or_none(v) for v in self.per_seed],
+            "per_seed": [finite_or_none(v) for v in self.per_seed],
             "checks": [check.to_json() for check in self.checks],
             "evidence": self.evidence,
             **({"extra": self.extra} if self.extra else {}),
@@ -349,5 +349,14 @@ def format_number(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def _finite_or_none(value: float | None) -> float | None:
+def stored_number(value: Any) -> float:
+    """A number read back from ``results.json``: JSON keeps NaN and inf as strings, and None
+    means missing (NaN here)."""
+    if value is None:
+        return math.nan
+    return float(value)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float when finite, else None (JSON's null)."""
     return float(value) if value is not None and math.isfinite(value) else None

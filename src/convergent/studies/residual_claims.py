@@ -28,6 +28,7 @@ import numpy as np
 from scipy import stats
 
 from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured
+from .claims import stored_number as number
 
 LINEAR_R_SQUARED = 0.9  # the whole-curve fit's R^2 that counts as linear
 SAME_ORDER = 1.0  # Spearman of exactly 1: the two orders agree
@@ -46,13 +47,6 @@ COLLAPSE_NAME = (
 DEPTH_TRAINED_NAME = (
     "beta = 1 runs trained: largest final/initial tail-mean train loss over depths (all seeds)"
 )
-
-
-def number(value: Any) -> float:
-    """A stored number as a float: JSON keeps NaN and inf as strings, None means missing."""
-    if value is None:
-        return math.nan
-    return float(value)
 
 
 def spearman(first: Sequence[float], second: Sequence[float]) -> float:

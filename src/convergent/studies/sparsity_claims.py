@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured, within
+from .claims import stored_number as number
 from .tuning import Tuning
 
 HIGH_SPARSITY = 0.8  # claims 1-2 average the AC/DC targets at or above this
@@ -46,13 +47,6 @@ LANGUAGE_CRITERION = "validation perplexity"
 VISION_TUNING = "(a) ViT, dense, first seed"
 LANGUAGE_TUNING = "(b) LM, dense, first seed"
 DISPLAY = {"adamw": "AdamW", "ham": "HAM", "horst": "HORST"}
-
-
-def number(value: Any) -> float:
-    """A stored number as a float: JSON keeps NaN as a string, None means missing."""
-    if value is None:
-        return math.nan
-    return float(value)
 
 
 def sparsity_key(target: float) -> str:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .claims import finite_or_none
+
 Run = TypeVar("Run")
 
 
@@ -83,7 +85,7 @@ class Tuning(Generic[Run]):
                 for point, score in zip(self.points, self.scores, strict=True)
             ],
             "selected": self.selected_point,
-            "selected_validation": _finite_or_none(self.scores[self.selected]),
+            "selected_validation": finite_or_none(self.scores[self.selected]),
             "on_edge": self.on_edge,
         }
 
@@ -186,7 +188,3 @@ def _as_score(value: Any) -> float:
     except (TypeError, ValueError):
         return math.nan
     return number
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

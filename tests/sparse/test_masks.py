@@ -52,20 +52,21 @@ def test_sparsity_is_reported_over_prunable_parameters():
         assert value == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("n,m", [(2, 4), (1, 4), (3, 8), (4, 4)])
 @pytest.mark.parametrize("shape,input_dim", [((6, 8), 1), ((5, 11), 1), ((7, 3), 1), ((10, 6), 0)])
-def test_n_m_keeps_the_largest_n_of_every_m_along_the_inputs(shape, input_dim):
+def test_n_m_keeps_the_largest_n_of_every_m_along_the_inputs(shape, input_dim, n, m):
     torch.manual_seed(0)
     weight = torch.randn(*shape)
-    mask = n_m_mask(weight, 2, 4, input_dim=input_dim)
+    mask = n_m_mask(weight, n, m, input_dim=input_dim)
     rows = mask.movedim(input_dim, -1)
     magnitudes = weight.abs().movedim(input_dim, -1)
     length = rows.shape[-1]
-    for start in range(0, length, 4):
-        group = rows[..., start : start + 4]
+    for start in range(0, length, m):
+        group = rows[..., start : start + m]
         size = group.shape[-1]
-        keep = 2 if size == 4 else -(-2 * size // 4)  # ceil(N * r / M) for a short group
+        keep = n if size == m else -(-n * size // m)  # ceil(N * r / M) for a short group
         assert (group.sum(dim=-1) == keep).all()
-        scores = magnitudes[..., start : start + 4]
+        scores = magnitudes[..., start : start + m]
         smallest_kept = torch.where(group, scores, torch.inf).amin(dim=-1)
         largest_pruned = torch.where(group, -torch.inf, scores).amax(dim=-1)
         assert (smallest_kept >= largest_pruned).all()

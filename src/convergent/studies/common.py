@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from ..train.checkpoint import write_text_atomically
 from .claims import PREVIEW_BELOW, Claim, format_interval, format_number
 
 MODES = ("smoke", "quick", "full")
@@ -200,9 +200,9 @@ def write_study(result: StudyResult, out_dir: str | Path) -> Path:
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     payload = results_payload(result)
-    _write_text(folder / "results.json", json.dumps(payload, indent=2) + "\n")
+    write_text_atomically(folder / "results.json", json.dumps(payload, indent=2) + "\n")
     report = folder / "report.md"
-    _write_text(report, render_markdown(result))
+    write_text_atomically(report, render_markdown(result))
     return report
 
 
@@ -224,10 +224,3 @@ def load_study(folder: str | Path) -> StudyResult:
         seconds=payload.get("seconds", 0.0),
         tuning=payload.get("tuning", {}),
     )
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write through a temporary file and ``os.replace``: a reader never sees half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

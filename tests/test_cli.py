@@ -28,7 +28,7 @@ from convergent.cli import main
         ),
         (["data", "fetch", "nosuch"], "Unknown data source 'nosuch'"),
         (["diagnose", "/no/such/run", "--data", "digits"], "/no/such/run: the path does not exist"),
-        (["prune", "/no/such/run"], "no checkpoint at /no/such/run"),
+        (["prune", "/no/such/run"], "no run or checkpoint at /no/such/run"),
     ],
 )
 def test_user_errors_are_one_sentence_without_traceback(argv, message, capsys, tmp_path):
@@ -72,7 +72,7 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     # the summary's test accuracy is the saved model's, recomputed here by hand
     from convergent.data import load_splits
     from convergent.train import load_checkpoint
-    from convergent.train.recipe import TrainConfig, build_model
+    from convergent.commands import TrainConfig, build_model
 
     config_back = TrainConfig.from_dict(saved)
     splits = load_splits("digits", seed=config_back.seed)
@@ -106,7 +106,9 @@ def test_prune_reports_each_sparsity(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\n| 0.5000 | " in out and "\n| 0.8000 | " in out
     assert main(["prune", str(run), "--sparsity", "1.5"]) == 2
-    assert "every sparsity must be in [0, 1], got 1.5" in capsys.readouterr().err
+    assert "sparsity must be in [0, 1), got 1.5" in capsys.readouterr().err
+    assert main(["prune", str(run), "--sparsity", "1.0"]) == 2
+    assert "got 1.0 (1 would prune every weight)" in capsys.readouterr().err
 
 
 def test_reproduce_runs_studies_writes_reports_and_an_index(monkeypatch, capsys, tmp_path):

@@ -1,31 +1,22 @@
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from convergent.losses import task_loss
 from convergent.models import HFEncoder, Transformer, TransformerConfig
 from convergent.models.lora import add_query_key_lora, lora_parameters
-from convergent.optim.langevin import Langevin
 from convergent.regularize import (
-    RegularizedStep,
     VillaniRegularizer,
-    flat_potential,
     lam_for_stationary_radius,
     log_amplified_penalty,
     penalty,
     select_parameters,
     stationary_radius,
     super_quadratic_penalty,
-    villani_along_ray,
-    villani_quantity,
 )
-from convergent.train import fit
-from tests.conftest import TensorDataset
 
 
 def _transformer(n_layers: int = 2) -> Transformer:
@@ -154,95 +145,6 @@ def test_lora_on_bert_targets_query_and_key():
     names = [name for name, p in model.named_parameters() if p.requires_grad]
     assert len(names) == 8
     assert all(".query.lora_" in name or ".key.lora_" in name for name in names)
-
-
-def test_langevin_with_a_regularizer_trains_only_lora_factors():
-    # The few lines a user writes: PEFT LoRA on q/k, a regularizer on the factors, Langevin.
-    model = _lora_model()
-    regularizer = VillaniRegularizer(model, "lora", penalty="log", lam=1e-3)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = Langevin(trainable, lr=0.05, s=1e-4, seed=0)
-
-    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
-    factors = {n: p.detach().clone() for n, p in lora_parameters(model).items()}
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(inputs=torch.randn(64, 5, 4, generator=generator),
-                         labels=torch.randn(64, 3, generator=generator))  # fmt: skip
-    result = fit(model, optimizer, data, max_steps=5, batch_size=16, task="regression",
-                 training_step=RegularizedStep("regression", regularizer), progress=False,
-                 tensorboard=False)  # fmt: skip
-    assert "penalty" in result.history[-1] and any(
-        k.startswith("norm/") for k in result.history[-1]
-    )
-    for name, parameter in model.named_parameters():
-        if name in frozen:
-            assert torch.equal(parameter, frozen[name]), name
-    assert all(not torch.equal(lora_parameters(model)[n], value) for n, value in factors.items())
-
-
-def test_regularized_step_adds_the_penalty():
-    model = _transformer()
-    regularizer = VillaniRegularizer(model, "query_key", lam=2.0)
-    batch = {"inputs": torch.randn(4, 5, 4), "labels": torch.randn(4, 3)}
-    objective, metrics = RegularizedStep("regression", regularizer).loss(model, batch)
-    expected = (
-        task_loss(model(inputs=batch["inputs"]).logits, batch["labels"], "regression")
-        + regularizer()
-    )
-    assert float(objective.detach()) == pytest.approx(float(expected.detach()))
-    assert metrics["objective"] == pytest.approx(metrics["loss"] + metrics["penalty"])
-
-
-def test_hutchinson_is_exact_for_a_diagonal_quadratic():
-    scales = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
-    point = torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)
-    result = villani_quantity(lambda x: 0.5 * (scales * x * x).sum(), point, s=2.0, probes=3)
-    assert result["laplacian"] == pytest.approx(6.0)
-    assert result["gradient_norm_squared"] == pytest.approx(1 + 4 + 36)
-    assert result["villani"] == pytest.approx(41 / 2 - 6)
-    with pytest.raises(ValueError, match="s must be a finite number > 0, got 0"):
-        villani_quantity(lambda x: x.sum(), point, s=0)
-
-
-def _logistic(lam: float):
-    generator = torch.Generator().manual_seed(0)
-    features = torch.randn(64, 10, generator=generator, dtype=torch.float64)
-    signs = torch.randn(64, generator=generator, dtype=torch.float64).sign()
-    return lambda x: (
-        torch.nn.functional.softplus(-signs * (features @ x)).mean() + log_amplified_penalty(x, lam)
-    )
-
-
-@pytest.mark.parametrize("lam", [0.0, 0.01])
-def test_villani_grows_along_a_ray_only_with_the_regularizer(lam):
-    direction = torch.randn(10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    rows = villani_along_ray(_logistic(lam), direction, [4.0, 8.0, 16.0, 32.0], s=0.1, probes=4,
-                             generator=torch.Generator().manual_seed(2))  # fmt: skip
-    values = [row["villani"] for row in rows]
-    if lam > 0:
-        assert all(b > 2 * a for a, b in itertools.pairwise(values[1:]))
-        assert values[-1] > 100
-    else:  # the logistic loss is Lipschitz: ||grad||^2 stays bounded and the Laplacian fades
-        assert values[-1] < 5 and values[-1] - values[-2] < 0.5
-
-
-def test_flat_potential_over_model_parameters():
-    model = _transformer()
-    targets = select_parameters(model, "query_key")
-    regularizer = VillaniRegularizer(model, "query_key", lam=0.1)
-    inputs, labels = torch.randn(4, 5, 4), torch.randn(4, 3)
-
-    def objective(values):
-        logits = torch.func.functional_call(model, values, kwargs={"inputs": inputs}).logits
-        return task_loss(logits, labels, "regression") + regularizer(values)
-
-    potential = flat_potential(objective, {n: p.shape for n, p in targets.items()})
-    point = torch.cat([p.detach().flatten() for p in targets.values()])
-    direct = task_loss(model(inputs=inputs).logits, labels, "regression") + regularizer()
-    assert float(potential(point).detach()) == pytest.approx(float(direct.detach()), rel=1e-6)
-    assert float(potential(2 * point).detach()) > float(potential(point).detach())
-    result = villani_quantity(potential, point, s=0.01, probes=2)
-    assert math.isfinite(result["villani"])
 
 
 @pytest.mark.parametrize("kind", ["log", "power"])

@@ -27,13 +27,20 @@ class UserError(Exception):
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from .data import DataSourceError
-    from .train import CheckpointError
+    from .train import CheckpointError, TrainingDiverged
 
-    return (UserError, ValueError, DataSourceError, CheckpointError, FileNotFoundError)
+    return (
+        UserError,
+        ValueError,
+        DataSourceError,
+        CheckpointError,
+        FileNotFoundError,
+        TrainingDiverged,
+    )
 
 
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from .train.recipe import TrainConfig
+    from .commands.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
@@ -45,19 +52,60 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", type=Path, default=None, help="the run folder (default runs/DATA-MODEL)"
     )
-    parser.add_argument(
-        "--resume", action="store_true", help="continue from the run folder's newest checkpoint"
+    folder = parser.add_mutually_exclusive_group()
+    folder.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the folder from its newest checkpoint, with its own config "
+        "(only --steps, --eval-every, --checkpoint-every and --device may change)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    folder.add_argument(
+        "--overwrite", action="store_true", help="replace a run already in the folder"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    choices = _train_choices()
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
-        kind = {"int": int, "float": float, "str": str}[str(field.type)]
-        parser.add_argument(flag, type=kind, default=None, help=f"(default {field.default})")
+        kind = {"int": int, "float": float, "str": str}[str(field.type).split(" | ")[0]]
+        help_text = _train_default(field)
+        if field.name in choices:
+            help_text = f"one of {', '.join(choices[field.name])} {help_text}"
+        parser.add_argument(
+            flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text
+        )
     parser.set_defaults(handler=_train)
 
 
+def _train_choices() -> dict[str, tuple[str, ...]]:
+    """The values a train flag accepts, for --help (the config checks them too)."""
+    from .commands.config import MODELS, OPTIMIZER_CHOICES
+    from .data import SPLIT_SOURCES
+    from .train.schedules import SCHEDULES
+
+    return {
+        "data": (*SPLIT_SOURCES, "hf:NAME"),
+        "model": MODELS,
+        "optimizer": OPTIMIZER_CHOICES,
+        "schedule": tuple(SCHEDULES),
+        "device": ("auto", "cpu", "cuda"),
+        "precision": ("fp32", "bf16", "fp16"),
+    }
+
+
+def _train_default(field: dataclasses.Field[Any]) -> str:
+    """The help text of a train flag: its default, or the optimizer default it falls back to."""
+    if field.default is not None:
+        return f"(default {field.default})"
+    from .optim import optimizer_default
+
+    optimizer, option = field.name.split("_", 1)
+    return f"(default: {optimizer.upper()}'s own, {optimizer_default(optimizer, option)})"
+
+
 def _train(arguments: argparse.Namespace) -> int:
-    from .train.recipe import TrainConfig, run_training
+    from .commands.config import TrainConfig
+    from .commands.runs import resume_config
+    from .commands.train import run_training
 
     values: dict[str, Any] = {}
     if arguments.config is not None:
@@ -75,8 +123,14 @@ def _train(arguments: argparse.Namespace) -> int:
         arguments.out
         or Path("runs") / f"{config.data.replace(':', '-').replace('/', '_')}-{config.model}"
     )
+    if arguments.resume:
+        config = resume_config(run_dir, values)
     summary = run_training(
-        config, run_dir, resume=arguments.resume, progress=not arguments.no_progress
+        config,
+        run_dir,
+        resume=arguments.resume,
+        overwrite=arguments.overwrite,
+        progress=not arguments.no_progress,
     )
     validation, test = summary["validation"], summary["test"]
     score = "accuracy" if "accuracy" in test else "rmse"
@@ -142,7 +196,12 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("names", nargs="+", metavar="STUDY", help="study names, or 'all'")
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--mode", choices=MODES, default="full", help="study size (default full)")
+    size.add_argument(
+        "--mode",
+        choices=MODES,
+        default="quick",
+        help="study size (default quick; full takes hours)",
+    )
     for mode in MODES:
         size.add_argument(
             f"--{mode}",
@@ -277,7 +336,7 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
 
 
 def _prune(arguments: argparse.Namespace) -> int:
-    from .studies.sparsity_prune import format_prune_summary, prune_run
+    from .commands.prune import format_prune_summary, prune_run
 
     summary = prune_run(
         arguments.path,
@@ -314,7 +373,7 @@ def _add_diagnose(commands: argparse._SubParsersAction) -> None:
 
 
 def _diagnose(arguments: argparse.Namespace) -> int:
-    from .diagnostics.diagnose import diagnose
+    from .commands.diagnose import diagnose
 
     out = arguments.out
     if out is None:

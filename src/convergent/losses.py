@@ -7,6 +7,9 @@ A task is one of ``"classification"`` (logits ``[B, C]``, integer labels ``[B]``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -110,3 +113,27 @@ def summarize_scores(totals: dict[str, torch.Tensor], task: str) -> dict[str, fl
         target = max(float(totals["target_squared_sum"]), 1e-30)
         metrics["relative_l2"] = (float(totals["squared_error_sum"]) / target) ** 0.5
     return metrics
+
+
+def losses_from_hidden_states(
+    readout: Any,
+    hidden_states: Sequence[torch.Tensor],
+    labels: torch.Tensor,
+    task: str,
+    attention_mask: torch.Tensor | None = None,
+    layers: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Differentiable per-layer losses ``[f_l for l in layers]`` (all L + 1 by default).
+
+    Args:
+        readout: the shared head, ``readout(hidden_state, attention_mask) -> logits``.
+        hidden_states: L + 1 tensors, the embedding output first.
+        labels: the targets, as for the task loss.
+        task: ``"classification"``, ``"regression"`` or ``"lm"``.
+        attention_mask: padding mask passed to the readout.
+        layers: which layer indices to evaluate (e.g. a sampled subset).
+    """
+    chosen = range(len(hidden_states)) if layers is None else layers
+    return torch.stack(
+        [task_loss(readout(hidden_states[i], attention_mask), labels, task) for i in chosen]
+    )

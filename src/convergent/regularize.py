@@ -9,8 +9,8 @@ Both grow faster than ||W||^2, so V~ = loss + penalty satisfies Villani's condit
 ||grad V~||^2 / s - Laplacian V~ -> infinity as ||W|| -> infinity, which makes Langevin
 dynamics on V~ ergodic with a stationary density proportional to exp(-2 V~ / s), even when the
 loss alone is flat at infinity (as attention's loss is in W_Q, W_K once the softmax saturates).
-`villani_along_ray` estimates that quantity along a ray, with Hutchinson probes for the
-Laplacian.
+`convergent.diagnostics.villani` estimates that quantity along a ray, and
+`convergent.train.RegularizedStep` trains on loss + penalty.
 
 Targets are parameter names of `model.named_parameters()`, chosen by regular expressions
 (`re.search`) or shell globs (`fnmatch`), or by a preset (`PRESETS`): "query_key" is W_Q and W_K
@@ -25,20 +25,16 @@ import difflib
 import fnmatch
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from convergent.losses import check_task, task_loss
-
 __all__ = [
     "PENALTIES",
     "PRESETS",
-    "RegularizedStep",
     "VillaniRegularizer",
-    "flat_potential",
     "lam_for_stationary_radius",
     "log_amplified_penalty",
     "lora_pairs",
@@ -46,8 +42,6 @@ __all__ = [
     "select_parameters",
     "stationary_radius",
     "super_quadratic_penalty",
-    "villani_along_ray",
-    "villani_quantity",
 ]
 
 Penalty = Literal["log", "power"]
@@ -297,135 +291,3 @@ class VillaniRegularizer:
     def norms(self) -> dict[str, float]:
         """||W||_F of each penalized matrix (of B A with `product=True`)."""
         return {name: float(weight.detach().norm()) for name, weight in self.weights().items()}
-
-
-class RegularizedStep:
-    """A `convergent.train.TrainingStep`: the task loss plus a regularizer's penalty.
-
-    Metrics: "loss" (the task loss), "penalty", "objective" (their sum), and after each
-    optimizer step "norm/<name>" for every penalized matrix.
-
-    Args:
-        task: "classification", "regression" or "lm".
-        regularizer: any callable returning a scalar tensor; `VillaniRegularizer` also
-            reports norms.
-    """
-
-    def __init__(self, task: str, regularizer: Callable[[], Tensor]) -> None:
-        self.task = check_task(task)
-        self.regularizer = regularizer
-
-    def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        inputs = {key: value for key, value in batch.items() if key != "labels"}
-        task_value = task_loss(model(**inputs).logits, batch["labels"], self.task)
-        penalty_value = self.regularizer()
-        objective = task_value + penalty_value
-        return objective, {"loss": float(task_value.detach()), "penalty": float(penalty_value.detach()),
-                           "objective": float(objective.detach())}  # fmt: skip
-
-    def after_optimizer_step(self, model: nn.Module) -> dict[str, float]:
-        norms = getattr(self.regularizer, "norms", None)
-        return {f"norm/{name}": value for name, value in norms().items()} if norms else {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
-
-
-def villani_quantity(
-    potential: Callable[[Tensor], Tensor],
-    point: Tensor,
-    s: float,
-    probes: int = 16,
-    generator: torch.Generator | None = None,
-) -> dict[str, float]:
-    """||grad V||^2 / s - Laplacian V at `point`, the Laplacian by Hutchinson's estimator.
-
-    Laplacian V = trace(H) = E[z^T H z] for Rademacher z; each probe costs one Hessian-vector
-    product (a second backward pass), so `potential` must be twice differentiable.
-
-    Args:
-        potential: V, mapping a flat vector to a scalar tensor.
-        point: where to evaluate, a 1-D tensor.
-        s: the diffusion coefficient, > 0.
-        probes: number of Hutchinson probes, >= 1.
-        generator: for the probes.
-
-    Returns:
-        {"villani", "gradient_norm_squared", "laplacian", "laplacian_stderr", "potential"}.
-    """
-    if not (isinstance(s, (int, float)) and s > 0 and math.isfinite(s)):
-        raise ValueError(f"s must be a finite number > 0, got {s!r}.")
-    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
-        raise ValueError(f"probes must be an integer >= 1, got {probes!r}.")
-    x = point.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        value = potential(x)
-        (gradient,) = torch.autograd.grad(value, x, create_graph=True)
-        estimates = []
-        for index in range(probes):
-            z = (
-                torch.randint(0, 2, x.shape, generator=generator, device=x.device).to(x.dtype) * 2
-                - 1
-            )
-            (hessian_z,) = torch.autograd.grad(
-                gradient, x, grad_outputs=z, retain_graph=index < probes - 1
-            )
-            estimates.append((z * hessian_z).sum().detach())
-    laplacian = torch.stack(estimates)
-    gradient_norm_squared = float(gradient.detach().pow(2).sum())
-    mean = float(laplacian.mean())
-    stderr = float(laplacian.std() / math.sqrt(probes)) if probes > 1 else math.nan
-    return {"villani": gradient_norm_squared / s - mean, "gradient_norm_squared": gradient_norm_squared,
-            "laplacian": mean, "laplacian_stderr": stderr, "potential": float(value.detach())}  # fmt: skip
-
-
-def flat_potential(
-    objective: Callable[[dict[str, Tensor]], Tensor], shapes: dict[str, torch.Size]
-) -> Callable[[Tensor], Tensor]:
-    """V over one flat vector, from an objective over named tensors (for `villani_quantity`).
-
-    Example (V over W_Q and W_K of a model, with `torch.func.functional_call`):
-        >>> targets = select_parameters(model, "query_key")
-        >>> def objective(values):
-        ...     logits = torch.func.functional_call(model, values, kwargs=inputs).logits
-        ...     return task_loss(logits, labels, "regression") + regularizer(values)
-        >>> potential = flat_potential(objective, {n: p.shape for n, p in targets.items()})
-        >>> point = torch.cat([p.detach().flatten() for p in targets.values()])
-    """
-    sizes = [math.prod(shape) for shape in shapes.values()]
-
-    def potential(flat: Tensor) -> Tensor:
-        pieces = torch.split(flat, sizes)
-        values = {
-            name: piece.view(shape)
-            for (name, shape), piece in zip(shapes.items(), pieces, strict=True)
-        }
-        return objective(values)
-
-    return potential
-
-
-def villani_along_ray(
-    potential: Callable[[Tensor], Tensor],
-    direction: Tensor,
-    radii: Sequence[float],
-    s: float,
-    origin: Tensor | None = None,
-    probes: int = 16,
-    generator: torch.Generator | None = None,
-) -> list[dict[str, float]]:
-    """`villani_quantity` at origin + r * direction / ||direction|| for each r in `radii`.
-
-    Returns:
-        One dict per radius, with "radius" added.
-    """
-    unit = direction / direction.norm()
-    base = torch.zeros_like(unit) if origin is None else origin
-    rows = []
-    for radius in radii:
-        row = villani_quantity(potential, base + float(radius) * unit, s, probes, generator)
-        rows.append({"radius": float(radius), **row})
-    return rows

@@ -26,7 +26,7 @@ from convergent.studies.sparsity import (
     tune_classifier,
     tuning_from_results,
 )
-from convergent.studies.sparsity_prune import format_prune_summary, prune_run
+from convergent.commands import format_prune_summary, prune_run
 from convergent.studies.units import UnitCache
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
@@ -135,7 +135,7 @@ class RefusingTestSplit(Dataset):
 def test_learning_rate_sweep_never_touches_the_test_split(tmp_path):
     _needs("fashion-mnist")
     from convergent.data import load_splits
-    from convergent.studies.sparsity_runs import subset
+    from convergent.studies.sparsity_models import subset
 
     config = dataclasses.replace(Config.for_mode("smoke"), learning_rates=(1e-3, 3e-3))
     splits = load_splits("fashion-mnist", seed=0, size=config.image_size, patch=config.patch)
@@ -253,7 +253,7 @@ def test_modes_and_bad_values():
 
 
 def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):
-    from convergent.train.recipe import TrainConfig, build_model, run_training
+    from convergent.commands import TrainConfig, build_model, run_training
 
     config = TrainConfig(data="digits", model="transformer", steps=3, batch_size=16,
                          d_model=16, n_heads=2, n_layers=1, d_ff=32, eval_every=0)  # fmt: skip
@@ -274,5 +274,5 @@ def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):
     assert state["pruning"]["target"] == 0.9
     text = format_prune_summary(summary)
     assert "| dense |" in text and "pruned checkpoint:" in text and "head.weight" in text
-    with pytest.raises(ValueError, match="every sparsity must be in"):
+    with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\), got 2.0"):
         prune_run(tmp_path / "run", (2.0,))

@@ -5,6 +5,23 @@ one folder each, every file checked against its recorded sha256::
 
     from convergent.data import load_splits
     splits = load_splits("digits", seed=0)   # Splits(train, validation, test, task, ...)
+
+A name is a registered source ("digits") or an ``hf:`` name ("hf:imdb", "hf:/path/to.csv");
+``source_kind`` tells which ("registered" or "hub") and ``is_token_source`` whether its
+splits are subword-tokenized text (taking ``tokenizer`` and ``max_length``).
+
+The modules form layers; each imports only modules of earlier layers, and none
+imports another inside a function (``tests/data/test_data_imports.py`` checks both):
+
+1. ``cache`` (folders, checksums, locks), ``splits`` (``Splits``, ``DictDataset``),
+   ``darcy_gen`` (the Darcy solver), ``perturb`` (embedding perturbations)
+2. ``recipes`` (how to fetch: PyPI, Debian, bundled files)
+3. ``kinds`` (source names parsed into kinds; the table of handlers of prefixed kinds)
+4. ``sources`` (the registry of named sources; ``fetch``, ``is_cached``)
+5. ``parsers`` (cached files -> tensors)
+6. ``text_loaders``, ``numeric_loaders`` (the splits of each registered source)
+7. ``hub`` (``hf:`` sources; registers the ``hub`` kind in ``kinds``),
+   ``loaders`` (``load_splits``, dispatching by kind)
 """
 
 from convergent.data.cache import (
@@ -21,7 +38,9 @@ from convergent.data.darcy_gen import (
     solve_darcy,
 )
 from convergent.data.hub import load_hub_dataset
-from convergent.data.loaders import load_splits, to_patches, tokenize
+from convergent.data.kinds import SourceSpec, parse_source, source_kind
+from convergent.data.loaders import SPLIT_SOURCES, is_token_source, load_splits
+from convergent.data.numeric_loaders import to_patches
 from convergent.data.parsers import (
     FASHION_MNIST_CLASSES,
     load_austen,
@@ -51,12 +70,14 @@ from convergent.data.sources import (
     minilm_path,
 )
 from convergent.data.splits import DictDataset, Splits, random_split_indices
+from convergent.data.text_loaders import tokenize
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
     "GENERATED_SOURCES",
     "PERTURBATIONS",
     "SOURCES",
+    "SPLIT_SOURCES",
     "BundledFile",
     "DataSource",
     "DataSourceError",
@@ -64,6 +85,7 @@ __all__ = [
     "DictDataset",
     "Member",
     "PypiArchive",
+    "SourceSpec",
     "Splits",
     "UnknownDataSourceError",
     "cache_root",
@@ -75,6 +97,7 @@ __all__ = [
     "generate_darcy",
     "get_source",
     "is_cached",
+    "is_token_source",
     "load_austen",
     "load_darcy",
     "load_digits",
@@ -85,12 +108,14 @@ __all__ = [
     "load_street_video",
     "load_weather",
     "minilm_path",
+    "parse_source",
     "perturb_token_embeddings",
     "perturbed_embeddings",
     "random_permeability",
     "random_split_indices",
     "solve_darcy",
     "source_dir",
+    "source_kind",
     "to_patches",
     "tokenize",
     "word_embedding",

@@ -3,6 +3,9 @@
 ``hf:imdb`` loads a dataset from the Hub with ``datasets.load_dataset``; ``hf:`` followed by
 the path of a csv, json, jsonl or parquet file, or of a ``save_to_disk`` folder, works
 offline. Arrow caches go under the convergent cache, in ``huggingface/``.
+
+Importing this module registers the ``hub`` kind's handlers in ``kinds.py``, through which
+``fetch``, ``is_cached`` and ``load_splits`` reach them (``convergent.data`` imports it).
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from typing import Any
 import torch
 
 from convergent.data.cache import DataSourceError, cache_root
-from convergent.data.loaders import token_classification_splits
-from convergent.data.sources import HUB_PREFIX
+from convergent.data.kinds import HUB, SourceKindHandlers, parse_source, register_source_kind
 from convergent.data.splits import Splits, random_split_indices
+from convergent.data.text_loaders import token_classification_splits
 
 TEXT_COLUMNS = ("text", "sentence", "content", "review", "document")
 LABEL_COLUMNS = ("label", "labels", "sentiment", "class")
@@ -36,14 +39,14 @@ def _datasets_module() -> Any:
 
 def local_path(spec: str) -> Path | None:
     """The local file or folder an ``hf:`` spec names, or None for a Hub dataset name."""
-    path = Path(spec.removeprefix(HUB_PREFIX)).expanduser()
+    path = Path(parse_source(spec).target).expanduser()
     return path if path.exists() else None
 
 
 def load_hub_dataset(spec: str, config: str | None = None) -> Any:
     """Load an ``hf:`` spec as a ``datasets.DatasetDict`` (a single file becomes "train")."""
     datasets = _datasets_module()
-    target = spec.removeprefix(HUB_PREFIX)
+    target = parse_source(spec).target
     path = local_path(spec)
     cache_dir = str(cache_root() / "huggingface")
     try:
@@ -177,3 +180,8 @@ def hub_splits(
     splits.info["label_names"] = label_names
     splits.info["text_column"], splits.info["label_column"] = text, label
     return splits
+
+
+register_source_kind(
+    HUB, SourceKindHandlers(fetch=fetch_hub, is_cached=is_hub_cached, splits=hub_splits)
+)

@@ -1,7 +1,8 @@
 """Raw parsers: each reads one cached source into plain Python lists or tensors.
 
 These return the data as published (apart from the cleaning noted in each docstring);
-the seeded splits, tokenization and normalization live in ``loaders.py``.
+the seeded splits, tokenization and normalization live in ``text_loaders.py`` and
+``numeric_loaders.py``.
 """
 
 from __future__ import annotations

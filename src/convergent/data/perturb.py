@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models import unwrap_model
+
 PERTURBATIONS = ("gaussian", "uniform", "discrete")
 
 
@@ -91,9 +93,7 @@ def word_embedding(model: nn.Module) -> nn.Embedding:
     Looks for ``token_embedding`` (our Transformer), then ``get_input_embeddings()`` on the
     model or its ``encoder`` (Hugging Face models, e.g. BERT's ``embeddings.word_embeddings``).
     """
-    inner: Any = model
-    while hasattr(inner, "module") and isinstance(inner.module, nn.Module):
-        inner = inner.module  # DDP
+    inner = unwrap_model(model)
     candidates = [getattr(inner, "token_embedding", None)]
     for owner in (inner, getattr(inner, "encoder", None)):
         getter = getattr(owner, "get_input_embeddings", None)

@@ -237,11 +237,22 @@ def pip_download(requirement: str, kind: str, destination: Path) -> Path:
     destination.mkdir(parents=True, exist_ok=True)
     binary_flag = "--only-binary" if kind == "wheel" else "--no-binary"
     run_tool(
-        [sys.executable, "-m", "pip", "download", "--no-deps", binary_flag, ":all:",
-         "--disable-pip-version-check", "-d", str(destination), requirement],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            binary_flag,
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            str(destination),
+            requirement,
+        ],
         destination,
         f"pip download {requirement}",
-    )  # fmt: skip
+    )
     files = sorted(path for path in destination.iterdir() if path.is_file())
     if len(files) != 1:
         raise DataSourceError(f"pip download {requirement} left {len(files)} files, expected 1")

@@ -30,11 +30,10 @@ from convergent.data.cache import (
     source_lock,
     staging_dir,
 )
+from convergent.data.kinds import REGISTERED, handlers_for, name_patterns, parse_source
 from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive, Recipe
 
 logger = logging.getLogger("convergent.data")
-
-HUB_PREFIX = "hf:"
 
 
 @dataclass(frozen=True)
@@ -210,7 +209,7 @@ def get_source(name: str) -> DataSource:
             "nothing to fetch or cache."
         )
     if name not in SOURCES:
-        known = ", ".join([*sorted(SOURCES), f"{HUB_PREFIX}<dataset name or local path>"])
+        known = ", ".join([*sorted(SOURCES), *name_patterns()])
         raise UnknownDataSourceError(f"Unknown data source {name!r}; known sources: {known}.")
     return SOURCES[name]
 
@@ -266,10 +265,9 @@ def fetch(name: str, force: bool = False) -> Path:
         UnknownDataSourceError: ``name`` is not registered.
         DataSourceError: the source cannot be had (the message says why and what to do).
     """
-    if name.startswith(HUB_PREFIX):
-        from convergent.data.hub import fetch_hub
-
-        return fetch_hub(name)
+    spec = parse_source(name)
+    if spec.kind != REGISTERED:
+        return handlers_for(spec).fetch(name)
     source = get_source(name)
     folder = source_dir(name)
     try:
@@ -294,10 +292,9 @@ def fetch(name: str, force: bool = False) -> Path:
 
 def is_cached(name: str) -> bool:
     """Whether the source is in the cache with every checksum right (fetches nothing)."""
-    if name.startswith(HUB_PREFIX):
-        from convergent.data.hub import is_hub_cached
-
-        return is_hub_cached(name)
+    spec = parse_source(name)
+    if spec.kind != REGISTERED:
+        return handlers_for(spec).is_cached(name)
     source = get_source(name)
     folder = source_dir(name)
     return folder.is_dir() and not checksum_problems(folder, source.files)

@@ -2,17 +2,12 @@
 losses and weight statistics.
 
 Everything here is a pure function of a model, a batch or a curve, plus one hook object
-(`SpectraRecorder`) for measuring during training. Nothing imports training code; the
-``convergent diagnose`` entry point lives in `convergent.diagnostics.diagnose` and is
-imported on demand.
+(`SpectraRecorder`) for measuring during training. Nothing here imports training code; the
+``convergent diagnose`` command lives in `convergent.commands.diagnose`.
 """
 
-from .layerwise import (
-    MonotonicityReport,
-    layerwise_losses,
-    losses_from_hidden_states,
-    monotonicity_report,
-)
+from ..losses import losses_from_hidden_states
+from .layerwise import MonotonicityReport, layerwise_losses, monotonicity_report
 from .rank import layerwise_rank_collapse, rank_collapse
 from .rates import RateFit, fit_linear_rate
 from .spectra import (
@@ -25,6 +20,7 @@ from .spectra import (
     singular_value_extremes,
     singular_values,
 )
+from .villani import flat_potential, villani_along_ray, villani_quantity
 from .weights import query_key_norms, weight_matrices, weight_statistics
 
 __all__ = [
@@ -37,6 +33,7 @@ __all__ = [
     "condition_number",
     "find_attention_sites",
     "fit_linear_rate",
+    "flat_potential",
     "layerwise_losses",
     "layerwise_rank_collapse",
     "losses_from_hidden_states",
@@ -45,6 +42,8 @@ __all__ = [
     "rank_collapse",
     "singular_value_extremes",
     "singular_values",
+    "villani_along_ray",
+    "villani_quantity",
     "weight_matrices",
     "weight_statistics",
 ]

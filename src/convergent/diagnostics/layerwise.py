@@ -9,44 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
-from ..losses import task_loss
-
-
-def _inner(model: nn.Module) -> Any:
-    """The wrapped module of a DDP/compiled model (which is where ``readout`` lives)."""
-    inner: Any = model
-    while hasattr(inner, "module") or hasattr(inner, "_orig_mod"):
-        inner = getattr(inner, "module", None) or inner._orig_mod
-    return inner
-
-
-def losses_from_hidden_states(
-    readout: Any,
-    hidden_states: Sequence[torch.Tensor],
-    labels: torch.Tensor,
-    task: str,
-    attention_mask: torch.Tensor | None = None,
-    layers: Sequence[int] | None = None,
-) -> torch.Tensor:
-    """Differentiable per-layer losses ``[f_l for l in layers]`` (all L + 1 by default).
-
-    Args:
-        readout: the shared head, ``readout(hidden_state, attention_mask) -> logits``.
-        hidden_states: L + 1 tensors, the embedding output first.
-        labels: the targets, as for the task loss.
-        task: ``"classification"``, ``"regression"`` or ``"lm"``.
-        attention_mask: padding mask passed to the readout.
-        layers: which layer indices to evaluate (e.g. a sampled subset).
-    """
-    chosen = range(len(hidden_states)) if layers is None else layers
-    return torch.stack(
-        [task_loss(readout(hidden_states[i], attention_mask), labels, task) for i in chosen]
-    )
+from ..losses import losses_from_hidden_states
+from ..models import unwrap_model
 
 
 def layerwise_losses(
@@ -59,7 +27,7 @@ def layerwise_losses(
         batch: inputs plus ``labels``.
         task: defaults to ``model.task``.
     """
-    inner = _inner(model)
+    inner = unwrap_model(model)
     inputs = {key: value for key, value in batch.items() if key != "labels"}
     output = model(**inputs, output_hidden_states=True)
     if output.hidden_states is None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .layerwise import _inner
+from ..models import unwrap_model
 
 
 def rank_collapse(
@@ -59,7 +59,7 @@ def layerwise_rank_collapse(
     with torch.no_grad():
         output = model(**inputs, output_hidden_states=True)
     if output.hidden_states is None:
-        raise ValueError(f"{type(_inner(model)).__name__} returned no hidden states")
+        raise ValueError(f"{type(unwrap_model(model)).__name__} returned no hidden states")
     chosen = range(len(output.hidden_states)) if layers is None else layers
     mask = inputs.get("attention_mask")
     return torch.stack([rank_collapse(output.hidden_states[i], mask) for i in chosen])

@@ -12,6 +12,7 @@ from convergent.models.lora import add_query_key_lora, lora_parameters
 from convergent.models.outputs import ModelOutput
 from convergent.models.readout import pool_hidden_state
 from convergent.models.transformer import Transformer
+from convergent.models.wrappers import unwrap_model
 
 __all__ = [
     "HFEncoder",
@@ -21,4 +22,5 @@ __all__ = [
     "add_query_key_lora",
     "lora_parameters",
     "pool_hidden_state",
+    "unwrap_model",
 ]

@@ -9,9 +9,11 @@ HORST is the composition M∘S of two operators, both exported as pure functions
   dual step.
 
 `horst_reference_step` is one HORST step on one tensor; `HORST` runs it, or its foreach or
-compiled equivalent, behind the `torch.optim.Optimizer` interface.
+compiled equivalent, behind the `torch.optim.Optimizer` interface. `build_optimizer(name,
+params, **overrides)` builds any of them by name with the class's own defaults.
 """
 
+from convergent.optim.factory import OPTIMIZERS, build_optimizer, decay_groups, optimizer_default
 from convergent.optim.ham import HAM
 from convergent.optim.horst import HORST, first_nonfinite, horst_move_ratio
 from convergent.optim.langevin import (
@@ -35,12 +37,15 @@ from convergent.optim.operators import (
 __all__ = [
     "HAM",
     "HORST",
+    "OPTIMIZERS",
     "EuclideanMap",
     "HyperbolicEntropyMap",
     "Langevin",
     "MirrorMap",
     "NoiseSchedule",
     "adam_direction",
+    "build_optimizer",
+    "decay_groups",
     "first_nonfinite",
     "ham_mirror_step",
     "horst_mirror_direction",
@@ -48,6 +53,7 @@ __all__ = [
     "horst_reference_step",
     "langevin_update",
     "mirror_step",
+    "optimizer_default",
     "rmsprop_denominator",
     "s_from_temperature",
     "sign_direction",

@@ -17,17 +17,32 @@ import functools
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "COMPILE_MIN_NUMEL",
+    "FastPathOwner",
     "compiled_ham_step",
     "compiled_horst_step",
     "compiler_unavailable_reason",
+    "fall_back",
     "foreach_horst_step",
+    "use_compiled",
 ]
+
+# Below this many elements in a group, "auto" does not compile: the compile would cost more
+# than it saves.
+COMPILE_MIN_NUMEL = 1 << 20
+
+
+class FastPathOwner(Protocol):
+    """An optimizer with a compiled path (HORST, HAM): its choice and why it fell back."""
+
+    implementation: str
+    fallback_reason: str | None
 
 
 def foreach_horst_step(
@@ -87,8 +102,18 @@ def _horst_kernel(
     clamped: bool = True,
 ) -> None:  # pragma: no mutate block (torch.compile cannot trace mutmut's trampolines)
     # scalars are a tensor, not Python floats, so that a new lr or step count is not a recompile.
-    (decay, one_minus_beta1, beta2, one_minus_beta2, step_size, bias_correction2_sqrt, eps,
-     negative_alpha, negative_lr_beta, clamp) = scalars.unbind(0)  # fmt: skip
+    (
+        decay,
+        one_minus_beta1,
+        beta2,
+        one_minus_beta2,
+        step_size,
+        bias_correction2_sqrt,
+        eps,
+        negative_alpha,
+        negative_lr_beta,
+        clamp,
+    ) = scalars.unbind(0)
     new_exp_avg = torch.lerp(exp_avg, grad, one_minus_beta1)
     new_exp_avg_sq = exp_avg_sq * beta2 + one_minus_beta2 * grad * grad
     # step_size * m / (sqrt(v) / b + eps) == (step_size * b) * m / (sqrt(v) + eps * b): one
@@ -170,9 +195,18 @@ def compiled_horst_step(
     ):
         key = (step, flag, theta.device)
         if key not in cache:
-            values = [1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, lr / (1 - beta1**step),
-                      (1 - beta2**step) ** 0.5, eps, -alpha if flag else 0.0,
-                      -lr * beta if flag else 0.0, clamp if flag else float("inf")]  # fmt: skip
+            values = [
+                1 - lr * weight_decay,
+                1 - beta1,
+                beta2,
+                1 - beta2,
+                lr / (1 - beta1**step),
+                (1 - beta2**step) ** 0.5,
+                eps,
+                -alpha if flag else 0.0,
+                -lr * beta if flag else 0.0,
+                clamp if flag else float("inf"),
+            ]
             cache[key] = torch.tensor(values, dtype=torch.float64, device=theta.device)
         flat = (theta.view(-1), grad.view(-1), exp_avg.view(-1), exp_avg_sq.view(-1))
         calls.append((*flat, cache[key]))
@@ -228,8 +262,33 @@ def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Tensor, ...
     return None
 
 
-def warn_fallback(reason: str, name: str = "HORST") -> None:
-    """The one-line warning when the compiled path is unavailable."""
-    warnings.warn(
-        f"{name}: {reason}; using the foreach implementation instead.", RuntimeWarning, stacklevel=3
-    )
+def use_compiled(owner: FastPathOwner, params: Sequence[Tensor], name: str) -> bool:
+    """Whether ``owner`` (implementation "auto" or "compiled") should run compiled on ``params``.
+
+    "auto" compiles groups of at least ``COMPILE_MIN_NUMEL`` elements only. Where no compiler
+    is available, the owner falls back to foreach for good (see :func:`fall_back`).
+    """
+    if owner.implementation not in ("auto", "compiled") or not params:
+        return False
+    if owner.implementation == "auto" and sum(p.numel() for p in params) < COMPILE_MIN_NUMEL:
+        return False
+    reason = compiler_unavailable_reason(params[0].device)
+    if reason is None:
+        return True
+    fall_back(owner, reason, name)
+    return False
+
+
+def fall_back(owner: FastPathOwner, reason: str, name: str) -> None:
+    """Switch ``owner`` to foreach for good, with one warning and the reason kept.
+
+    Per optimizer: another optimizer tries to compile again.
+    """
+    if owner.implementation != "foreach":
+        warnings.warn(
+            f"{name}: {reason}; using the foreach implementation instead.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        owner.fallback_reason = reason
+    owner.implementation = "foreach"

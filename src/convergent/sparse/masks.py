@@ -144,13 +144,25 @@ def _parameters(model: nn.Module, names: list[str]) -> list[Tensor]:
     return [parameters[name].detach() for name in names]
 
 
+def check_sparsity(sparsity: float) -> float:
+    """``sparsity`` if it is in [0, 1), else a ValueError: 1 would prune every weight, which
+    leaves nothing to train or to rank, so masks refuse it."""
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(
+            f"sparsity must be in [0, 1), got {sparsity}"
+            + (" (1 would prune every weight)" if sparsity == 1.0 else "")
+        )
+    return sparsity
+
+
 def global_magnitude_masks(tensors: Mapping[str, Tensor], sparsity: float) -> Masks:
     """Prune exactly ``round(sparsity * n)`` of the smallest magnitudes over all tensors.
 
     Args:
         tensors: name -> weight.
-        sparsity: the fraction to prune, in [0, 1].
+        sparsity: the fraction to prune, in [0, 1).
     """
+    check_sparsity(sparsity)
     names = list(tensors)
     values = [tensors[name] for name in names]
     k = count_to_prune(sparsity, sum(value.numel() for value in values))
@@ -158,7 +170,9 @@ def global_magnitude_masks(tensors: Mapping[str, Tensor], sparsity: float) -> Ma
 
 
 def uniform_magnitude_masks(tensors: Mapping[str, Tensor], sparsity: float) -> Masks:
-    """Prune ``round(sparsity * n_i)`` of the smallest magnitudes of each tensor i."""
+    """Prune ``round(sparsity * n_i)`` of the smallest magnitudes of each tensor i (sparsity in
+    [0, 1))."""
+    check_sparsity(sparsity)
     masks = {}
     for name, value in tensors.items():
         masks[name] = keep_largest([value], count_to_prune(sparsity, value.numel()))[0]
@@ -228,7 +242,7 @@ def magnitude_masks(
     Args:
         model: the (unwrapped) model.
         names: the prunable parameter names (see :func:`~convergent.sparse.select_prunable`).
-        sparsity: the fraction to prune, in [0, 1] (ignored for N:M, which prunes 1 - N/M).
+        sparsity: the fraction to prune, in [0, 1) (ignored for N:M, which prunes 1 - N/M).
         distribution: ``"global"`` (one threshold) or ``"uniform"`` (the same sparsity per
             tensor).
         pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``).

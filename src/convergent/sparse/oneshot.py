@@ -78,7 +78,7 @@ def prune_one_shot(
 
     Args:
         model: the trained model (unwrapped).
-        sparsity: the fraction of prunable weights to zero, in [0, 1].
+        sparsity: the fraction of prunable weights to zero, in [0, 1).
         distribution: ``"uniform"`` (layer-wise, default) or ``"global"``.
         pattern: ``"unstructured"`` or ``"N:M"``.
         include_embeddings: prune embeddings too (tied input/output embeddings included).

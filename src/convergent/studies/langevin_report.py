@@ -76,7 +76,9 @@ def _cell(values: list[float], digits: int = 4) -> str:
     return f"{_mean(values):.{digits}g} ± {statistics.stdev(values):.2g}"
 
 
-def tables_and_summary(config: Any, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:  # fmt: skip
+def tables_and_summary(
+    config: Any, runs: dict[str, list[dict[str, Any]]]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Per experiment and variant: the tables and the summaries over seeds (the claims are
     scored in `langevin_claims`, from the traces)."""
     summary: dict[str, dict[str, dict[str, list[float]]]] = {}
@@ -96,8 +98,12 @@ def tables_and_summary(config: Any, runs: dict[str, list[dict[str, Any]]]) -> tu
                 row[f"{label} start"] = _cell(merged[f"{key}_start"])
                 row[f"{label} end"] = _cell(merged[f"{key}_end"])
                 row[f"{label} growth"] = _cell(merged[f"{key}_growth"], 3)
-            for key, label in (("train_rmse", "train RMSE"), ("test_rmse", "test RMSE"),
-                               ("test_relative_l2", "test rel. L2"), ("gap", "gap")):  # fmt: skip
+            for key, label in (
+                ("train_rmse", "train RMSE"),
+                ("test_rmse", "test RMSE"),
+                ("test_relative_l2", "test rel. L2"),
+                ("gap", "gap"),
+            ):
                 row[f"{label} end"] = _cell(merged[f"{key}_end"])
             row["gap trend"] = _cell(merged["gap_change"], 3)
             rows.append(row)
@@ -136,11 +142,15 @@ def lam_note(config: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
             if variant == "none":
                 continue
             first = seed_runs[0]
-            parts.append(f"{experiment}/{variant}: lam {first['lam'][variant]:.3g}, stationary "
-                         f"||W|| per matrix {first['stationary_radius'][variant]:.3g}")  # fmt: skip
+            parts.append(
+                f"{experiment}/{variant}: lam {first['lam'][variant]:.3g}, stationary "
+                f"||W|| per matrix {first['stationary_radius'][variant]:.3g}"
+            )
     if config.lam_rule == "radius":
-        rule = (f"lam is set so that the penalty alone (flat loss) has its most likely ||W||_F at "
-                f"{config.radius_factor:g}x the root-mean-square start norm of the targeted matrices")  # fmt: skip
+        rule = (
+            f"lam is set so that the penalty alone (flat loss) has its most likely ||W||_F at "
+            f"{config.radius_factor:g}x the root-mean-square start norm of the targeted matrices"
+        )
     else:
         rule = f"lam is set so that the penalty is {config.penalty_fraction:.0%} of the training loss at the start"
     return f"{rule}; seed {config.seeds[0]}: " + "; ".join(parts) + "."
@@ -193,8 +203,16 @@ def plot_traces(runs: dict[str, list[dict[str, Any]]], out_dir: Path) -> list[st
             _band(axes[0, 1], steps, traces, "train_rmse", color, ":", f"train ({variant})")
             _band(axes[1, 0], steps, traces, "test_relative_l2", color, "-", variant)
             _band(axes[1, 1], steps, traces, "gap", color, "-", variant)
-        for axis, title in zip(axes.flat, ("Frobenius norms", "RMSE", "test relative L2 error",
-                                           "generalization gap (test - train RMSE)"), strict=True):  # fmt: skip
+        for axis, title in zip(
+            axes.flat,
+            (
+                "Frobenius norms",
+                "RMSE",
+                "test relative L2 error",
+                "generalization gap (test - train RMSE)",
+            ),
+            strict=True,
+        ):
             axis.set_title(title)
             axis.set_xlabel("Langevin step")
             axis.legend(fontsize=7)
@@ -207,8 +225,15 @@ def plot_traces(runs: dict[str, list[dict[str, Any]]], out_dir: Path) -> list[st
     return names
 
 
-def _band(axis: Any, steps: list[int], traces: list[list[dict[str, float]]], key: str, color: str,
-          style: str, label: str) -> None:  # fmt: skip
+def _band(
+    axis: Any,
+    steps: list[int],
+    traces: list[list[dict[str, float]]],
+    key: str,
+    color: str,
+    style: str,
+    label: str,
+) -> None:
     columns = [[trace[i][key] for trace in traces] for i in range(len(steps))]
     axis.plot(steps, [_mean(c) for c in columns], style, color=color, label=label)
     if len(traces) > 1:

@@ -21,12 +21,11 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .common import StudyResult, check_mode, json_ready
@@ -51,6 +50,7 @@ from .residual_plots import (
     plot_rate_against_ratio,
     plot_spectra,
 )
+from .residual_tables import beta_table, depth_gap_table, depth_table
 from .units import UnitCache
 
 __all__ = ["Config", "claims_from_results", "run"]
@@ -132,94 +132,34 @@ class Config:
         check_mode(mode)
         if mode == "smoke":
             return cls(
-                mode="smoke", betas=(0.0, 0.5, 1.0), window=6, examples=16, gd_steps=30,
-                spectra_every=10, depths=(1, 2), depth_steps=3, depth_batch_size=4,
-                max_length=16, train_examples=32, validation_examples=16,
-            )  # fmt: skip
+                mode="smoke",
+                betas=(0.0, 0.5, 1.0),
+                window=6,
+                examples=16,
+                gd_steps=30,
+                spectra_every=10,
+                depths=(1, 2),
+                depth_steps=3,
+                depth_batch_size=4,
+                max_length=16,
+                train_examples=32,
+                validation_examples=16,
+            )
         if mode == "full":
             return cls(
-                mode="full", seeds=(0, 1, 2, 3, 4), gd_steps=2000, depth_steps=200,
-                train_examples=8000, validation_examples=1000,
-            )  # fmt: skip
+                mode="full",
+                seeds=(0, 1, 2, 3, 4),
+                gd_steps=2000,
+                depth_steps=200,
+                train_examples=8000,
+                validation_examples=1000,
+            )
         return cls(mode="quick")
 
     @property
     def resolved_init_std(self) -> float:
         """``init_std``, or 1 / sqrt(d_model) when it is None."""
         return self.init_std if self.init_std is not None else 1.0 / math.sqrt(self.d_model)
-
-
-def _mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
-
-
-def _beta_table(rows: list[dict[str, Any]], late: dict[tuple, dict[str, Any]]) -> list[dict]:
-    table = []
-    for beta in sorted({row["beta"] for row in rows}):
-        chosen = [row for row in rows if row["beta"] == beta]
-        rate, rate_spread = _mean_and_spread([row["rate"] for row in chosen])
-        late_rate, _ = _mean_and_spread([late[(row["seed"], beta)]["rate"] for row in chosen])
-        entry: dict[str, Any] = {"beta": beta, "seeds": len(chosen)}
-        entry["final_loss"] = float(np.mean([row["final_loss"] for row in chosen]))
-        entry["rate (full curve)"] = rate
-        if len(chosen) > 1:
-            entry["rate sd over seeds"] = rate_spread
-        else:
-            entry["rate 95% interval"] = (
-                f"[{chosen[0]['rate_low']:.5f}, {chosen[0]['rate_high']:.5f}]"
-            )
-        entry["r_squared"] = float(np.mean([row["r_squared"] for row in chosen]))
-        entry["rate (late window)"] = late_rate
-        entry["effective rate"] = float(np.mean([row["effective_rate"] for row in chosen]))
-        for key, label in (
-            ("sigma_min_mean", "sigma_min A"),
-            ("sigma_max_mean", "sigma_max A"),
-            ("residual_sigma_min_mean", "sigma_min bX+A"),
-            ("residual_sigma_max_mean", "sigma_max bX+A"),
-            ("residual_squared_ratio_mean", "(min/max)^2 bX+A"),
-            ("squared_ratio_mean", "(min/max)^2 A"),
-        ):
-            entry[label] = float(np.mean([row[key] for row in chosen]))
-        table.append(entry)
-    return table
-
-
-def _depth_table(runs: list[DepthRun]) -> list[dict[str, Any]]:
-    table = []
-    for depth in sorted({run.depth for run in runs}):
-        for beta in sorted({run.beta for run in runs}):
-            chosen = [run for run in runs if run.depth == depth and run.beta == beta]
-            tail = [float(np.mean(run.losses[-max(1, len(run.losses) // 10) :])) for run in chosen]
-            loss, loss_spread = _mean_and_spread(tail)
-            error, error_spread = _mean_and_spread([run.validation_error for run in chosen])
-            row: dict[str, Any] = {
-                "depth": depth, "beta": beta, "seeds": len(chosen),
-                "final train loss": loss, "validation error": error,
-            }  # fmt: skip
-            if len(chosen) > 1:
-                row["train loss sd"], row["error sd"] = loss_spread, error_spread
-            row["initialization"] = chosen[0].initialization
-            table.append(row)
-    return table
-
-
-def _depth_gap_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per depth, the seed-mean final train loss and validation error at beta 0 minus beta 1."""
-    gaps = []
-    for depth in sorted({row["depth"] for row in table}):
-        rows = {row["beta"]: row for row in table if row["depth"] == depth}
-        if 0.0 in rows and 1.0 in rows:
-            gaps.append(
-                {
-                    "depth": depth,
-                    "loss gap (beta 0 - beta 1)": rows[0.0]["final train loss"]
-                    - rows[1.0]["final train loss"],
-                    "error gap (beta 0 - beta 1)": rows[0.0]["validation error"]
-                    - rows[1.0]["validation error"],
-                }
-            )
-    return gaps
 
 
 def _limited_threads(count: int) -> Any:
@@ -251,11 +191,18 @@ def _one_layer_runs(
                 def compute(beta: float = beta, seed: int = seed) -> dict[str, Any]:
                     inputs, labels, _ = weather()
                     run = train_one_beta(
-                        inputs, labels, beta, seed, window=config.window,
-                        d_model=config.d_model, d_ff=config.d_ff,
-                        init_std=config.resolved_init_std, steps=config.gd_steps,
-                        lr=config.gd_lr, spectra_every=config.spectra_every,
-                    )  # fmt: skip
+                        inputs,
+                        labels,
+                        beta,
+                        seed,
+                        window=config.window,
+                        d_model=config.d_model,
+                        d_ff=config.d_ff,
+                        init_std=config.resolved_init_std,
+                        steps=config.gd_steps,
+                        lr=config.gd_lr,
+                        spectra_every=config.spectra_every,
+                    )
                     return run_to_dict(run)
 
                 unit = {"part": "one_layer", "beta": float(beta), "seed": int(seed)}
@@ -290,10 +237,16 @@ def _depth_runs(
                 def compute(depth: int = depth, beta: float = beta, seed: int = seed) -> dict:
                     train, validation = sentences()
                     run = train_one_depth(
-                        pretrained(), train, validation, depth, beta, seed,
-                        steps=config.depth_steps, batch_size=config.depth_batch_size,
+                        pretrained(),
+                        train,
+                        validation,
+                        depth,
+                        beta,
+                        seed,
+                        steps=config.depth_steps,
+                        batch_size=config.depth_batch_size,
                         lr=config.depth_lr,
-                    )  # fmt: skip
+                    )
                     return depth_run_to_dict(run)
 
                 unit = {
@@ -331,7 +284,7 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         for run in gd_runs
     }
     result = StudyResult(name="residual", mode=config.mode, config=replace(config))
-    result.tables["(a) one-layer Transformer, full-batch GD on weather-hourly"] = _beta_table(
+    result.tables["(a) one-layer Transformer, full-batch GD on weather-hourly"] = beta_table(
         rows, late
     )
     result.figures += [
@@ -362,9 +315,9 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
     ]
     if config.run_depth:
         depth_runs = _depth_runs(config, units, log)
-        depth_table = _depth_table(depth_runs)
-        result.tables["(b) rt-sentences at depth, with and without residuals"] = depth_table
-        result.tables["(b) residual advantage by depth"] = _depth_gap_table(depth_table)
+        depth_rows = depth_table(depth_runs)
+        result.tables["(b) rt-sentences at depth, with and without residuals"] = depth_rows
+        result.tables["(b) residual advantage by depth"] = depth_gap_table(depth_rows)
         result.figures.append(plot_depth_curves(depth_runs, folder / "residual_depth.png").name)
         result.data["depth_runs"] = [vars(run) for run in depth_runs]
         result.notes.append(

@@ -181,24 +181,40 @@ def train_one_depth(
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
     result = fit(
-        model, optimizer, train, max_steps=steps, batch_size=batch_size,
-        task="classification", seed=seed, progress=False, tensorboard=False,
-    )  # fmt: skip
+        model,
+        optimizer,
+        train,
+        max_steps=steps,
+        batch_size=batch_size,
+        task="classification",
+        seed=seed,
+        progress=False,
+        tensorboard=False,
+    )
     losses = [float(r["loss"]) for r in result.history if r.get("split") == "train"]
     scores = evaluate(model, validation, "classification", batch_size=128)
     return DepthRun(
-        depth=depth, beta=beta, seed=seed, initialization=description, losses=losses,
-        validation_error=1.0 - float(scores["accuracy"]), validation_loss=float(scores["loss"]),
+        depth=depth,
+        beta=beta,
+        seed=seed,
+        initialization=description,
+        losses=losses,
+        validation_error=1.0 - float(scores["accuracy"]),
+        validation_loss=float(scores["loss"]),
         seconds=time.perf_counter() - started,
-    )  # fmt: skip
+    )
 
 
 def depth_run_to_dict(run: DepthRun) -> dict[str, Any]:
     """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
     reads back); ``DepthRun(**depth_run_to_dict(run))`` rebuilds it."""
     return {
-        "depth": int(run.depth), "beta": float(run.beta), "seed": int(run.seed),
-        "initialization": str(run.initialization), "losses": [float(v) for v in run.losses],
+        "depth": int(run.depth),
+        "beta": float(run.beta),
+        "seed": int(run.seed),
+        "initialization": str(run.initialization),
+        "losses": [float(v) for v in run.losses],
         "validation_error": float(run.validation_error),
-        "validation_loss": float(run.validation_loss), "seconds": float(run.seconds),
-    }  # fmt: skip
+        "validation_loss": float(run.validation_loss),
+        "seconds": float(run.seconds),
+    }

@@ -24,9 +24,13 @@ from ..models import Transformer, TransformerConfig
 
 # The spectra a run records at every measurement, in the order of GradientDescentRun's fields.
 SPECTRA_FIELDS = (
-    "sigma_min", "sigma_max", "residual_sigma_min", "residual_sigma_max",
-    "squared_ratio", "residual_squared_ratio",
-)  # fmt: skip
+    "sigma_min",
+    "sigma_max",
+    "residual_sigma_min",
+    "residual_sigma_max",
+    "squared_ratio",
+    "residual_squared_ratio",
+)
 
 
 @dataclass
@@ -95,11 +99,21 @@ def one_layer_model(
     torch.manual_seed(seed)
     return Transformer(
         TransformerConfig(
-            task="regression", num_outputs=num_outputs, input_dim=input_dim, max_len=window,
-            d_model=d_model, n_heads=1, n_layers=1, d_ff=d_ff, beta=beta, norm="none",
-            pooling="last", dropout=0.0, init_std=init_std,
+            task="regression",
+            num_outputs=num_outputs,
+            input_dim=input_dim,
+            max_len=window,
+            d_model=d_model,
+            n_heads=1,
+            n_layers=1,
+            d_ff=d_ff,
+            beta=beta,
+            norm="none",
+            pooling="last",
+            dropout=0.0,
+            init_std=init_std,
         )
-    )  # fmt: skip
+    )
 
 
 def _measure(model: Transformer, inputs: torch.Tensor, run: GradientDescentRun, step: int) -> None:
@@ -179,12 +193,14 @@ def run_to_dict(run: GradientDescentRun) -> dict[str, Any]:
     """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
     reads back); ``GradientDescentRun(**run_to_dict(run))`` rebuilds it."""
     return {
-        "beta": float(run.beta), "seed": int(run.seed),
+        "beta": float(run.beta),
+        "seed": int(run.seed),
         "losses": [float(v) for v in run.losses],
         "spectra_steps": [int(v) for v in run.spectra_steps],
         **{key: [float(v) for v in getattr(run, key)] for key in SPECTRA_FIELDS},
-        "diverged": bool(run.diverged), "seconds": float(run.seconds),
-    }  # fmt: skip
+        "diverged": bool(run.diverged),
+        "seconds": float(run.seconds),
+    }
 
 
 def _effective_rate(losses: Sequence[float]) -> float:
@@ -209,12 +225,22 @@ def summarize_run(run: GradientDescentRun, fit_start: float, confidence: float) 
     try:
         fit = fit_linear_rate(run.losses, start=start, confidence=confidence)
         row.update(
-            rate=fit.rate, rate_low=fit.rate_low, rate_high=fit.rate_high,
-            contraction=fit.contraction, r_squared=fit.r_squared, fit_start=start,
-        )  # fmt: skip
+            rate=fit.rate,
+            rate_low=fit.rate_low,
+            rate_high=fit.rate_high,
+            contraction=fit.contraction,
+            r_squared=fit.r_squared,
+            fit_start=start,
+        )
     except ValueError:
-        row.update(rate=math.nan, rate_low=math.nan, rate_high=math.nan, contraction=math.nan,
-                   r_squared=math.nan, fit_start=start)  # fmt: skip
+        row.update(
+            rate=math.nan,
+            rate_low=math.nan,
+            rate_high=math.nan,
+            contraction=math.nan,
+            r_squared=math.nan,
+            fit_start=start,
+        )
     for key in SPECTRA_FIELDS:
         values = np.asarray(getattr(run, key), dtype=np.float64)
         row[f"{key}_mean"] = float(values.mean())

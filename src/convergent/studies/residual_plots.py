@@ -28,9 +28,11 @@ def plot_loss_curves(runs: Sequence[GradientDescentRun], path: Path) -> Path:
     for color, beta in zip(_colors(len(betas)), betas, strict=True):
         for index, run in enumerate(r for r in runs if r.beta == beta):
             axis.plot(
-                run.losses, color=color, alpha=1.0 if index == 0 else 0.35,
+                run.losses,
+                color=color,
+                alpha=1.0 if index == 0 else 0.35,
                 label=f"beta={beta:g}" if index == 0 else None,
-            )  # fmt: skip
+            )
     axis.set_yscale("log")
     axis.set_xlabel("full-batch GD step")
     axis.set_ylabel("training loss (MSE)")

@@ -134,28 +134,36 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
             _vision_move_ratios(vision, keys), "ViT runs: dense and AC/DC at >= 80 %, every seed"
         )
         for baseline, statement, factor in (
-            ("adamw", "At 80-90 % sparsity HORST loses far less top-1 accuracy than AdamW "
-             "(here: at most half of AdamW's loss, AC/DC on Fashion-MNIST)", HALF),
+            (
+                "adamw",
+                "At 80-90 % sparsity HORST loses far less top-1 accuracy than AdamW "
+                "(here: at most half of AdamW's loss, AC/DC on Fashion-MNIST)",
+                HALF,
+            ),
             ("ham", "At 80-90 % sparsity HORST loses less top-1 accuracy than HAM", 1.0),
-        ):  # fmt: skip
+        ):
             if baseline not in have:
                 continue
             other = accuracy_drops(vision["accuracy"][baseline], keys)
             per_seed = [h - factor * o for h, o in zip(horst, other, strict=True)]
             contrast = "half of " if factor == HALF else ""
             shown = DISPLAY[baseline]
-            claims.append(claim_from_seeds(
-                statement, per_seed, at_most(0.0),
-                unit=f"top-1 lost by HORST minus {contrast}that lost by {shown} (fraction)",
-                checks=[move, _achieved_check(vision, targets, ["horst", baseline])],
-                evidence=(
-                    f"mean top-1 accuracy lost at >= 80 % (dense minus AC/DC at "
-                    f"{', '.join(keys)}): HORST {finite_mean(horst):.4f}, {shown} "
-                    f"{finite_mean(other):.4f}; per seed HORST {_seed_list(horst)}, "
-                    f"{shown} {_seed_list(other)}."
-                ),
-                paired=True,
-            ))  # fmt: skip
+            claims.append(
+                claim_from_seeds(
+                    statement,
+                    per_seed,
+                    at_most(0.0),
+                    unit=f"top-1 lost by HORST minus {contrast}that lost by {shown} (fraction)",
+                    checks=[move, _achieved_check(vision, targets, ["horst", baseline])],
+                    evidence=(
+                        f"mean top-1 accuracy lost at >= 80 % (dense minus AC/DC at "
+                        f"{', '.join(keys)}): HORST {finite_mean(horst):.4f}, {shown} "
+                        f"{finite_mean(other):.4f}; per seed HORST {_seed_list(horst)}, "
+                        f"{shown} {_seed_list(other)}."
+                    ),
+                    paired=True,
+                )
+            )
     if {"adamw", "horst"} <= have:
         claims += _language_claims(config, language, data)
     return claims
@@ -172,19 +180,22 @@ def _language_claims(
         perplexity_ratios(perplexity["horst"], key),
         perplexity_ratios(perplexity["adamw"], key),
     )
-    claims = [claim_from_seeds(
-        f"One-shot pruning to {key} costs a HORST-trained language model less perplexity"
-        " than an AdamW-trained one (ratio after/before)",
-        [h - a for h, a in zip(horst, adamw, strict=True)], at_most(0.0),
-        unit=f"perplexity ratio at {key} (pruned / dense), HORST minus AdamW",
-        checks=[move],
-        evidence=(
-            f"validation perplexity ratio at {key} over dense, mean over seeds: HORST "
-            f"{finite_mean(horst):.3f}, AdamW {finite_mean(adamw):.3f}; per seed HORST "
-            f"{_seed_list(horst)}, AdamW {_seed_list(adamw)}."
-        ),
-        paired=True,
-    )]  # fmt: skip
+    claims = [
+        claim_from_seeds(
+            f"One-shot pruning to {key} costs a HORST-trained language model less perplexity"
+            " than an AdamW-trained one (ratio after/before)",
+            [h - a for h, a in zip(horst, adamw, strict=True)],
+            at_most(0.0),
+            unit=f"perplexity ratio at {key} (pruned / dense), HORST minus AdamW",
+            checks=[move],
+            evidence=(
+                f"validation perplexity ratio at {key} over dense, mean over seeds: HORST "
+                f"{finite_mean(horst):.3f}, AdamW {finite_mean(adamw):.3f}; per seed HORST "
+                f"{_seed_list(horst)}, AdamW {_seed_list(adamw)}."
+            ),
+            paired=True,
+        )
+    ]
     threshold = number(data.get("near_zero_threshold", 1e-3))
     per_seed_fractions = language.get("near_zero_fraction")
     if per_seed_fractions is not None:
@@ -195,18 +206,21 @@ def _language_claims(
         horst_near = [number(data["near_zero_fraction"]["horst"])]
         adamw_near = [number(data["near_zero_fraction"]["adamw"])]
         measured = "only the first seed's models were measured by this run"
-    claims.append(claim_from_seeds(
-        f"HORST's weights concentrate near zero (fraction of prunable weights of magnitude <"
-        f" {threshold:g}, dense-trained language model)",
-        [h - a for h, a in zip(horst_near, adamw_near, strict=True)], at_least(0.0),
-        unit=f"fraction of prunable weights below {threshold:g}, HORST minus AdamW",
-        checks=[move],
-        evidence=(
-            f"fraction of prunable weights below {threshold:g} ({measured}): HORST "
-            f"{_seed_list(horst_near)}, AdamW {_seed_list(adamw_near)}."
-        ),
-        paired=True,
-    ))  # fmt: skip
+    claims.append(
+        claim_from_seeds(
+            f"HORST's weights concentrate near zero (fraction of prunable weights of magnitude <"
+            f" {threshold:g}, dense-trained language model)",
+            [h - a for h, a in zip(horst_near, adamw_near, strict=True)],
+            at_least(0.0),
+            unit=f"fraction of prunable weights below {threshold:g}, HORST minus AdamW",
+            checks=[move],
+            evidence=(
+                f"fraction of prunable weights below {threshold:g} ({measured}): HORST "
+                f"{_seed_list(horst_near)}, AdamW {_seed_list(adamw_near)}."
+            ),
+            paired=True,
+        )
+    )
     return claims
 
 

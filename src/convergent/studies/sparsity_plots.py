@@ -33,14 +33,23 @@ def plot_sparsity_curves(
     """Top-1 (AC/DC) and perplexity (one-shot) against sparsity, one line per optimizer."""
     figure = Figure(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
-    for axis, results, label in ((left, accuracy, "top-1 test accuracy"),
-                                 (right, perplexity, "validation perplexity")):  # fmt: skip
+    for axis, results, label in (
+        (left, accuracy, "top-1 test accuracy"),
+        (right, perplexity, "validation perplexity"),
+    ):
         for name, by_key in results.items():
-            points = sorted((_percent(key), *_mean_and_spread(values))
-                            for key, values in by_key.items())  # fmt: skip
-            axis.errorbar([p[0] for p in points], [p[1] for p in points],
-                          yerr=[p[2] for p in points], marker="o", capsize=3,
-                          color=COLORS.get(name), label=name)  # fmt: skip
+            points = sorted(
+                (_percent(key), *_mean_and_spread(values)) for key, values in by_key.items()
+            )
+            axis.errorbar(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                yerr=[p[2] for p in points],
+                marker="o",
+                capsize=3,
+                color=COLORS.get(name),
+                label=name,
+            )
         axis.set_xlabel("sparsity (%)")
         axis.set_ylabel(label)
         axis.legend()
@@ -58,14 +67,23 @@ def plot_histograms(
     """Histograms of log10 |w| of the prunable weights, AdamW vs HORST (dense-trained)."""
     figure = Figure(figsize=(10, 4))
     axes = figure.subplots(1, 2)
-    for axis, weights, title in ((axes[0], vision, "(a) ViT, dense"),
-                                 (axes[1], language, "(b) char LM, dense")):  # fmt: skip
+    for axis, weights, title in (
+        (axes[0], vision, "(a) ViT, dense"),
+        (axes[1], language, "(b) char LM, dense"),
+    ):
         for name in ("adamw", "horst"):
             if name not in weights:
                 continue
             magnitudes = weights[name].abs().clamp_min(1e-12).log10().numpy()
-            axis.hist(magnitudes, bins=80, range=(-8, 0), histtype="step", density=True,
-                      color=COLORS[name], label=name)  # fmt: skip
+            axis.hist(
+                magnitudes,
+                bins=80,
+                range=(-8, 0),
+                histtype="step",
+                density=True,
+                color=COLORS[name],
+                label=name,
+            )
         axis.set_xlabel("log10 |w|")
         axis.set_ylabel("density")
         axis.set_title(title)

@@ -22,11 +22,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..data import DictDataset, Splits
-from ..models import Transformer, TransformerConfig
-from ..optim import HAM, HORST, horst_move_ratio
+from ..optim import HORST, build_optimizer, decay_groups, horst_move_ratio
 from ..sparse import ACDCSchedule, perplexity, prune_one_shot, select_prunable
 from ..train import ErmStep, evaluate, fit, seed_everything, warmup_schedule
 from ..train.masked import MaskedStep
+from .sparsity_models import language_model, vision_model
 
 OPTIMIZERS = ("adamw", "ham", "horst")
 MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST run (cheap: no forward pass)
@@ -34,78 +34,32 @@ MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST run (cheap: no forw
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """The hyperparameters every run shares, apart from the learning rate."""
+    """The hyperparameters every run shares, apart from the learning rate (the study's own
+    declared values: see ``sparsity.Config``)."""
 
-    weight_decay: float = 0.05
-    horst_alpha: float = 1.0
-    horst_beta: float = 0.0
-    ham_alpha: float = 200.0
-    ham_beta: float = 1e-3
+    weight_decay: float
+    horst_alpha: float
+    horst_beta: float
+    ham_alpha: float
+    ham_beta: float
+
+    def options(self, name: str) -> dict[str, float]:
+        """The mirror options of optimizer ``name`` (none for AdamW)."""
+        if name == "horst":
+            return {"alpha": self.horst_alpha, "beta": self.horst_beta}
+        if name == "ham":
+            return {"alpha": self.ham_alpha, "beta": self.ham_beta}
+        return {}
 
 
-def build_optimizer(
+def study_optimizer(
     name: str, model: nn.Module, lr: float, settings: OptimizerSettings
 ) -> torch.optim.Optimizer:
     """AdamW, HAM(AdamW) or HORST; weight decay on tensors with ndim >= 2 only."""
-    decayed = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    plain = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [
-        {"params": decayed, "weight_decay": settings.weight_decay},
-        {"params": plain, "weight_decay": 0.0},
-    ]
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr)
-    if name == "ham":
-        return HAM(torch.optim.AdamW(groups, lr=lr), alpha=settings.ham_alpha,
-                   beta=settings.ham_beta)  # fmt: skip
-    if name == "horst":
-        return HORST(groups, lr=lr, alpha=settings.horst_alpha, beta=settings.horst_beta)
-    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
-
-
-def subset(dataset: Dataset[Any], count: int | None, seed: int = 0) -> DictDataset:
-    """The first ``count`` examples of a seeded shuffle (all of them for None)."""
-    assert isinstance(dataset, DictDataset)
-    size = len(dataset)
-    if count is None or count >= size:
-        return dataset
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:count]
-    return dataset.subset(order)
-
-
-def vision_model(splits: Splits, d_model: int, n_layers: int, n_heads: int, d_ff: int) -> nn.Module:
-    """A ViT-style classifier: patches -> linear patch embedding -> encoder -> mean pool."""
-    return Transformer(
-        TransformerConfig(
-            task="classification",
-            num_outputs=splits.num_outputs,
-            input_dim=splits.input_dim,
-            max_len=splits.seq_len,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-            d_ff=d_ff,
-            pooling="mean",
-        )
-    )
-
-
-def language_model(
-    vocab_size: int, seq_len: int, d_model: int, n_layers: int, n_heads: int, d_ff: int
-) -> nn.Module:
-    """A small causal character-level Transformer."""
-    return Transformer(
-        TransformerConfig(
-            task="lm",
-            vocab_size=vocab_size,
-            max_len=seq_len,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-            d_ff=d_ff,
-            causal=True,
-        )
-    )
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+    groups = decay_groups(model, settings.weight_decay)
+    return build_optimizer(name, groups, lr=lr, **settings.options(name))
 
 
 @dataclass(frozen=True)
@@ -186,20 +140,37 @@ def train_classifier(
     """
     seed_everything(seed)
     model = vision_model(splits, **recipe.shape)
-    optimizer = build_optimizer(optimizer_name, model, lr, recipe.settings)
+    optimizer = study_optimizer(optimizer_name, model, lr, recipe.settings)
     steps, batch_size = recipe.steps, recipe.batch_size
     scheduler = warmup_schedule(optimizer, steps, max(1, steps // 20), "cosine")
     step: Any = ErmStep("classification")
     if sparsity is not None:
         names = select_prunable(model).names
-        step = MaskedStep(step, optimizer, names, sparsity=sparsity,
-                          schedule=ACDCSchedule(steps), reset="momentum")  # fmt: skip
+        step = MaskedStep(
+            step,
+            optimizer,
+            names,
+            sparsity=sparsity,
+            schedule=ACDCSchedule(steps),
+            reset="momentum",
+        )
     recorders = _recorders(optimizer, steps)
     try:
-        fit(model, optimizer, train_data, max_steps=steps, batch_size=batch_size,
-            task="classification", training_step=step, scheduler=scheduler, seed=seed,
-            progress=False, tensorboard=False, log_every=max(steps, 1),
-            callbacks=recorders)  # fmt: skip
+        fit(
+            model,
+            optimizer,
+            train_data,
+            max_steps=steps,
+            batch_size=batch_size,
+            task="classification",
+            training_step=step,
+            scheduler=scheduler,
+            seed=seed,
+            progress=False,
+            tensorboard=False,
+            log_every=max(steps, 1),
+            callbacks=recorders,
+        )
     except FloatingPointError:
         return None
     achieved = step.masks.sparsity() if isinstance(step, MaskedStep) and step.masks else 0.0
@@ -223,14 +194,26 @@ def train_language_model(
     seed_everything(seed)
     assert splits.vocab_size is not None
     model = language_model(splits.vocab_size, splits.seq_len, **recipe.shape)
-    optimizer = build_optimizer(optimizer_name, model, lr, recipe.settings)
+    optimizer = study_optimizer(optimizer_name, model, lr, recipe.settings)
     steps, batch_size = recipe.steps, recipe.batch_size
     scheduler = warmup_schedule(optimizer, steps, max(1, steps // 20), "cosine")
     recorders = _recorders(optimizer, steps)
     try:
-        fit(model, optimizer, train_data, max_steps=steps, batch_size=batch_size, task="lm",
-            scheduler=scheduler, seed=seed, progress=False, tensorboard=False,
-            log_every=max(steps, 1), grad_clip=1.0, callbacks=recorders)  # fmt: skip
+        fit(
+            model,
+            optimizer,
+            train_data,
+            max_steps=steps,
+            batch_size=batch_size,
+            task="lm",
+            scheduler=scheduler,
+            seed=seed,
+            progress=False,
+            tensorboard=False,
+            log_every=max(steps, 1),
+            grad_clip=1.0,
+            callbacks=recorders,
+        )
     except FloatingPointError:
         return None
     validation = {"perplexity": dataset_perplexity(model, validation_data)}
@@ -257,9 +240,14 @@ def prune_and_score(
     for target in sparsities:
         pruned = copy.deepcopy(model)
         report = prune_one_shot(pruned, target)
-        rows.append({"target": target, "sparsity": report.sparsity,
-                     "perplexity": dataset_perplexity(pruned, dataset),
-                     "excluded": sorted(report.excluded)})  # fmt: skip
+        rows.append(
+            {
+                "target": target,
+                "sparsity": report.sparsity,
+                "perplexity": dataset_perplexity(pruned, dataset),
+                "excluded": sorted(report.excluded),
+            }
+        )
     return rows
 
 

@@ -3,10 +3,11 @@
 from . import distributed
 from .batches import iterate_batches
 from .checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
-from .loop import FitResult, evaluate, fit
+from .loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
 from .masked import MaskedStep
 from .metrics import MetricsLogger, read_metrics
 from .primal_dual import PrimalDualStep, dataset_layer_losses, descent_step
+from .regularized import RegularizedStep
 from .reproducibility import rng_state, seed_everything, set_rng_state
 from .schedules import warmup_schedule
 from .steps import ErmStep, TrainingStep, split_batch
@@ -18,12 +19,15 @@ __all__ = [
     "MaskedStep",
     "MetricsLogger",
     "PrimalDualStep",
+    "RegularizedStep",
+    "TrainingDiverged",
     "TrainingStep",
     "dataset_layer_losses",
     "descent_step",
     "distributed",
     "evaluate",
     "fit",
+    "holds_a_run",
     "iterate_batches",
     "load_checkpoint",
     "read_metrics",

@@ -8,7 +8,6 @@ We never write our own distributed layer: these functions only read the environm
 from __future__ import annotations
 
 import os
-from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -62,17 +61,6 @@ def wrap_model(model: nn.Module) -> nn.Module:
         return model
     device_ids = [model_device(model).index] if model_device(model).type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The module inside a DDP (or compiled) wrapper, or ``model`` itself."""
-    while True:
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = cast(nn.Module, model._orig_mod)
-        else:
-            return model
 
 
 def model_device(model: nn.Module) -> torch.device:

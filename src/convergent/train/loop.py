@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from ..losses import SCORE_KEYS, summarize_scores, task_scores
+from ..models import unwrap_model
 from . import distributed
 from .batches import iterate_batches, take, trim_padding
 from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -104,6 +105,16 @@ def _state(
     return state
 
 
+class TrainingDiverged(FloatingPointError):
+    """The training loss became NaN or infinite; nothing of that step was applied."""
+
+
+def holds_a_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds metrics or checkpoints of an earlier run."""
+    folder = Path(run_dir)
+    return (folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir()
+
+
 def _call(callbacks: Sequence[Any], hook: str, *args: Any) -> None:
     for callback in callbacks:
         method = getattr(callback, hook, None)
@@ -158,7 +169,12 @@ def fit(
         run_dir: where metrics, TensorBoard logs and checkpoints go; None keeps nothing.
         checkpoint_every: write a checkpoint every this many steps (and at the end) if > 0.
         keep_checkpoints: how many checkpoints to keep.
-        resume: continue from the newest checkpoint in ``run_dir`` if there is one.
+        resume: continue from the newest checkpoint in ``run_dir`` if there is one (from
+            step 0 if there is none). Without it, a ``run_dir`` that already holds metrics or
+            checkpoints is refused, so that two runs never mix in one folder.
+
+    Raises:
+        TrainingDiverged: the loss became NaN or infinite (a ``FloatingPointError``).
         callbacks: objects with any of ``on_step_end(step, metrics)``,
             ``on_evaluate(step, metrics)`` and ``on_fit_end(result)``.
         progress: show a tqdm bar (main process only).
@@ -178,6 +194,11 @@ def fit(
 
     start_step = 0
     checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
+    if not resume and run_dir is not None and holds_a_run(run_dir):
+        raise ValueError(
+            f"run_dir {run_dir} already holds a run (metrics or checkpoints); pass resume=True "
+            "to continue it, or choose an empty folder"
+        )
     if resume and checkpoints is not None and (checkpoints / "latest").is_file():
         state = load_checkpoint(resolve_checkpoint(checkpoints), model, map_location=device)
         optimizer.load_state_dict(state["optimizer"])
@@ -190,7 +211,9 @@ def fit(
         start_step = int(state["step"])
 
     wrapped = distributed.wrap_model(model)
-    logger = MetricsLogger(run_dir, tensorboard=tensorboard)
+    logger = MetricsLogger(
+        run_dir, tensorboard=tensorboard, resume_step=start_step if resume else None
+    )
     batches: Iterator[dict[str, torch.Tensor]] = iterate_batches(
         train_data,
         batch_size,
@@ -216,8 +239,10 @@ def fit(
             with autocast_context(precision, device):
                 loss, metrics = training_step.loss(wrapped, batch)
             if not torch.isfinite(loss.detach()):
-                raise FloatingPointError(
-                    f"the training loss became {float(loss.detach())} at step {step}"
+                raise TrainingDiverged(
+                    f"training diverged: the loss became {float(loss.detach())} at step {step}; "
+                    "lower the learning rate (or clip gradients) and train again"
+                    + (f" (the checkpoints in {checkpoints} are intact)" if checkpoints else "")
                 )
             (scaler.scale(loss) if scaler is not None else loss).backward()
             if scaler is not None:
@@ -296,7 +321,7 @@ def _checkpoint(
     path = None
     if distributed.is_main_process():
         state = _state(step, optimizer, scheduler, training_step, scaler)
-        path = save_checkpoint(folder, step, distributed.unwrap_model(model), state, keep=keep)
+        path = save_checkpoint(folder, step, unwrap_model(model), state, keep=keep)
     if distributed.is_distributed():
         torch.distributed.barrier()
     return path

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from ..models import unwrap_model
 from ..sparse import ACDCSchedule, Masks, check_reset, magnitude_masks, reset_optimizer_state
-from ..sparse.masks import DISTRIBUTIONS, parse_pattern
-from . import distributed
+from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
 from .steps import ErmStep, TrainingStep
 
 
@@ -59,8 +59,7 @@ class MaskedStep:
         reset: str = "momentum",
         reset_how: str = "mask",
     ) -> None:
-        if not 0.0 <= sparsity <= 1.0:
-            raise ValueError(f"sparsity must be in [0, 1], got {sparsity}")
+        check_sparsity(sparsity)
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
         parse_pattern(pattern)
@@ -109,7 +108,7 @@ class MaskedStep:
 
     def _enter_phase(self, model: nn.Module) -> None:
         """Compress or decompress so that the model fits the phase of the next step."""
-        inner = distributed.unwrap_model(model)
+        inner = unwrap_model(model)
         if self._wants_compressed(self.step):
             self._compress(inner)
         elif self.masks is not None:
@@ -128,7 +127,7 @@ class MaskedStep:
 
     def after_optimizer_step(self, model: nn.Module) -> dict[str, float]:
         metrics = dict(self.base.after_optimizer_step(model))
-        inner = distributed.unwrap_model(model)
+        inner = unwrap_model(model)
         if self.masks is not None:
             self.masks.apply(inner)
         self.step += 1

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import write_text_atomically
 from .distributed import is_main_process
 
 
@@ -18,9 +19,14 @@ class MetricsLogger:
     Args:
         run_dir: the run folder; ``None`` keeps records in memory only.
         tensorboard: also write TensorBoard scalars under ``run_dir/tensorboard``.
+        resume_step: on resume, the checkpoint's step: records of later steps (written by the
+            interrupted run after its last checkpoint, and about to be redone) are dropped, so
+            the file holds each step once. None (a new run) starts an empty file.
     """
 
-    def __init__(self, run_dir: str | Path | None, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | Path | None, tensorboard: bool = True, resume_step: int | None = None
+    ) -> None:
         self.records: list[dict[str, Any]] = []
         self._file = None
         self._writer = None
@@ -28,7 +34,10 @@ class MetricsLogger:
             return
         folder = Path(run_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        self._file = open(folder / "metrics.jsonl", "a")  # noqa: SIM115 - closed in close()
+        path = folder / "metrics.jsonl"
+        kept = [] if resume_step is None else _records_up_to(path, resume_step)
+        write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in kept))
+        self._file = open(path, "a")  # noqa: SIM115 - closed in close()
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -57,6 +66,21 @@ class MetricsLogger:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
+    """The records of ``path`` up to ``step``; a line torn by a crash is dropped."""
+    if not path.is_file():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and int(record.get("step", 0)) <= step:
+            kept.append(record)
+    return kept
 
 
 def _plain(value: Any) -> Any:

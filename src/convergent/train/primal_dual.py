@@ -28,15 +28,15 @@ from ..constrained import (
     lagrangian,
     sample_layers,
 )
-from ..diagnostics.layerwise import losses_from_hidden_states
-from ..losses import IGNORE_INDEX, check_task, task_loss
+from ..losses import IGNORE_INDEX, check_task, losses_from_hidden_states, task_loss
+from ..models import unwrap_model
 from . import distributed
 from .batches import take, trim_padding
 from .steps import split_batch
 
 
 def _inner(model: nn.Module) -> Any:
-    return distributed.unwrap_model(model)
+    return unwrap_model(model)
 
 
 class PrimalDualStep:

@@ -4,7 +4,8 @@ The run folder written by ``convergent train`` holds ``config.json`` and checkpo
 model is rebuilt from the config, its newest (or the named) checkpoint is loaded, and for
 each sparsity a copy is pruned and evaluated on the validation split (loss, accuracy, and
 perplexity for language models). With ``save_to``, the model pruned at the last sparsity is
-written as a checkpoint whose state holds the masks (``{"masks": ..., "pruning": ...}``,
+written as a run folder (the run's ``config.json`` and ``checkpoints/``, so ``diagnose`` and
+``prune`` take it) whose checkpoint state holds the masks (``{"masks": ..., "pruning": ...}``,
 loadable with ``weights_only=True``); the masks can also be rebuilt from its weights alone
 (``Masks.from_weights``).
 """
@@ -12,27 +13,20 @@ loadable with ``weights_only=True``); the masks can also be rebuilt from its wei
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from ..report import markdown_table
 from ..sparse import prune_one_shot
-from ..train import evaluate, load_checkpoint, resolve_checkpoint, save_checkpoint
-from ..train.checkpoint import CheckpointError
+from ..sparse.masks import check_sparsity
+from ..train import evaluate, save_checkpoint
+from ..train.checkpoint import write_text_atomically
+from .runs import load_run, prepare_new_run
 
 logger = logging.getLogger(__name__)
-
-
-def find_run_config(path: Path) -> Path:
-    """The ``config.json`` of the run that ``path`` (run, checkpoints or checkpoint) is in."""
-    for folder in (path, *path.parents[:3]):
-        if (folder / "config.json").is_file():
-            return folder / "config.json"
-    raise CheckpointError(
-        f"no config.json in {path} or the three folders above it; pass a run folder written"
-        " by 'convergent train'"
-    )
 
 
 def prune_run(
@@ -50,46 +44,57 @@ def prune_run(
 
     Args:
         path: a run folder, its ``checkpoints`` folder or one checkpoint folder.
-        sparsities: targets in [0, 1].
+        sparsities: targets in [0, 1).
         distribution: ``"uniform"`` (layer-wise, default) or ``"global"``.
         pattern: ``"unstructured"`` or ``"N:M"``.
         include_embeddings, include_first, include_last: see
             :func:`~convergent.sparse.prune_one_shot`.
-        save_to: write the model pruned at the last sparsity here as a checkpoint folder.
+        save_to: write the model pruned at the last sparsity here, as a run folder
+            (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept.
 
     Returns:
         ``{"checkpoint", "task", "dense": metrics, "rows": [per sparsity: target,
         sparsity, metrics], "excluded", "notes", "saved"}``.
     """
-    from ..data import load_splits
-    from ..train.recipe import TrainConfig, build_model
-
     for target in sparsities:
-        if not 0.0 <= target <= 1.0:
-            raise ValueError(f"every sparsity must be in [0, 1], got {target}")
-    checkpoint = resolve_checkpoint(path)
-    config = TrainConfig.from_dict(json.loads(find_run_config(Path(path)).read_text()))
-    options: dict[str, Any] = {}
-    if config.data == "rt-sentences" or config.data.startswith("hf:"):
-        options["max_length"] = config.max_length
-    splits = load_splits(config.data, seed=config.seed, **options)
-    model = build_model(config, splits)
-    state = load_checkpoint(checkpoint, model)
+        check_sparsity(target)
+    run = load_run(path)
+    model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
     dense = evaluate(model, splits.validation, splits.task)
     rows, report = [], None
     pruned = model
     for target in sparsities:
         pruned = copy.deepcopy(model)
-        report = prune_one_shot(pruned, target, distribution=distribution, pattern=pattern,
-                                include_embeddings=include_embeddings,
-                                include_first=include_first, include_last=include_last)  # fmt: skip
-        rows.append({"target": target, "sparsity": report.sparsity,
-                     **evaluate(pruned, splits.validation, splits.task)})  # fmt: skip
+        report = prune_one_shot(
+            pruned,
+            target,
+            distribution=distribution,
+            pattern=pattern,
+            include_embeddings=include_embeddings,
+            include_first=include_first,
+            include_last=include_last,
+        )
+        rows.append(
+            {
+                "target": target,
+                "sparsity": report.sparsity,
+                **evaluate(pruned, splits.validation, splits.task),
+            }
+        )
     saved = None
     if save_to is not None and report is not None:
-        saved = save_checkpoint(Path(save_to), int(state.get("step", 0)), pruned,
-                                {"masks": report.masks.state_dict(), "pruning": report.summary()},
-                                keep=1)  # fmt: skip
+        prepare_new_run(save_to)
+        write_text_atomically(
+            Path(save_to) / "config.json",
+            json.dumps(dataclasses.asdict(run.config), indent=2) + "\n",
+        )
+        saved = save_checkpoint(
+            Path(save_to) / "checkpoints",
+            int(state.get("step", 0)),
+            pruned,
+            {"masks": report.masks.state_dict(), "pruning": report.summary()},
+            keep=1,
+        )
         logger.info("pruned checkpoint written to %s", saved)
     return {
         "checkpoint": str(checkpoint),
@@ -104,8 +109,6 @@ def prune_run(
 
 def format_prune_summary(summary: dict[str, Any]) -> str:
     """The text ``convergent prune`` prints: a markdown table, the exclusions, the output."""
-    from ..report import markdown_table
-
     keys = [key for key in ("loss", "accuracy", "perplexity", "rmse") if key in summary["dense"]]
     rows = [{"target": "dense", "sparsity": 0.0, **{k: summary["dense"][k] for k in keys}}]
     rows += [

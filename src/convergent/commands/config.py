@@ -1,39 +1,21 @@
-"""The ``convergent train`` recipe: a frozen config in, a run folder out.
-
-This is an entry point in the torchtune sense: the config object stops here, and everything
-below it (data loaders, models, :func:`~convergent.train.loop.fit`) takes plain arguments.
-A run folder holds ``config.json``, ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/``,
-``summary.json`` and ``loss_curve.png``.
-"""
+"""The configuration of ``convergent train`` and what it builds: splits options, the model
+and the optimizer's options. The only place that parses a training config."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..data import Splits, load_splits, minilm_path
+from ..data import Splits, is_token_source, minilm_path
 from ..models import HFEncoder, Transformer, TransformerConfig
-from ..optim import HAM, HORST
-from ..report import plot_training_curves
-from . import distributed
-from .checkpoint import write_text_atomically
-from .loop import evaluate, fit
-from .metrics import read_metrics
-from .reproducibility import seed_everything
-from .schedules import SCHEDULES, warmup_schedule
-
-logger = logging.getLogger(__name__)
+from ..train.schedules import SCHEDULES
 
 MODELS = ("transformer", "minilm")
-OPTIMIZERS = ("adamw", "sgd", "horst", "ham")
+OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham")
 
 
 @dataclass(frozen=True)
@@ -50,8 +32,10 @@ class TrainConfig:
         weight_decay: decoupled weight decay.
         optimizer: ``"adamw"``, ``"sgd"`` (momentum 0.9), ``"horst"`` (AdamW step, then the
             hyperbolic mirror step) or ``"ham"`` (AdamW wrapped by HAM).
-        horst_alpha, horst_beta: HORST's mirror strength and L1 shrinkage, >= 0.
-        ham_alpha, ham_beta: HAM's mirror strength and decay, >= 0.
+        horst_alpha, horst_beta: HORST's mirror strength and L1 shrinkage, >= 0 (None: the
+            defaults of :class:`~convergent.optim.HORST`).
+        ham_alpha, ham_beta: HAM's mirror strength and decay, >= 0 (None: the defaults of
+            :class:`~convergent.optim.HAM`).
         schedule: ``"constant"``, ``"linear"`` or ``"cosine"`` decay after warm-up.
         warmup_fraction: fraction of ``steps`` spent warming up, in [0, 1].
         grad_clip: max gradient norm (0 turns clipping off).
@@ -72,10 +56,10 @@ class TrainConfig:
     lr: float = 5e-5
     weight_decay: float = 0.01
     optimizer: str = "adamw"
-    horst_alpha: float = 1.0
-    horst_beta: float = 0.0
-    ham_alpha: float = 200.0
-    ham_beta: float = 1e-3
+    horst_alpha: float | None = None
+    horst_beta: float | None = None
+    ham_alpha: float | None = None
+    ham_beta: float | None = None
     schedule: str = "linear"
     warmup_fraction: float = 0.1
     grad_clip: float = 1.0
@@ -96,7 +80,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _choice("model", self.model, MODELS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("optimizer", self.optimizer, OPTIMIZER_CHOICES)
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("device", self.device, ("auto", "cpu", "cuda"))
         for name in ("steps", "batch_size", "max_length"):
@@ -110,7 +94,7 @@ class TrainConfig:
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         for name in ("weight_decay", "horst_alpha", "horst_beta", "ham_alpha", "ham_beta"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if not 0 <= self.warmup_fraction <= 1:
             raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
@@ -132,6 +116,21 @@ class TrainConfig:
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def split_options(data_name: str, max_length: int) -> dict[str, Any]:
+    """The options :func:`~convergent.data.load_splits` takes for ``data_name``: text sources
+    take the run's ``max_length``."""
+    return {"max_length": max_length} if is_token_source(data_name) else {}
+
+
+def check_device(device: str) -> None:
+    """Refuse ``"cuda"`` where this PyTorch build or machine has no CUDA device."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "device 'cuda' was asked for, but this PyTorch build sees no CUDA device; "
+            "pass --device cpu or --device auto"
+        )
 
 
 def build_model(config: TrainConfig, splits: Splits) -> nn.Module:
@@ -166,107 +165,15 @@ def build_model(config: TrainConfig, splits: Splits) -> nn.Module:
     )
 
 
-def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """The configured optimizer, with weight decay on matrices only (not biases and norms).
-
-    HORST's and HAM's mirror steps apply to matrices (ndim >= 2), their default.
-    """
-    decayed = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    plain = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [
-        {"params": decayed, "weight_decay": config.weight_decay},
-        {"params": plain, "weight_decay": 0.0},
-    ]
+def optimizer_options(config: TrainConfig) -> dict[str, Any]:
+    """The options :func:`~convergent.optim.build_optimizer` gets beyond the param groups:
+    the learning rate, momentum 0.9 for SGD, and the mirror strengths that were set."""
+    options: dict[str, Any] = {"lr": config.lr}
     if config.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=config.lr, momentum=0.9)
-    if config.optimizer == "horst":
-        return HORST(groups, lr=config.lr, alpha=config.horst_alpha, beta=config.horst_beta)
-    if config.optimizer == "ham":
-        return HAM(torch.optim.AdamW(groups, lr=config.lr), config.ham_alpha, config.ham_beta)
-    return torch.optim.AdamW(groups, lr=config.lr)
-
-
-def run_training(
-    config: TrainConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True
-) -> dict[str, Any]:
-    """Train, evaluate on validation and test data, and fill ``run_dir``.
-
-    Returns:
-        The summary also written to ``summary.json``.
-    """
-    started = time.perf_counter()
-    folder = Path(run_dir)
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu")
-        if config.device == "auto"
-        else config.device
-    )
-    seed_everything(config.seed)
-    options: dict[str, Any] = {}
-    if config.data == "rt-sentences" or config.data.startswith("hf:"):
-        options["max_length"] = config.max_length
-    splits = load_splits(config.data, seed=config.seed, **options)
-    model = build_model(config, splits).to(device)
-    optimizer = build_optimizer(config, model)
-    scheduler = warmup_schedule(
-        optimizer,
-        total_steps=config.steps,
-        warmup_steps=round(config.warmup_fraction * config.steps),
-        kind=config.schedule,
-    )
-    if distributed.is_main_process():
-        folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(
-            folder / "config.json", json.dumps(dataclasses.asdict(config), indent=2) + "\n"
-        )
-    parameters = sum(p.numel() for p in model.parameters())
-    logger.info(
-        "training %s (%.2f M parameters) on %s for %d steps",
-        config.model,
-        parameters / 1e6,
-        config.data,
-        config.steps,
-    )
-    result = fit(
-        model,
-        optimizer,
-        splits.train,
-        max_steps=config.steps,
-        batch_size=config.batch_size,
-        task=splits.task,
-        scheduler=scheduler,
-        eval_data=splits.validation,
-        eval_every=config.eval_every,
-        grad_clip=config.grad_clip or None,
-        precision=config.precision,
-        seed=config.seed,
-        run_dir=folder,
-        checkpoint_every=config.checkpoint_every or config.steps,
-        resume=resume,
-        progress=progress,
-    )
-    test = evaluate(model, splits.test, splits.task, precision=config.precision)
-    summary = {
-        "data": config.data,
-        "model": config.model,
-        "task": splits.task,
-        "parameters": parameters,
-        "steps": result.step,
-        "train_loss": result.train_loss,
-        "validation": result.evaluation,
-        "test": test,
-        "seconds": round(time.perf_counter() - started, 1),
-        "examples": {
-            "train": len(splits.train),
-            "validation": len(splits.validation),
-            "test": len(splits.test),
-        },
-    }
-    if distributed.is_main_process():
-        write_text_atomically(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
-        plot_training_curves(
-            read_metrics(folder),
-            folder / "loss_curve.png",
-            title=f"{config.model} on {config.data}",
-        )
-    return summary
+        options["momentum"] = 0.9
+    mirror = {
+        "horst": {"alpha": config.horst_alpha, "beta": config.horst_beta},
+        "ham": {"alpha": config.ham_alpha, "beta": config.ham_beta},
+    }.get(config.optimizer, {})
+    options.update({key: value for key, value in mirror.items() if value is not None})
+    return options

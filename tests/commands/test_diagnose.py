@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from convergent.diagnostics.diagnose import diagnose
+from convergent.commands import diagnose
 from convergent.train import CheckpointError
 from tests.conftest import assert_drawn_figure
 
@@ -14,7 +14,7 @@ FIGURES = ("layerwise_loss.png", "spectra.png", "rank_collapse.png", "weights.pn
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    from convergent.train.recipe import TrainConfig, run_training
+    from convergent.commands import TrainConfig, run_training
 
     folder = tmp_path_factory.mktemp("run")
     config = TrainConfig(

@@ -4,8 +4,7 @@ An entry point: it rebuilds the model of one of our run folders (``config.json``
 newest checkpoint) or takes the pretrained MiniLM encoder (``"minilm"``), draws a batch of
 validation examples of ``NAME``, and writes ``summary.md``, ``diagnostics.json`` and PNGs of
 the layer-wise loss, the attention-output spectra per layer, rank collapse, weight histograms
-and sparsity, and the norms of W_Q/W_K. Training code is imported inside the functions, so
-the pure diagnostics never depend on it.
+and sparsity, and the norms of W_Q/W_K.
 """
 
 from __future__ import annotations
@@ -19,11 +18,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import plots
-from .layerwise import losses_from_hidden_states, monotonicity_report
-from .rank import rank_collapse
-from .spectra import SpectraRecorder
-from .weights import query_key_norms, weight_matrices, weight_statistics
+from ..data import Splits, load_splits, minilm_path
+from ..diagnostics import (
+    SpectraRecorder,
+    monotonicity_report,
+    plots,
+    query_key_norms,
+    rank_collapse,
+    weight_matrices,
+    weight_statistics,
+)
+from ..losses import losses_from_hidden_states, task_loss
+from ..models import HFEncoder
+from ..report import markdown_table
+from ..train.batches import take, trim_padding
+from .config import split_options
+from .runs import load_run
 
 MINILM = "minilm"
 
@@ -33,80 +43,24 @@ class LoadedModel:
     """A model ready to diagnose, with where it came from."""
 
     model: nn.Module
-    splits: Any
+    splits: Splits
     source: str
     notes: list[str]
 
 
-def _find_run_folder(path: Path) -> Path:
-    from ..train import CheckpointError
-
-    for folder in (path, *list(path.parents)[:3]):
-        if (folder / "config.json").is_file():
-            return folder
-    raise CheckpointError(
-        f"{path} is not a convergent run: no config.json in it or in its 3 parent folders "
-        f"(pass a run folder written by `convergent train`, or 'minilm')"
-    )
-
-
-def _split_options(data_name: str, max_length: int) -> dict[str, Any]:
-    return (
-        {"max_length": max_length}
-        if data_name == "rt-sentences" or data_name.startswith("hf:")
-        else {}
-    )
-
-
-def load_run(path: str | Path, data_name: str, seed: int | None = None) -> LoadedModel:
-    """Rebuild the model of a run folder (or checkpoint) and load its newest weights.
-
-    Raises:
-        CheckpointError: when the path is missing, not one of our runs, or its weights do
-            not fit the model its config describes.
-    """
-    from ..data import load_splits
-    from ..train import CheckpointError, load_checkpoint, resolve_checkpoint
-    from ..train.recipe import TrainConfig, build_model
-
-    candidate = Path(path)
-    if not candidate.exists():
-        raise CheckpointError(f"no run or checkpoint at {candidate}: the path does not exist")
-    checkpoint = resolve_checkpoint(candidate)
-    run_folder = _find_run_folder(candidate)
-    try:
-        values = json.loads((run_folder / "config.json").read_text())
-        config = TrainConfig.from_dict(values)
-    except (json.JSONDecodeError, TypeError, ValueError) as error:
-        raise CheckpointError(
-            f"{run_folder / 'config.json'} is not a convergent train config: {error}"
-        ) from None
+def load_run_for_diagnosis(
+    path: str | Path, data_name: str, seed: int | None = None
+) -> LoadedModel:
+    """A run folder's (or checkpoint's) model with its newest weights, on ``data_name``."""
+    run = load_run(path, data_name, seed)
     notes = []
-    if data_name != config.data:
-        notes.append(f"the run was trained on {config.data!r}; diagnosed on {data_name!r}")
-    splits = load_splits(
-        data_name,
-        seed=config.seed if seed is None else seed,
-        **_split_options(data_name, config.max_length),
-    )
-    model = build_model(config, splits)
-    try:
-        load_checkpoint(checkpoint, model)
-    except RuntimeError as error:  # safetensors reports shape mismatches as RuntimeError
-        if isinstance(error, CheckpointError):
-            raise
-        first = str(error).strip().splitlines()
-        raise CheckpointError(
-            f"checkpoint {checkpoint} does not fit the model its config.json describes"
-            f" ({first[-1].strip() if first else type(error).__name__})"
-        ) from None
-    return LoadedModel(model, splits, f"{checkpoint} ({config.model})", notes)
+    if data_name != run.config.data:
+        notes.append(f"the run was trained on {run.config.data!r}; diagnosed on {data_name!r}")
+    return LoadedModel(run.model, run.splits, f"{run.checkpoint} ({run.config.model})", notes)
 
 
 def _fit_head(model: Any, batch: dict[str, torch.Tensor], task: str) -> None:
     """Fit the linear readout on the last layer's pooled representation (L-BFGS)."""
-    from ..losses import task_loss
-
     inputs = {key: value for key, value in batch.items() if key != "labels"}
     with torch.no_grad():
         hidden = model(**inputs, output_hidden_states=True).hidden_states[-1]
@@ -126,11 +80,7 @@ def _fit_head(model: Any, batch: dict[str, torch.Tensor], task: str) -> None:
 
 def load_minilm(data_name: str, seed: int, max_length: int, head_examples: int) -> LoadedModel:
     """Pretrained MiniLM-L6 with a linear head fitted on ``head_examples`` training examples."""
-    from ..data import load_splits, minilm_path
-    from ..models import HFEncoder
-    from ..train.batches import take
-
-    splits = load_splits(data_name, seed=seed, **_split_options(data_name, max_length))
+    splits = load_splits(data_name, seed=seed, **split_options(data_name, max_length))
     if splits.vocab_size is None or splits.task not in ("classification", "regression"):
         raise ValueError(
             f"data {data_name!r} is not text classification or regression; MiniLM needs "
@@ -181,14 +131,12 @@ def diagnose(
         CheckpointError: a missing or foreign checkpoint.
         ValueError: bad arguments, or a model whose attention modules cannot be found.
     """
-    from ..train.batches import take, trim_padding
-
     if examples < 1:
         raise ValueError(f"examples={examples} is out of range; it must be >= 1.")
     if str(path) == MINILM:
         loaded = load_minilm(data_name, 0 if seed is None else seed, max_length, head_examples)
     else:
-        loaded = load_run(path, data_name, seed)
+        loaded = load_run_for_diagnosis(path, data_name, seed)
     model, splits = loaded.model, loaded.splits
     model.eval()
     dataset = splits.validation if len(splits.validation) else splits.test
@@ -256,8 +204,6 @@ def diagnose(
 
 
 def _markdown(payload: dict[str, Any], spectra_rows: list[dict[str, Any]]) -> str:
-    from ..report import markdown_table
-
     losses = payload["layerwise_losses"]
     monotone = payload["monotonicity"]
     lines = [

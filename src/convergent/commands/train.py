@@ -1,0 +1,149 @@
+"""``convergent train``: a frozen config in, a run folder out.
+
+A command in the torchtune sense: the config object stops here, and everything below it
+(data loaders, models, optimizers, :func:`~convergent.train.fit`) takes plain arguments.
+A run folder holds ``config.json``, ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/``,
+``summary.json`` and ``loss_curve.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from ..data import load_splits
+from ..optim import build_optimizer, decay_groups
+from ..report import plot_training_curves
+from ..train import distributed, evaluate, fit, read_metrics, seed_everything, warmup_schedule
+from ..train.checkpoint import write_text_atomically
+from .config import TrainConfig, build_model, check_device, optimizer_options, split_options
+from .runs import RunFolderError, prepare_new_run, resume_config
+
+logger = logging.getLogger(__name__)
+
+
+def run_training(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train, evaluate on validation and test data, and fill ``run_dir``.
+
+    Args:
+        config: the run's settings (on resume, see :func:`~convergent.commands.resume_config`).
+        run_dir: the run folder. A folder that already holds a run is refused unless
+            ``resume`` (continue from its newest checkpoint) or ``overwrite`` (start again).
+        resume: continue the run in ``run_dir``; its checkpoint must exist.
+        overwrite: remove an earlier run's files from ``run_dir`` first.
+        progress: show progress bars.
+
+    Returns:
+        The summary also written to ``summary.json``.
+    """
+    folder = Path(run_dir)
+    if resume and overwrite:
+        raise RunFolderError("--resume and --overwrite exclude each other; pass one of them")
+    if resume:
+        resume_config(folder, {})  # refuses a folder with no run or no checkpoint
+    else:
+        prepare_new_run(folder, overwrite=overwrite)
+    check_device(config.device)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    if not progress:
+        transformers.utils.logging.disable_progress_bar()  # the weight-loading bar
+    try:
+        return _train_and_report(config, folder, resume=resume, progress=progress)
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def _train_and_report(
+    config: TrainConfig, folder: Path, *, resume: bool, progress: bool
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu")
+        if config.device == "auto"
+        else config.device
+    )
+    seed_everything(config.seed)
+    splits = load_splits(
+        config.data, seed=config.seed, **split_options(config.data, config.max_length)
+    )
+    model = build_model(config, splits).to(device)
+    optimizer = build_optimizer(
+        config.optimizer, decay_groups(model, config.weight_decay), **optimizer_options(config)
+    )
+    scheduler = warmup_schedule(
+        optimizer,
+        total_steps=config.steps,
+        warmup_steps=round(config.warmup_fraction * config.steps),
+        kind=config.schedule,
+    )
+    if distributed.is_main_process():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(
+            folder / "config.json", json.dumps(dataclasses.asdict(config), indent=2) + "\n"
+        )
+    parameters = sum(p.numel() for p in model.parameters())
+    logger.info(
+        "training %s (%.2f M parameters) on %s for %d steps",
+        config.model,
+        parameters / 1e6,
+        config.data,
+        config.steps,
+    )
+    result = fit(
+        model,
+        optimizer,
+        splits.train,
+        max_steps=config.steps,
+        batch_size=config.batch_size,
+        task=splits.task,
+        scheduler=scheduler,
+        eval_data=splits.validation,
+        eval_every=config.eval_every,
+        grad_clip=config.grad_clip or None,
+        precision=config.precision,
+        seed=config.seed,
+        run_dir=folder,
+        checkpoint_every=config.checkpoint_every or config.steps,
+        resume=resume,
+        progress=progress,
+    )
+    test = evaluate(model, splits.test, splits.task, precision=config.precision)
+    summary = {
+        "data": config.data,
+        "model": config.model,
+        "task": splits.task,
+        "parameters": parameters,
+        "steps": result.step,
+        "train_loss": result.train_loss,
+        "validation": result.evaluation,
+        "test": test,
+        "seconds": round(time.perf_counter() - started, 1),
+        "examples": {
+            "train": len(splits.train),
+            "validation": len(splits.validation),
+            "test": len(splits.test),
+        },
+    }
+    if distributed.is_main_process():
+        write_text_atomically(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+        plot_training_curves(
+            read_metrics(folder),
+            folder / "loss_curve.png",
+            title=f"{config.model} on {config.data}",
+        )
+    return summary

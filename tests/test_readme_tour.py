@@ -1,0 +1,58 @@
+"""The README's Python tour runs as written (the default run shortens its training loops)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from convergent.data import is_cached
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def tour_blocks() -> list[str]:
+    """The README's ```python blocks, in order."""
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def _needs_fashion_mnist() -> None:
+    if shutil.which("apt-get") is None and not is_cached("fashion-mnist"):
+        pytest.skip("the tour's fashion-mnist needs apt-get (Debian or Ubuntu) or a cached copy")
+
+
+def _run(code: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.chdir(folder)
+    namespace: dict = {"__name__": "readme_tour"}
+    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    return namespace
+
+
+def test_the_tour_has_its_blocks():
+    blocks = tour_blocks()
+    assert len(blocks) == 2
+    assert "HORST(" in blocks[0] and "descent_step(" in blocks[1]
+
+
+def test_the_tour_runs_with_short_training(tmp_path, monkeypatch):
+    # The same code with 300 training steps cut to 6: every import, call and argument is the
+    # README's own.
+    _needs_fashion_mnist()
+    code = "\n".join(tour_blocks())
+    short = code.replace("max_steps=300", "max_steps=6")
+    assert short.count("max_steps=6") == code.count("max_steps=300") == 2
+    namespace = _run(short, tmp_path, monkeypatch)
+    assert namespace["result"].step == 6
+    assert (tmp_path / "runs" / "fmnist" / "checkpoints").is_dir()
+    losses = namespace["losses"]
+    assert losses.shape == (namespace["model"].num_layers + 1,)
+    assert namespace["spectra"] is not None
+
+
+@pytest.mark.slow
+def test_the_tour_runs_as_written(tmp_path, monkeypatch):
+    _needs_fashion_mnist()
+    namespace = _run("\n".join(tour_blocks()), tmp_path, monkeypatch)
+    assert namespace["result"].step == 300

@@ -2,7 +2,13 @@
 
 from . import distributed
 from .batches import iterate_batches
-from .checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
+from .checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from .loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
 from .masked import MaskedStep
 from .metrics import MetricsLogger, read_metrics
@@ -37,5 +43,6 @@ __all__ = [
     "seed_everything",
     "set_rng_state",
     "split_batch",
+    "verify_checkpoint",
     "warmup_schedule",
 ]

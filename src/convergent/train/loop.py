@@ -25,7 +25,7 @@ from ..losses import SCORE_KEYS, summarize_scores, task_scores
 from ..models import unwrap_model
 from . import distributed
 from .batches import iterate_batches, take, trim_padding
-from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, save_checkpoint
 from .metrics import MetricsLogger
 from .reproducibility import rng_state, set_rng_state
 from .steps import ErmStep, TrainingStep, split_batch
@@ -200,7 +200,7 @@ def fit(
             "to continue it, or choose an empty folder"
         )
     if resume and checkpoints is not None and (checkpoints / "latest").is_file():
-        state = load_checkpoint(resolve_checkpoint(checkpoints), model, map_location=device)
+        state = load_checkpoint(checkpoints, model, map_location=device)
         optimizer.load_state_dict(state["optimizer"])
         training_step.load_state_dict(state["training_step"])
         if scheduler is not None and "scheduler" in state:

@@ -126,7 +126,12 @@ class PrimalDualStep:
                 f"the model returned {len(output.hidden_states)} hidden states; the constraints "
                 f"expect {self.num_layers + 1} (f_0 .. f_L)"
             )
-        readout = self.readout or _inner(model).readout
+        readout = self.readout or getattr(_inner(model), "readout", None)
+        if readout is None:
+            raise ValueError(
+                f"{type(_inner(model)).__name__} has no readout; pass readout= to the step "
+                "(e.g. sequence_classification_readout(model) for Hugging Face classifiers)"
+            )
         drawn = self._draw_layers()
         inner_layers = list(range(self.num_layers)) if drawn is None else drawn[:-1]
         mask = inputs.get("attention_mask")
@@ -183,7 +188,12 @@ class PrimalDualStep:
     def full_pass_losses(self, model: nn.Module, dataset: Dataset[Any]) -> torch.Tensor:
         """Exact ``[f_0 .. f_L]`` over ``dataset`` (see :func:`dataset_layer_losses`)."""
         return dataset_layer_losses(
-            model, dataset, self.task, self.full_pass_batch_size, readout=self.readout
+            model,
+            dataset,
+            self.task,
+            self.full_pass_batch_size,
+            readout=self.readout,
+            num_layers=self.num_layers,
         )
 
     def full_pass_slacks(self, model: nn.Module, dataset: Dataset[Any]) -> torch.Tensor:
@@ -214,6 +224,7 @@ def dataset_layer_losses(
     task: str,
     batch_size: int = 256,
     readout: Callable[..., torch.Tensor] | None = None,
+    num_layers: int | None = None,
 ) -> torch.Tensor:
     """Per-layer losses ``[f_0 .. f_L]`` over a whole dataset, in eval mode.
 
@@ -226,6 +237,7 @@ def dataset_layer_losses(
         task: the task of the losses.
         batch_size: examples per forward pass.
         readout: the shared head; the model's ``readout`` by default.
+        num_layers: L; the model's ``num_layers`` by default (Hugging Face models have none).
     """
     inner = _inner(model)
     device = distributed.model_device(inner)
@@ -253,7 +265,8 @@ def dataset_layer_losses(
     finally:
         inner.train(was_training)
     if totals is None:  # this rank had no examples; it still takes part in the reductions
-        totals = torch.zeros(inner.num_layers + 1, dtype=torch.float64, device=device)
+        layers = inner.num_layers if num_layers is None else num_layers
+        totals = torch.zeros(layers + 1, dtype=torch.float64, device=device)
     totals = distributed.all_reduce_sum(totals)
     count = distributed.all_reduce_sum(count)
     return (totals / count.clamp(min=1.0)).float()
@@ -277,6 +290,7 @@ def descent_step(
     full_pass_data: Dataset[Any] | None = None,
     layers_per_step: int | None = None,
     seed: int = 0,
+    readout: Callable[..., torch.Tensor] | None = None,
 ) -> PrimalDualStep:
     """A :class:`PrimalDualStep` from plain arguments (SGD dual optimizer).
 
@@ -294,6 +308,8 @@ def descent_step(
         full_pass_data: the dataset for cadence ``"epoch"``.
         layers_per_step: sample this many of the layers 0..L-1 per step (unbiased estimate).
         seed: seeds the layer draws.
+        readout: the shared head ``readout(hidden_state, attention_mask)``; the model's
+            ``readout`` by default.
     """
     constraints = DescentConstraints(num_layers, alpha, detach_previous=detach_previous)
     dual = DualAscent(num_layers, dual_lr, init=multiplier_init, resilient_cost=resilient_cost)
@@ -305,4 +321,5 @@ def descent_step(
         full_pass_data=full_pass_data,
         layers_per_step=layers_per_step,
         seed=seed,
+        readout=readout,
     )

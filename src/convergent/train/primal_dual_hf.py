@@ -10,9 +10,13 @@ Swap ``Trainer`` for :class:`DescentTrainer` and pass a :class:`PrimalDualStep`:
 a callback runs the dual update (on the step's cadence), and every training log carries the
 objective, the per-layer losses, the slacks, lambda and u. The model's forward must accept
 ``output_hidden_states=True`` and return ``logits`` and ``hidden_states`` (our ``HFEncoder``
-and ``Transformer``, or any ``*ForSequenceClassification`` model); the per-layer readout is
-the model's ``readout`` or the ``readout`` given to the step, e.g.
-:func:`sequence_classification_readout` for Hugging Face classification models.
+and ``Transformer``, or any ``*ForSequenceClassification`` model). The per-layer readout is,
+in this order: the trainer's ``readout=``, the step's ``readout``, the model's own
+``readout``, or else :func:`sequence_classification_readout` of the model, so a plain
+Hugging Face classification model needs nothing extra.
+
+The dual state is saved as ``descent_state.pt`` in each ``checkpoint-*`` folder with a
+``descent_state.pt.sha256`` checksum, verified when resuming.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 
-from .checkpoint import save_torch_atomically
+from ..models import unwrap_model
+from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
 from .primal_dual import PrimalDualStep
 
 STATE_FILE = "descent_state.pt"
@@ -71,7 +76,7 @@ class DescentCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if folder.is_dir() and state.is_world_process_zero:
-            save_torch_atomically(self.descent.state_dict(), folder / STATE_FILE)
+            save_torch_with_checksum(self.descent.state_dict(), folder / STATE_FILE)
 
 
 class DescentTrainer(Trainer):
@@ -80,19 +85,50 @@ class DescentTrainer(Trainer):
     Args:
         *args: as for ``Trainer``.
         descent: the primal-dual step (constraints, multipliers, cadence).
+        readout: the shared per-layer head ``readout(hidden_state, attention_mask)``; it
+            becomes the step's readout. Without one (and without a step readout or a model
+            ``readout``), :func:`sequence_classification_readout` of the model is used.
         **kwargs: as for ``Trainer``.
+
+    Raises:
+        ValueError: when no readout is given and the model has neither a ``readout`` nor a
+            ``classifier`` to build one from.
     """
 
     loss_is_scaled_for_ga = False  # a per-batch mean: the Trainer divides it for accumulation
 
-    def __init__(self, *args: Any, descent: PrimalDualStep, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        descent: PrimalDualStep,
+        readout: Callable[..., torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if "labels" not in self.label_names:
             # Our models' forward takes no labels; keep the column for the per-layer losses.
             self.label_names = [*self.label_names, "labels"]
         self.descent = descent
+        if readout is not None:
+            descent.readout = readout
+        # The model the automatic readout was built for: rebuilt when model_init makes another.
+        self._automatic_readout_model: nn.Module | None = None
+        self._automatic_readout = descent.readout is None
+        if self.model is not None:  # None with model_init: found at the first step instead
+            self._find_readout(self.model)
         self.descent_callback = DescentCallback(descent)
         self.add_callback(self.descent_callback)
+
+    def _find_readout(self, model: nn.Module) -> None:
+        if not self._automatic_readout:
+            return
+        inner = unwrap_model(self.accelerator.unwrap_model(model))
+        if inner is self._automatic_readout_model:
+            return
+        # A model with its own readout serves the step itself (the step's readout is None).
+        own = callable(getattr(inner, "readout", None))
+        self.descent.readout = None if own else sequence_classification_readout(inner)
+        self._automatic_readout_model = inner
 
     def compute_loss(
         self,
@@ -101,6 +137,7 @@ class DescentTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
+        self._find_readout(self.model if self.model is not None else model)
         batch = {key: value for key, value in inputs.items() if isinstance(value, torch.Tensor)}
         value, metrics, output = self.descent.loss_and_output(model, batch)
         if model.training:
@@ -139,11 +176,17 @@ class DescentTrainer(Trainer):
         return super().train(resume_from_checkpoint or None, trial, ignore_keys_for_eval)
 
     def load_descent_state(self, checkpoint: str | Path) -> None:
-        """Restore lambda, u and the cadence state saved next to a Trainer checkpoint."""
+        """Restore lambda, u and the cadence state saved next to a Trainer checkpoint.
+
+        Raises:
+            FileNotFoundError: the checkpoint holds no descent state.
+            CheckpointError: the descent state disagrees with its checksum or is not
+                loadable with ``weights_only=True``.
+        """
         path = Path(checkpoint) / STATE_FILE
         if not path.is_file():
             raise FileNotFoundError(
                 f"{path} does not exist: {checkpoint} holds no descent state (was it written "
                 "by DescentTrainer?)."
             )
-        self.descent.load_state_dict(torch.load(path, weights_only=True))
+        self.descent.load_state_dict(load_torch_with_checksum(path))

@@ -1,0 +1,266 @@
+"""Fault injection on `convergent train` run folders: a process killed at any point resumes to
+the same weights, bit for bit; a second run never damages the first; every refusal is one line.
+
+A killed run is a child process that SIGKILLs itself at a chosen point: after an optimizer step,
+or in the middle of writing a checkpoint (before the weights, half-way through the weights file,
+before the state file, before ``latest`` moves). The points are drawn once from a seeded
+generator, so the suite is the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from convergent.cli import main
+
+STEPS = 8
+TRAIN = [
+    "train",
+    "--data",
+    "digits",
+    "--model",
+    "transformer",
+    "--steps",
+    str(STEPS),
+    "--batch-size",
+    "16",
+    "--lr",
+    "0.003",
+    "--d-model",
+    "16",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "32",
+    "--eval-every",
+    "0",
+    "--checkpoint-every",
+    "1",
+    "--no-progress",
+]
+
+# The child: the same CLI run, with a SIGKILL planted at one point.
+CHILD = r"""
+import os, signal, sys
+import safetensors.torch
+import torch
+from convergent.train import checkpoint, loop
+
+torch.set_num_threads(1)  # as in this test process: the same reduction order, bit for bit
+point, step = sys.argv[1], int(sys.argv[2])
+name = f"step-{step:08d}"
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+real_save_model, real_torch_save = checkpoint.save_model, checkpoint.torch.save
+real_write_text = checkpoint.write_text_atomically
+
+def save_model(model, path, *args, **kwargs):
+    if name in path and point == "before-weights":
+        die()
+    if name in path and point == "torn-weights":
+        real_save_model(model, path, *args, **kwargs)
+        with open(path, "r+b") as handle:
+            handle.truncate(os.path.getsize(path) // 2)
+        die()
+    return real_save_model(model, path, *args, **kwargs)
+
+def torch_save(obj, target, *args, **kwargs):
+    if name in str(target) and point == "before-state":
+        die()
+    return real_torch_save(obj, target, *args, **kwargs)
+
+def write_text(path, text):
+    if path.name == "latest" and text.strip() == name and point == "before-latest":
+        die()
+    return real_write_text(path, text)
+
+checkpoint.save_model = save_model
+checkpoint.torch.save = torch_save
+checkpoint.write_text_atomically = write_text
+real_log = loop.MetricsLogger.log
+
+def log(self, at, split, values):
+    real_log(self, at, split, values)
+    if point == "after-step" and at == step and split == "train":
+        die()
+
+loop.MetricsLogger.log = log
+from convergent.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+POINTS = ("after-step", "before-weights", "torn-weights", "before-state", "before-latest")
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step-{STEPS:08d}"
+    return load_file(run / "checkpoints" / latest / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
+    run = tmp_path_factory.mktemp("reference") / "run"
+    assert main([*TRAIN, "--out", str(run)]) == 0
+    return _final_weights(run)
+
+
+def _kill_points() -> list[tuple[str, int]]:
+    steps = random.Random(20261201).sample(range(2, STEPS), len(POINTS))  # distinct steps
+    return list(zip(POINTS, steps, strict=True))
+
+
+@pytest.mark.parametrize(("point", "step"), _kill_points())
+def test_a_killed_run_resumes_to_the_same_weights(point, step, tmp_path, reference, capsys):
+    run = tmp_path / "run"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, point, str(step), *TRAIN, "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert not (run / "summary.json").exists()
+    # Resuming needs no training flag repeated: the run's own config.json is read.
+    assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    resumed = _final_weights(run)
+    assert resumed.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert torch.equal(resumed[name], tensor), name
+    steps = [row["step"] for row in map(json.loads, (run / "metrics.jsonl").open())
+             if row["split"] == "train"]  # fmt: skip
+    assert steps == list(range(1, STEPS + 1)), "each step logged once after the resume"
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_a_second_run_into_the_same_folder_is_refused_and_changes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--steps", "3", "--out", str(run)]) == 0
+    before = _tree(run)
+    capsys.readouterr()
+    assert main([*TRAIN, "--steps", "2", "--out", str(run)]) == 2
+    assert "already holds a run; pass --resume" in _one_line_error(capsys)
+    assert _tree(run) == before
+    # --overwrite starts again: one run's metrics, its own checkpoints, latest among them.
+    assert main([*TRAIN, "--steps", "2", "--out", str(run), "--overwrite"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [row["step"] for row in rows if row["split"] == "train"] == [1, 2]
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert latest == "step-00000002" and (run / "checkpoints" / latest).is_dir()
+
+
+def test_resume_refuses_conflicts_and_an_empty_folder_in_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--steps", "3", "--out", str(run)]) == 0
+    before = _tree(run)
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--lr", "0.1"]) == 2
+    assert "--lr 0.1 conflicts with the run's own lr (0.003)" in _one_line_error(capsys)
+    assert main(["train", "--out", str(run), "--resume", "--d-model", "32"]) == 2
+    assert "--d-model 32 conflicts" in _one_line_error(capsys)
+    assert main(["train", "--out", str(run), "--resume", "--steps", "2"]) == 2
+    assert "--steps 2 is below the step of the run's checkpoint (3)" in _one_line_error(capsys)
+    assert _tree(run) == before
+    assert main(["train", "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "nothing to resume in" in _one_line_error(capsys)
+    # Extending a run is allowed: only the new steps are trained.
+    assert main(["train", "--out", str(run), "--resume", "--steps", "5", "--no-progress"]) == 0
+    assert json.loads((run / "config.json").read_text())["steps"] == 5
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [row["step"] for row in rows if row["split"] == "train"] == [1, 2, 3, 4, 5]
+
+
+def test_a_folder_without_a_checkpoint_cannot_be_resumed(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--steps", "2", "--out", str(run)]) == 0
+    for folder in (run / "checkpoints").iterdir():
+        if folder.is_dir():
+            for file in folder.iterdir():
+                file.unlink()
+            folder.rmdir()
+    (run / "checkpoints" / "latest").unlink()
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume"]) == 2
+    assert "has no checkpoint to resume from; pass --overwrite" in _one_line_error(capsys)
+
+
+def test_a_file_as_the_run_folder_is_one_line(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    assert main([*TRAIN, "--out", str(target)]) == 2
+    assert f"the run folder {target} is a file" in _one_line_error(capsys)
+    assert target.read_text() == "mine"
+
+
+def test_a_diverged_run_stops_in_one_line_and_keeps_its_last_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--lr", "1e30", "--grad-clip", "0", "--out", str(run)]) == 2
+    err = _one_line_error(capsys)
+    assert "training diverged: the loss became" in err and "lower the learning rate" in err
+    step = int(err.split(" at step ")[1].split(";")[0])
+    assert step >= 2, "the first steps were finite, so there is a checkpoint to keep"
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step-{step - 1:08d}"
+    assert load_file(run / "checkpoints" / latest / "model.safetensors")
+
+
+def test_cuda_on_a_machine_without_it_is_one_line(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main([*TRAIN, "--device", "cuda", "--out", str(tmp_path / "run")]) == 2
+    assert "device 'cuda' was asked for, but this PyTorch build sees no CUDA" in _one_line_error(
+        capsys
+    )
+
+
+def _damage(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "truncate":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:  # flip one bit in the middle of the file
+        data[len(data) // 2] ^= 0x10
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+@pytest.mark.parametrize("file", ["model.safetensors", "state.pt", "manifest.json"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(
+    file, how, tmp_path, reference, capsys, caplog
+):
+    run = tmp_path / "run"
+    assert main([*TRAIN, "--out", str(run)]) == 0
+    newest = run / "checkpoints" / f"step-{STEPS:08d}"
+    _damage(newest / file, how)
+    caplog.clear()
+    # The damaged checkpoint is named in one warning line; training resumes from the one
+    # before it and ends where an undamaged run ends, bit for bit.
+    assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and newest.name in warnings[0] and "\n" not in warnings[0]
+    resumed = _final_weights(run)
+    for name, tensor in reference.items():
+        assert torch.equal(resumed[name], tensor), name

@@ -21,7 +21,7 @@ def _layers(seed: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(37, 64), nn.Linear(64, 48), nn.Linear(48, 11))
 
 
-@pytest.mark.parametrize("amount", [0.0, 0.1, 0.5, 0.731, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize("amount", [0.0, 0.1, 0.5, 0.731, 0.9, 0.99])
 def test_global_masks_equal_prune_global_unstructured(amount):
     ours_model, theirs_model = _layers(0), _layers(0)
     tensors = {f"{i}.weight": layer.weight for i, layer in enumerate(ours_model)}
@@ -79,8 +79,11 @@ def test_exact_count_with_heavy_ties():
 
 
 def test_sparsity_out_of_range_names_the_value():
-    with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\), got 1.5"):
         global_magnitude_masks({"w": torch.randn(3, 3)}, 1.5)
+    # 1 would prune every weight (torch.nn.utils.prune allows it; our masks refuse it).
+    with pytest.raises(ValueError, match=r"got 1.0 \(1 would prune every weight\)"):
+        global_magnitude_masks({"w": torch.randn(3, 3)}, 1.0)
 
 
 def test_one_pass_masks_equal_the_threshold_route_and_survive_a_missed_bracket(monkeypatch):

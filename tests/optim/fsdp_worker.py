@@ -12,6 +12,7 @@ import copy
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from convergent.optim import HAM, HORST, Langevin
 
@@ -61,19 +62,72 @@ def check_parity() -> None:
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6, msg=name)
 
 
-def check_nonfinite_skip_is_collective() -> None:
-    model = _shard(_model())
-    optimizer = HORST(model.parameters(), lr=1e-2, nonfinite="skip")
+NONFINITE_BUILDERS = {
+    "HORST": lambda p, nonfinite: HORST(p, lr=1e-2, nonfinite=nonfinite),
+    "HAM": lambda p, nonfinite: HAM(torch.optim.AdamW(p, lr=1e-2), nonfinite=nonfinite),
+    "Langevin": lambda p, nonfinite: Langevin(p, lr=1e-2, s=0.5, seed=0, nonfinite=nonfinite),
+}
+
+
+def _nan_on_rank_one(model: torch.nn.Module) -> None:
+    """Finite gradients everywhere, except one NaN in rank 1's part of the first parameter."""
     for param in model.parameters():
-        param.grad = torch.zeros_like(param)
+        param.grad = torch.ones_like(param)
     first = next(model.parameters())
-    if dist.get_rank() == 1:  # a NaN in rank 1's shard only
-        first.grad.to_local().view(-1)[0] = float("nan")
-    before = _full(model)
-    optimizer.step()
-    assert optimizer.skipped_steps == 1, f"rank {dist.get_rank()} did not skip"
-    for want, got in zip(before, _full(model), strict=True):
-        assert torch.equal(want, got)
+    if dist.get_rank() == 1:
+        local = first.grad.to_local() if isinstance(first.grad, DTensor) else first.grad
+        local.view(-1)[0] = float("nan")
+
+
+def _local_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [
+        (param.to_local() if isinstance(param, DTensor) else param).detach().clone()
+        for param in model.parameters()
+    ]
+
+
+def check_nonfinite_skip_is_collective(sharded: bool) -> None:
+    """A NaN on rank 1 only (in its FSDP2 shard, or in its replica's gradient as a rank-local
+    NaN that no all-reduce spread): every rank skips, nothing moves, no noise is drawn."""
+    for name, build in NONFINITE_BUILDERS.items():
+        label = f"{name} ({'FSDP2 shards' if sharded else 'replicas'}), rank {dist.get_rank()}"
+        model = _shard(_model()) if sharded else _model()
+        optimizer = build(model.parameters(), "skip")
+        _train(model, optimizer, 1)  # state (moments, generators) to keep
+        _nan_on_rank_one(model)
+        before = _local_weights(model)
+        state = copy.deepcopy(optimizer.state_dict())
+        optimizer.step()
+        skipped = getattr(optimizer, "skipped_steps", None)
+        assert skipped == 1, f"{label}: skipped_steps {skipped}"
+        for want, got in zip(before, _local_weights(model), strict=True):
+            assert torch.equal(want, got), f"{label}: a weight moved"
+        after = optimizer.state_dict()
+        for key in ("state", "noise"):
+            assert _equal(state.get(key), after.get(key)), f"{label}: {key} changed"
+
+
+def check_nonfinite_raise_is_collective() -> None:
+    """nonfinite="raise": every rank raises, and names the same parameter."""
+    for name, build in NONFINITE_BUILDERS.items():
+        model = _shard(_model())
+        optimizer = build(model.parameters(), "raise")
+        _nan_on_rank_one(model)
+        try:
+            optimizer.step()
+        except ValueError as error:
+            want = f"{name}: the gradient of parameter 0 of param group 0 (shape [15, 8])"
+            assert str(error).startswith(want), f"rank {dist.get_rank()}: {error}"
+        else:
+            raise AssertionError(f"{name} on rank {dist.get_rank()} did not raise")
+
+
+def _equal(first: object, second: object) -> bool:
+    if isinstance(first, torch.Tensor):
+        return isinstance(second, torch.Tensor) and torch.equal(first, second)
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(_equal(first[k], second[k]) for k in first)
+    return first == second
 
 
 def check_langevin_noise_is_independent_across_shards(implementation: str) -> None:
@@ -139,7 +193,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         check_parity()
-        check_nonfinite_skip_is_collective()
+        for sharded in (True, False):
+            check_nonfinite_skip_is_collective(sharded)
+        check_nonfinite_raise_is_collective()
         for implementation in ("foreach", "reference"):
             check_langevin_noise_is_independent_across_shards(implementation)
         check_langevin_under_ddp_keeps_replicas_identical()

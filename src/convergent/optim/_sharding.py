@@ -2,7 +2,8 @@
 
 HORST's and HAM's updates are elementwise, so running them on the local shards of a sharded
 parameter, its gradient and its state is exactly the update of the whole tensor. Only the
-decisions that look at every element (is any gradient non-finite?) need the other ranks.
+decisions that look at every element (is any gradient non-finite?) need the other ranks; they
+are taken together whenever a process group runs, so DDP replicas agree too.
 """
 
 from __future__ import annotations
@@ -35,16 +36,35 @@ def is_sharded(tensor: Tensor) -> bool:
 
 
 def agree_on_first(index: int | None, tensors: Sequence[Tensor]) -> int | None:
-    """The smallest `index` over all ranks when `tensors` hold sharded DTensors, else `index`.
+    """The smallest `index` over all ranks when a process group of several ranks runs, else
+    `index`.
 
-    Every rank must call it with the same list (the optimizer's parameters), as FSDP2 does.
+    Sharded (FSDP2) ranks see different elements, and replicated (DDP) ranks can see different
+    gradients (a rank-local NaN that no all-reduce has spread), so under a process group every
+    rank asks the others. Every rank must call it, each with its list of the optimizer's
+    gradients, as DDP and FSDP2 training steps do.
     """
-    if not any(is_sharded(tensor) for tensor in tensors):
-        return index
     import torch.distributed as dist
 
-    count = len(tensors)
-    value = torch.tensor([count if index is None else index], device=local(tensors[0]).device)
+    running = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if not running:
+        return index
+    value = torch.tensor([_NONE if index is None else index], device=_device(tensors))
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     smallest = int(value.item())
-    return None if smallest == count else smallest
+    return None if smallest == _NONE else smallest
+
+
+# "No index" in the reduction: larger than any list of tensors.
+_NONE = 2**62
+
+
+def _device(tensors: Sequence[Tensor]) -> torch.device:
+    """Where the reduction runs: with the tensors, or where the backend can reduce."""
+    if tensors:
+        return local(tensors[0]).device
+    import torch.distributed as dist
+
+    if "nccl" in str(dist.get_backend()) and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -7,7 +7,10 @@ Jacobs, Gadhikar, Rubio-Madrigal and Burkholz. After the base step, on tensors w
 
 HAM shares the base optimizer's param-group dicts, so an LR scheduler on HAM drives the base
 optimizer, and HAM's state_dict is the base optimizer's (its groups also carry "ham_alpha",
-"ham_beta" and "ham_mirror").
+"ham_beta" and "ham_mirror"; "ham_skipped_steps" counts the skipped steps).
+
+Gradients are checked before the base step: a NaN or an infinity raises, or with
+nonfinite="skip" neither step runs (the base optimizer's state is untouched).
 """
 
 from __future__ import annotations
@@ -20,8 +23,12 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from convergent.optim import _fast, _sharding
+from convergent.optim._nonfinite import (
+    Nonfinite,
+    check_nonfinite_option,
+    skip_for_nonfinite_gradient,
+)
 from convergent.optim._validation import check_nonnegative, check_optional_bool
-from convergent.optim.horst import COMPILE_MIN_NUMEL
 
 _IMPLEMENTATIONS = ("auto", "foreach", "compiled")
 
@@ -44,6 +51,11 @@ class HAM(Optimizer):
             tensor), "compiled" (one torch.compile pass per tensor, no temporary), or "auto":
             compiled for groups of at least 2**20 elements when a compiler is available. Where
             none is, "compiled" and "auto" fall back to foreach with a one-line warning.
+        nonfinite: "raise" (default): a NaN or infinite gradient raises a ValueError naming
+            the parameter (by name if the base optimizer was given named parameters) before
+            the base step; "skip": neither the base step nor the mirror step runs (no weight
+            or base-optimizer state changes) and the step is counted in `skipped_steps`,
+            which `state_dict` keeps. Under a process group all ranks decide together.
     """
 
     def __init__(
@@ -54,11 +66,15 @@ class HAM(Optimizer):
         *,
         mirror: bool | None = None,
         implementation: str = "auto",
+        nonfinite: Nonfinite = "raise",
     ) -> None:
         if implementation not in _IMPLEMENTATIONS:
             raise ValueError(
                 f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
             )
+        check_nonfinite_option(nonfinite)
+        self.nonfinite = nonfinite
+        self.skipped_steps = 0
         self.implementation = implementation
         # Which path ran the mirror step on how many tensors, and why "compiled" fell back.
         self.tensor_steps = {"foreach": 0, "compiled": 0}
@@ -88,9 +104,14 @@ class HAM(Optimizer):
             self.param_groups.append(param_group)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.base_optimizer.state_dict()
+        state = self.base_optimizer.state_dict()
+        # Not "skipped_steps": a HORST base keeps its own count under that key.
+        state["ham_skipped_steps"] = self.skipped_steps
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        self.skipped_steps = int(state_dict.pop("ham_skipped_steps", 0))
         self.base_optimizer.load_state_dict(state_dict)
         # Loading replaces the base optimizer's group dicts and state: share the new ones.
         self.param_groups = self.base_optimizer.param_groups
@@ -103,10 +124,23 @@ class HAM(Optimizer):
         self.base_optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """The base optimizer's step, then the mirror step on the selected tensors."""
-        loss = (
-            self.base_optimizer.step(closure) if closure is not None else self.base_optimizer.step()
-        )
+        """The base optimizer's step, then the mirror step on the selected tensors.
+
+        `closure` is evaluated here, before the gradient check; the base optimizer gets it
+        back with that first evaluation's loss (a base that re-evaluates, such as LBFGS,
+        calls it again for later evaluations).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if skip_for_nonfinite_gradient("HAM", self.param_groups, self.nonfinite):
+            self.skipped_steps += 1
+            return loss
+        if closure is None:
+            self.base_optimizer.step()
+        else:
+            self.base_optimizer.step(_first_call_returns(loss, closure))
         with torch.no_grad():
             for group in self.param_groups:
                 self._mirror_group(group)
@@ -123,7 +157,7 @@ class HAM(Optimizer):
             for param in group["params"]
             if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror)
         ]
-        compiled = self._use_compiled(selected)
+        compiled = _fast.use_compiled(self, selected, "HAM")
         grads_of: dict[int, Tensor] = {}
         for param in selected:
             # Elementwise: FSDP2 (DTensor) parameters are updated shard by shard.
@@ -138,7 +172,7 @@ class HAM(Optimizer):
                 if failure is None:
                     self.tensor_steps["compiled"] += len(weights)
                     continue
-                self._fall_back(failure)
+                _fast.fall_back(self, failure, "HAM")
             # factor = exp(-(sign(w) * lr * (alpha * grad + beta * sign(w)))), one temporary.
             factors = torch._foreach_sign(weights)
             torch._foreach_mul_(factors, grads)
@@ -148,21 +182,15 @@ class HAM(Optimizer):
             torch._foreach_mul_(weights, factors)
             self.tensor_steps["foreach"] += len(weights)
 
-    def _use_compiled(self, params: list[Tensor]) -> bool:
-        if self.implementation == "foreach" or not params:
-            return False
-        if self.implementation == "auto" and sum(p.numel() for p in params) < COMPILE_MIN_NUMEL:
-            return False
-        reason = _fast.compiler_unavailable_reason(params[0].device)
-        if reason is None:
-            return True
-        self._fall_back(reason)
-        return False
 
-    def _fall_back(self, reason: str) -> None:
-        # One warning per optimizer, then the foreach implementation for good (this optimizer
-        # only: another one tries to compile again).
-        if self.implementation != "foreach":
-            _fast.warn_fallback(reason, name="HAM")
-            self.fallback_reason = reason
-        self.implementation = "foreach"
+def _first_call_returns(loss: Any, closure: Callable[[], Any]) -> Callable[[], Any]:
+    """A closure whose first call returns `loss` (already evaluated) and later calls
+    `closure`."""
+    calls = 0
+
+    def evaluate() -> Any:
+        nonlocal calls
+        calls += 1
+        return loss if calls == 1 else closure()
+
+    return evaluate

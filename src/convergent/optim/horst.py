@@ -8,6 +8,9 @@ With u = lr * m_hat / (sqrt(v_hat) + eps), the Adam direction of torch.optim.Ada
 alpha = beta = 0 is AdamW, to float64 round-off on every implementation. The mirror step
 never changes a weight's sign; zero weights do not stay zero, because S moves them first
 (keeping pruned weights at zero is a mask's job, in `convergent.sparse`).
+
+A step whose gradients hold a NaN or an infinity raises, or with nonfinite="skip" changes
+nothing (weights, moments, step counts) and is counted in `skipped_steps`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from convergent.optim import _fast, _sharding
+from convergent.optim._nonfinite import (
+    Nonfinite,
+    check_nonfinite_option,
+    first_nonfinite,
+    parameter_name,
+    skip_for_nonfinite_gradient,
+)
 from convergent.optim._validation import (
     check_betas,
     check_gradient,
@@ -35,35 +45,6 @@ __all__ = ["HORST", "first_nonfinite", "horst_move_ratio"]
 
 Implementation = Literal["auto", "reference", "foreach", "compiled"]
 _IMPLEMENTATIONS = ("auto", "reference", "foreach", "compiled")
-_NONFINITE = ("raise", "skip")
-# Below this many elements in a group, "auto" does not compile: the compile would cost more
-# than it saves.
-COMPILE_MIN_NUMEL = 1 << 20
-
-
-def first_nonfinite(tensors: list[Tensor]) -> int | None:
-    """The index of the first tensor holding a NaN or an infinity, or None.
-
-    One read of each tensor (its sum, which a NaN or an infinity makes non-finite) and one
-    synchronization per device. A sum that overflows counts too: in float32 that needs
-    entries near 1e31, where a step is hopeless anyway; 16-bit tensors sum in float32.
-    """
-    by_device: dict[torch.device, list[int]] = {}
-    for index, tensor in enumerate(tensors):
-        by_device.setdefault(tensor.device, []).append(index)
-    bad: list[int] = []
-    for indices in by_device.values():
-        sums = torch.stack([_wide_sum(tensors[index]) for index in indices])
-        finite = sums.isfinite()
-        if not bool(finite.all()):
-            bad.append(indices[int((~finite).nonzero()[0])])
-    return min(bad) if bad else None
-
-
-def _wide_sum(tensor: Tensor) -> Tensor:
-    if tensor.dtype == torch.float64:
-        return tensor.sum()
-    return tensor.sum(dtype=torch.float32).double()
 
 
 class HORST(Optimizer):
@@ -88,8 +69,9 @@ class HORST(Optimizer):
             2**20 elements when a compiler is available, foreach otherwise. A compiled
             request without a compiler falls back to foreach with a one-line warning.
         nonfinite: "raise" (default): a NaN or infinite gradient raises a ValueError naming
-            the parameter, before anything changes; "skip": the whole step is skipped and
-            counted in `skipped_steps`.
+            the parameter, before anything changes; "skip": the whole step is skipped (no
+            weight, moment or step count changes) and counted in `skipped_steps`, which
+            `state_dict` keeps. Under a process group all ranks decide together.
         maximize: must be False.
     """
 
@@ -107,7 +89,7 @@ class HORST(Optimizer):
         exponent_clamp: float | None = None,
         mirror_map: MirrorMap | None = None,
         implementation: Implementation = "auto",
-        nonfinite: Literal["raise", "skip"] = "raise",
+        nonfinite: Nonfinite = "raise",
         maximize: bool = False,
     ) -> None:
         if maximize:
@@ -118,8 +100,7 @@ class HORST(Optimizer):
             raise ValueError(
                 f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
             )
-        if nonfinite not in _NONFINITE:
-            raise ValueError(f"nonfinite must be one of {_NONFINITE}, got {nonfinite!r}.")
+        check_nonfinite_option(nonfinite)
         self.mirror_map = HyperbolicEntropyMap(0.0) if mirror_map is None else mirror_map
         if not isinstance(self.mirror_map, MirrorMap):
             raise TypeError(
@@ -132,15 +113,23 @@ class HORST(Optimizer):
             raise ValueError(
                 f"implementation={implementation!r} supports HyperbolicEntropyMap(0.0) only."
             )
-        self.implementation: Implementation = implementation if multiplicative else "reference"
+        self.implementation: str = implementation if multiplicative else "reference"
         # Which path stepped how many tensors, and why "compiled" fell back to foreach (if it
         # did): the proof of which implementation really ran.
         self.tensor_steps = {"reference": 0, "foreach": 0, "compiled": 0}
         self.fallback_reason: str | None = None
         self.nonfinite = nonfinite
         self.skipped_steps = 0
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                    "alpha": alpha, "beta": beta, "mirror": mirror, "exponent_clamp": exponent_clamp}  # fmt: skip
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "alpha": alpha,
+            "beta": beta,
+            "mirror": mirror,
+            "exponent_clamp": exponent_clamp,
+        }
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -169,13 +158,6 @@ class HORST(Optimizer):
             for name, default in self.defaults.items():
                 group.setdefault(name, default)
 
-    def _parameter_name(self, group_index: int, param_index: int) -> str:
-        group = self.param_groups[group_index]
-        if "param_names" in group:
-            return f"parameter {group['param_names'][param_index]!r}"
-        shape = list(group["params"][param_index].shape)
-        return f"parameter {param_index} of param group {group_index} (shape {shape})"
-
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Performs one HORST step; `closure` re-evaluates the loss and returns it."""
@@ -184,31 +166,18 @@ class HORST(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         batches: list[tuple[dict[str, Any], list[Tensor], list[Tensor]]] = []
-        all_grads: list[Tensor] = []
-        names: list[tuple[int, int]] = []
         for group_index, group in enumerate(self.param_groups):
             params, grads = [], []
             for param_index, param in enumerate(group["params"]):
                 if param.grad is None:
                     continue
-                check_gradient(self._parameter_name(group_index, param_index), param, param.grad)
+                check_gradient(parameter_name(group, group_index, param_index), param, param.grad)
                 params.append(param)
                 grads.append(param.grad)
-                names.append((group_index, param_index))
-            all_grads.extend(grads)
             batches.append((group, params, grads))
-        # Under FSDP2 each rank checks its shards, and all ranks skip (or raise) together.
-        bad = _sharding.agree_on_first(
-            first_nonfinite([_sharding.local(grad) for grad in all_grads]), all_grads
-        )
-        if bad is not None:
-            if self.nonfinite == "skip":
-                self.skipped_steps += 1
-                return loss
-            raise ValueError(
-                f"HORST: the gradient of {self._parameter_name(*names[bad])} is not finite; "
-                "pass nonfinite='skip' to skip such steps."
-            )
+        if skip_for_nonfinite_gradient("HORST", self.param_groups, self.nonfinite):
+            self.skipped_steps += 1
+            return loss
         for group, params, grads in batches:
             if params:
                 self._update_group(group, params, grads)
@@ -219,9 +188,16 @@ class HORST(Optimizer):
     ) -> None:
         beta1, beta2 = (float(value) for value in group["betas"])
         lr = float(group["lr"])
-        options = {"lr": lr, "beta1": beta1, "beta2": beta2, "eps": float(group["eps"]),
-                   "weight_decay": float(group["weight_decay"]), "alpha": float(group["alpha"]),
-                   "beta": float(group["beta"]), "exponent_clamp": group["exponent_clamp"]}  # fmt: skip
+        options = {
+            "lr": lr,
+            "beta1": beta1,
+            "beta2": beta2,
+            "eps": float(group["eps"]),
+            "weight_decay": float(group["weight_decay"]),
+            "alpha": float(group["alpha"]),
+            "beta": float(group["beta"]),
+            "exponent_clamp": group["exponent_clamp"],
+        }
         steps: list[float] = []
         for param in params:
             state = self.state[param]
@@ -239,9 +215,18 @@ class HORST(Optimizer):
         if implementation == "reference":
             for param, grad, step, flag in zip(params, grads, steps, flags, strict=True):
                 state = self.state[param]
-                param.copy_(horst_reference_step(
-                    param, grad, state["exp_avg"], state["exp_avg_sq"], step=step,
-                    mirror=flag, mirror_map=self.mirror_map, **options))  # fmt: skip
+                param.copy_(
+                    horst_reference_step(
+                        param,
+                        grad,
+                        state["exp_avg"],
+                        state["exp_avg_sq"],
+                        step=step,
+                        mirror=flag,
+                        mirror_map=self.mirror_map,
+                        **options,
+                    )
+                )
             self.tensor_steps["reference"] += len(params)
             return
         # Elementwise from here on: FSDP2 (DTensor) parameters are updated shard by shard.
@@ -262,36 +247,27 @@ class HORST(Optimizer):
             )
             buckets.setdefault((theta.device, theta.dtype, compilable), []).append(index)
         for (_, _, compilable), indices in buckets.items():
-            arguments = ([thetas[i] for i in indices], [local_grads[i] for i in indices],
-                         [exp_avgs[i] for i in indices], [exp_avg_sqs[i] for i in indices],
-                         [steps[i] for i in indices], [flags[i] for i in indices])  # fmt: skip
+            arguments = (
+                [thetas[i] for i in indices],
+                [local_grads[i] for i in indices],
+                [exp_avgs[i] for i in indices],
+                [exp_avg_sqs[i] for i in indices],
+                [steps[i] for i in indices],
+                [flags[i] for i in indices],
+            )
             if compilable:
                 failure = _fast.compiled_horst_step(*arguments, **options)
                 if failure is None:
                     self.tensor_steps["compiled"] += len(indices)
                     continue
-                self._fall_back(failure)
+                _fast.fall_back(self, failure, "HORST")
             _fast.foreach_horst_step(*arguments, **options)
             self.tensor_steps["foreach"] += len(indices)
 
     def _resolve_implementation(self, params: list[Tensor]) -> str:
         if self.implementation in ("reference", "foreach"):
             return self.implementation
-        if self.implementation == "auto" and sum(p.numel() for p in params) < COMPILE_MIN_NUMEL:
-            return "foreach"
-        reason = _fast.compiler_unavailable_reason(params[0].device)
-        if reason is None:
-            return "compiled"
-        self._fall_back(reason)
-        return "foreach"
-
-    def _fall_back(self, reason: str) -> None:
-        # One warning per optimizer, then the foreach implementation for good (this optimizer
-        # only: another one tries to compile again).
-        if self.implementation != "foreach":
-            _fast.warn_fallback(reason)
-            self.fallback_reason = reason
-        self.implementation = "foreach"
+        return "compiled" if _fast.use_compiled(self, params, "HORST") else "foreach"
 
 
 @torch.no_grad()
@@ -337,9 +313,13 @@ def horst_move_ratio(optimizer: HORST) -> float:
             if not mirrored:
                 continue
             dual_step = horst_mirror_direction(
-                theta_half, direction, alpha=float(group["alpha"]), lr=lr,
-                beta=float(group["beta"]), exponent_clamp=group["exponent_clamp"],
-            )  # fmt: skip
+                theta_half,
+                direction,
+                alpha=float(group["alpha"]),
+                lr=lr,
+                beta=float(group["beta"]),
+                exponent_clamp=group["exponent_clamp"],
+            )
             moved = mirror_step(theta_half, dual_step, optimizer.mirror_map) - theta_half
             mirror_squared += float(moved.square().sum())
     if adam_squared == 0.0:

@@ -28,6 +28,10 @@ that s = 0 is `torch.optim.RMSprop` without momentum:
 The noise is scaled by the same preconditioner G, so the stationary density stays
 exp(-2 V / s) when G changes slowly; the correction term Gamma of pSGLD (the divergence of G) is
 dropped, as Li et al. do in practice.
+
+Gradients are checked before the step: a NaN or an infinity raises, or with nonfinite="skip"
+nothing changes (no parameter, no preconditioner state, no noise drawn) and the step is
+counted in `skipped_steps`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from convergent.optim import _sharding
+from convergent.optim._nonfinite import (
+    Nonfinite,
+    check_nonfinite_option,
+    parameter_name,
+    skip_for_nonfinite_gradient,
+)
 from convergent.optim._validation import check_gradient, check_nonnegative
 
 __all__ = [
@@ -131,7 +141,8 @@ class Langevin(Optimizer):
     takes the same step.
 
     Args:
-        params: parameters or parameter groups, as for any torch optimizer.
+        params: parameters or parameter groups, as for any torch optimizer (named
+            parameters give named error messages).
         lr: step size, >= 0.
         s: diffusion coefficient, >= 0 (temperature = s / 2 in posteriors and blackjax).
         preconditioned: use RMSprop preconditioning (pSGLD); settable per group.
@@ -144,6 +155,11 @@ class Langevin(Optimizer):
             time through `langevin_update`); both draw the same noise and agree bit for bit
             on CPU. "foreach" keeps one scratch buffer per (device, dtype), as large as the
             largest parameter, for the noise draw.
+        nonfinite: "raise" (default): a NaN or infinite gradient raises a ValueError naming
+            the parameter, before anything changes; "skip": the whole step is skipped (no
+            parameter or state changes and no noise is drawn, so the noise stream continues
+            as if the step had not been taken) and counted in `skipped_steps`, which
+            `state_dict` keeps. Under a process group all ranks decide together.
     """
 
     def __init__(
@@ -158,11 +174,15 @@ class Langevin(Optimizer):
         seed: int | None = None,
         generator: torch.Generator | None = None,
         implementation: Implementation = "foreach",
+        nonfinite: Nonfinite = "raise",
     ) -> None:
         if implementation not in _IMPLEMENTATIONS:
             raise ValueError(
                 f"implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}."
             )
+        check_nonfinite_option(nonfinite)
+        self.nonfinite = nonfinite
+        self.skipped_steps = 0
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -216,11 +236,13 @@ class Langevin(Optimizer):
             "seed": self.seed,
             "generators": {key: gen.get_state() for key, gen in self._generators.items()},
         }
+        state["skipped_steps"] = self.skipped_steps
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict)
         noise = state_dict.pop("noise", None)
+        self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         super().load_state_dict(state_dict)
         if noise is None:
             return
@@ -259,15 +281,19 @@ class Langevin(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        batches: list[tuple[dict[str, Any], list[Tensor]]] = []
         for group_index, group in enumerate(self.param_groups):
             params = []
             for param_index, param in enumerate(group["params"]):
                 if param.grad is None:
                     continue
-                check_gradient(
-                    f"parameter {param_index} of param group {group_index}", param, param.grad
-                )
+                check_gradient(parameter_name(group, group_index, param_index), param, param.grad)
                 params.append(param)
+            batches.append((group, params))
+        if skip_for_nonfinite_gradient("Langevin", self.param_groups, self.nonfinite):
+            self.skipped_steps += 1
+            return loss
+        for group, params in batches:
             if params:
                 self._update_group(group, params)
         return loss

@@ -1,0 +1,124 @@
+"""The non-finite-gradient guard that HORST, HAM and Langevin run before they change anything.
+
+One call per step, before any parameter, optimizer state or noise generator is touched:
+
+    bad = first parameter whose gradient holds a NaN or an infinity (the smallest over ranks)
+    bad is None: step;  nonfinite == "raise": ValueError naming bad;  "skip": skip the step
+
+Under a process group every rank takes the same decision (see `_sharding.agree_on_first`), so
+FSDP2 shards and DDP replicas stay in step; every rank must then call `step()`, as DDP and
+FSDP do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from convergent.optim import _sharding
+
+__all__ = [
+    "NONFINITE_OPTIONS",
+    "Nonfinite",
+    "check_nonfinite_option",
+    "first_nonfinite",
+    "parameter_name",
+    "skip_for_nonfinite_gradient",
+]
+
+Nonfinite = Literal["raise", "skip"]
+NONFINITE_OPTIONS = ("raise", "skip")
+
+
+def check_nonfinite_option(value: Any) -> None:
+    """Raises unless `value` is "raise" or "skip"."""
+    if value not in NONFINITE_OPTIONS:
+        raise ValueError(f"nonfinite must be one of {NONFINITE_OPTIONS}, got {value!r}.")
+
+
+def first_nonfinite(tensors: list[Tensor]) -> int | None:
+    """The index of the first tensor holding a NaN or an infinity, or None.
+
+    One read of each tensor (its sum, which a NaN or an infinity makes non-finite) and one
+    synchronization per device. A sum that overflows counts too: in float32 that needs
+    entries near 1e31, where a step is hopeless anyway; 16-bit tensors sum in float32.
+    """
+    by_device: dict[torch.device, list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        by_device.setdefault(tensor.device, []).append(index)
+    bad: list[int] = []
+    for indices in by_device.values():
+        sums = torch.stack([_wide_sum(tensors[index]) for index in indices])
+        finite = sums.isfinite()
+        if not bool(finite.all()):
+            bad.append(indices[int((~finite).nonzero()[0])])
+    return min(bad) if bad else None
+
+
+def _wide_sum(tensor: Tensor) -> Tensor:
+    if tensor.layout == torch.sparse_coo:  # a base optimizer under HAM may take sparse grads
+        tensor = tensor._values()
+    elif tensor.layout != torch.strided:
+        tensor = tensor.values()
+    if tensor.is_complex():
+        tensor = torch.view_as_real(tensor)
+    if tensor.dtype == torch.float64:
+        return tensor.sum()
+    return tensor.sum(dtype=torch.float32).double()
+
+
+def parameter_name(group: dict[str, Any], group_index: int, param_index: int) -> str:
+    """How errors name a parameter: by its name if the optimizer was given named parameters,
+    else by its place ("parameter 1 of param group 0 (shape [6])")."""
+    if "param_names" in group:
+        return f"parameter {group['param_names'][param_index]!r}"
+    shape = list(group["params"][param_index].shape)
+    return f"parameter {param_index} of param group {group_index} (shape {shape})"
+
+
+def skip_for_nonfinite_gradient(
+    optimizer_name: str, param_groups: list[dict[str, Any]], nonfinite: Nonfinite
+) -> bool:
+    """Whether this step must be skipped because a gradient is NaN or infinite.
+
+    Looks at every parameter with a gradient, in group order; under a process group the
+    answer is agreed across ranks (a NaN in one rank's shard or replica counts on all).
+
+    Args:
+        optimizer_name: names the optimizer in the error ("HORST", "HAM", "Langevin").
+        param_groups: the optimizer's param groups.
+        nonfinite: "raise" or "skip".
+
+    Returns:
+        True when some gradient is not finite and `nonfinite` is "skip"; False when all are
+        finite.
+
+    Raises:
+        ValueError: some gradient is not finite and `nonfinite` is "raise"; it names the
+            first such parameter (the smallest index over ranks).
+    """
+    grads: list[Tensor] = []
+    places: list[tuple[int, int]] = []
+    for group_index, group in enumerate(param_groups):
+        for param_index, param in enumerate(group["params"]):
+            if param.grad is not None:
+                grads.append(param.grad)
+                places.append((group_index, param_index))
+    bad = _sharding.agree_on_first(
+        first_nonfinite([_sharding.local(grad) for grad in grads]), grads
+    )
+    if bad is None:
+        return False
+    if nonfinite == "skip":
+        return True
+    if bad < len(places):
+        group_index, param_index = places[bad]
+        name = parameter_name(param_groups[group_index], group_index, param_index)
+    else:  # only when ranks disagree on which parameters have gradients
+        name = f"a parameter on another rank (number {bad} there)"
+    raise ValueError(
+        f"{optimizer_name}: the gradient of {name} is not finite; "
+        "pass nonfinite='skip' to skip such steps."
+    )

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -70,9 +72,9 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4
     # the summary's test accuracy is the saved model's, recomputed here by hand
+    from convergent.commands import TrainConfig, build_model
     from convergent.data import load_splits
     from convergent.train import load_checkpoint
-    from convergent.commands import TrainConfig, build_model
 
     config_back = TrainConfig.from_dict(saved)
     splits = load_splits("digits", seed=config_back.seed)
@@ -202,3 +204,37 @@ def test_train_with_the_sparsity_optimizers(optimizer, tmp_path, capsys):
     assert saved["optimizer"] == optimizer and saved[f"{optimizer}_alpha"] == 2.0
     assert main([*argv, f"--{optimizer}-beta", "-1", "--out", str(tmp_path / "bad")]) == 2
     assert f"{optimizer}_beta must be non-negative, got -1.0" in capsys.readouterr().err
+
+
+def test_small_command_line_promises(tmp_path, capsys):
+    from convergent.cli import build_parser
+
+    # reproduce defaults to the quick mode (full takes hours).
+    assert build_parser().parse_args(["reproduce", "residual"]).mode == "quick"
+    # --help names the values --data, --model and --optimizer accept.
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--data STR one of rt-sentences, digits, weather-hourly" in text
+    assert "--model STR one of transformer, minilm" in text
+    assert "--optimizer STR one of adamw, sgd, horst, ham" in text
+    # python -m convergent is the same command.
+    module = subprocess.run(
+        [sys.executable, "-m", "convergent", "--version"], capture_output=True, text=True
+    )
+    assert module.returncode == 0 and module.stdout.startswith("convergent ")
+
+
+def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(tmp_path, capsys):
+    run, pruned = tmp_path / "run", tmp_path / "pruned"
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "3"]
+    assert main([*argv, "--d-model", "16", "--out", str(run), "--no-progress"]) == 0
+    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 0
+    assert (pruned / "config.json").read_text() == (run / "config.json").read_text()
+    assert main(["diagnose", str(pruned), "--data", "digits", "--out", str(tmp_path / "d")]) == 0
+    capsys.readouterr()
+    assert main(["prune", str(pruned), "--sparsity", "0.6"]) == 0
+    assert "| 0.6000 |" in capsys.readouterr().out
+    # A second save into the same folder would replace a run: refused in one line.
+    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 2
+    assert "already holds a run" in capsys.readouterr().err

@@ -19,9 +19,10 @@ import torch
 import transformers
 
 from ..data import load_splits
-from ..optim import build_optimizer, decay_groups
+from ..optim import HORST, build_optimizer, decay_groups
 from ..report import plot_training_curves
 from ..train import distributed, evaluate, fit, read_metrics, seed_everything, warmup_schedule
+from ..train.callbacks import HorstStrengthLog
 from ..train.checkpoint import write_text_atomically
 from .config import TrainConfig, build_model, check_device, optimizer_options, split_options
 from .runs import RunFolderError, prepare_new_run, resume_config
@@ -121,6 +122,7 @@ def _train_and_report(
         checkpoint_every=config.checkpoint_every or config.steps,
         resume=resume,
         progress=progress,
+        callbacks=[HorstStrengthLog(optimizer)] if isinstance(optimizer, HORST) else [],
     )
     test = evaluate(model, splits.test, splits.task, precision=config.precision)
     summary = {

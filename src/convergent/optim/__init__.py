@@ -15,7 +15,7 @@ params, **overrides)` builds any of them by name with the class's own defaults.
 
 from convergent.optim.factory import OPTIMIZERS, build_optimizer, decay_groups, optimizer_default
 from convergent.optim.ham import HAM
-from convergent.optim.horst import HORST, first_nonfinite, horst_move_ratio
+from convergent.optim.horst import HORST, first_nonfinite
 from convergent.optim.langevin import (
     Langevin,
     NoiseSchedule,
@@ -33,6 +33,7 @@ from convergent.optim.operators import (
     sign_direction,
     steepest_descent_step,
 )
+from convergent.optim.strength import horst_move_ratio, horst_strength
 
 __all__ = [
     "HAM",
@@ -51,6 +52,7 @@ __all__ = [
     "horst_mirror_direction",
     "horst_move_ratio",
     "horst_reference_step",
+    "horst_strength",
     "langevin_update",
     "mirror_step",
     "optimizer_default",

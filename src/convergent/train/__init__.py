@@ -2,6 +2,7 @@
 
 from . import distributed
 from .batches import iterate_batches
+from .callbacks import HorstStrengthLog
 from .checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -22,6 +23,7 @@ __all__ = [
     "CheckpointError",
     "ErmStep",
     "FitResult",
+    "HorstStrengthLog",
     "MaskedStep",
     "MetricsLogger",
     "PrimalDualStep",

@@ -4,4 +4,5 @@ import sys
 
 from convergent.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # spawned worker processes import this module too
+    sys.exit(main())

@@ -4,6 +4,7 @@ results, a sweep that never reads the test split, and `convergent prune` on a ru
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -14,20 +15,14 @@ import torch
 from scipy import stats
 from torch.utils.data import Dataset
 
+from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS, rescore, sparsity_runs
 from convergent.studies.claims import decide
 from convergent.studies.common import json_ready, write_study
-from convergent.studies.sparsity import (
-    Config,
-    claims_from_results,
-    run,
-    tune_classifier,
-    tuning_from_results,
-)
-from convergent.commands import format_prune_summary, prune_run
-from convergent.studies.units import UnitCache
+from convergent.studies.sparsity import Config, claims_from_results, run, tuning_from_results
+from convergent.studies.sparsity_runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
 
@@ -61,38 +56,47 @@ def test_smoke_study_runs_end_to_end(smoke_run):
     for figure in result.figures:
         assert_drawn_figure(folder / figure)
     payload = json.loads((folder / "results.json").read_text())
-    vision, language = payload["data"]["vision"], payload["data"]["language"]
+    data = payload["data"]
+    assert data["design"] == 2 and data["rms_fraction"] == 0.01
+    vision, language = data["vision"], data["language"]
     assert set(vision["accuracy"]) == {"adamw", "ham", "horst"}
     for by_key in vision["accuracy"].values():
-        assert set(by_key) == {"dense", "80%"}
-        assert all(0.0 <= value <= 1.0 for values in by_key.values() for value in values)
+        assert set(by_key) == {"dense", "90%"}
+        assert all(
+            0.0 <= v <= 1.0 and len(values) == 1 for values in by_key.values() for v in values
+        )
     for by_key in vision["achieved"].values():
-        assert by_key["80%"][0] == pytest.approx(0.8, abs=1e-3)  # exact top-k
+        assert by_key["90%"][0] == pytest.approx(0.9, abs=1e-3)  # exact top-k
+    # Each grid has the same number of points; the selection holds every point's score.
+    assert {name: len(points) for name, points in vision["selection"].items()} == {
+        "adamw": 1,
+        "ham": 1,
+        "horst": 1,
+    }
+    assert vision["selected"]["horst"] == {"lr": 2e-3, "alpha": 50.0}
     assert set(language["perplexity"]["horst"]) == {"0%", "50%", "90%"}
-    assert language["chosen_lr"].keys() == {"adamw", "ham", "horst"}
-    # The manipulation checks' quantities are stored, per run and per seed.
-    assert set(vision["move_ratio"]) == {"horst"}
-    assert 0.0 < vision["move_ratio"]["horst"]["dense"][0] < 1.0
-    assert 0.0 < vision["move_ratio"]["horst"]["80%"][0] < 1.0
-    assert 0.0 < language["move_ratio"]["horst"][0] < 1.0
-    assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in language["near_zero_fraction"].values())
-    # Smoke has one seed: every claim is a preview with a finite effect and its checks.
-    assert len(payload["claims"]) == 4
+    # The manipulation checks' quantities are stored per run.
+    assert vision["move_ratio"]["horst"]["90%"][0] > 0.0
+    assert vision["selection"]["horst"][0]["move_ratio"] > 0.0
+    assert vision["selection"]["adamw"][0]["move_ratio"] is None
+    assert language["move_ratio"]["horst"][0] > 0.0
+    assert all(0.0 <= v[0] <= 1.0 for v in vision["near_zero_share"].values())
+    # Smoke has one final seed: every claim is a preview with a finite effect and its checks.
+    assert len(payload["claims"]) == 5
     for claim in payload["claims"]:
         assert claim["verdict"] in VERDICTS
         assert claim["preview"] is True and claim["n"] == 1 and claim["interval"] is None
         assert math.isfinite(claim["effect"]) and claim["per_seed"] == [claim["effect"]]
-        assert claim["checks"] and all(c["value"] is not None for c in claim["checks"])
         assert "mirror move / Adam move" in claim["checks"][0]["name"]
-    # The claims are exactly what the stored data re-scores to.
-    rescored = claims_from_results({"config": payload["config"], "data": payload["data"]})
+    rescored = claims_from_results({"config": payload["config"], "data": data})
     assert [c.to_json() for c in rescored] == payload["claims"]
-    for title in ("(a) ViT, dense, first seed", "(b) LM, dense, first seed"):
-        record = payload["tuning"][title]
-        assert set(record) == {"adamw", "ham", "horst"}
-        assert all(r["selected"] == {"lr": 3e-3} for r in record.values())
-    # 3 sweep (dense) + 3 AC/DC classifier units and 3 language-model units.
-    assert len(_unit_files(folder)) == 9
+    titles = [
+        "(a) ViT, AC/DC at the selection sparsity, selection seed",
+        "(b) LM, one-shot at the largest target, selection seed",
+    ]
+    assert sorted(payload["tuning"]) == sorted(titles)
+    # 3 selection + 6 final classifier units, 2 + 2 language-model units.
+    assert len(_unit_files(folder)) == 13
 
 
 def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run, monkeypatch):
@@ -120,35 +124,121 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
 
 
 class RefusingTestSplit(Dataset):
-    """A test split that fails on any use: the sweep must never read it."""
+    """A test split that fails on any use: selection runs must never read it."""
 
     def __len__(self) -> int:
-        raise AssertionError("the learning-rate sweep read the test split")
+        raise AssertionError("a selection run read the test split")
 
     def __getitem__(self, index):
-        raise AssertionError("the learning-rate sweep read the test split")
+        raise AssertionError("a selection run read the test split")
 
     def __getattr__(self, name):
-        raise AssertionError(f"the learning-rate sweep read the test split ({name})")
+        raise AssertionError(f"a selection run read the test split ({name})")
 
 
-def test_learning_rate_sweep_never_touches_the_test_split(tmp_path):
+def test_selection_runs_never_touch_the_test_split(monkeypatch):
     _needs("fashion-mnist")
-    from convergent.data import load_splits
-    from convergent.studies.sparsity_models import subset
+    _needs("austen")
+    config = Config.for_mode("smoke")
+    splits, train, validation, _ = sparsity_runs.vision_data(
+        config.image_size,
+        config.patch,
+        config.train_examples,
+        config.validation_examples,
+        config.test_examples,
+    )
+    monkeypatch.setattr(
+        sparsity_runs, "vision_data", lambda *a: (splits, train, validation, RefusingTestSplit())
+    )
+    point = {"lr": 2e-3, "alpha": 50.0}
+    unit = sparsity_runs.vision_unit(VisionJob(config, "horst", point, 0, 0.9, final=False))
+    assert "test_accuracy" not in unit and 0.0 <= unit["validation_accuracy"] <= 1.0
+    with pytest.raises(AssertionError, match="read the test split"):
+        sparsity_runs.vision_unit(VisionJob(config, "horst", point, 1, 0.9, final=True))
+    lm_splits, lm_validation, _ = sparsity_runs.language_data(
+        config.lm_seq_len, config.lm_validation_windows, config.lm_test_windows
+    )
+    monkeypatch.setattr(
+        sparsity_runs, "language_data", lambda *a: (lm_splits, lm_validation, RefusingTestSplit())
+    )
+    lm_unit = sparsity_runs.language_unit(LanguageJob(config, "horst", point, 0, final=False))
+    assert lm_unit["split"] == "validation"
 
-    config = dataclasses.replace(Config.for_mode("smoke"), learning_rates=(1e-3, 3e-3))
-    splits = load_splits("fashion-mnist", seed=0, size=config.image_size, patch=config.patch)
-    train = subset(splits.train, config.train_examples)
-    validation = subset(splits.validation, config.validation_examples)
-    guarded = dataclasses.replace(splits, test=RefusingTestSplit())
-    cache = UnitCache(tmp_path, "sparsity", json_ready(config), enabled=False)
-    tunings = tune_classifier(config, guarded, train, validation, cache, lambda line: None)
-    assert set(tunings) == set(config.optimizers)
-    for tuning in tunings.values():
-        assert [p["lr"] for p in tuning.points] == [1e-3, 3e-3]
-        assert all(0.0 <= s <= 1.0 for s in tuning.scores)
-        assert "test_accuracy" not in tuning.selected_run
+
+def _payload(adamw_dense: float, adamw_90: float) -> dict:
+    """A hand-made design-2 payload: 3 seeds, HORST 2 points above AdamW at 90 %."""
+    seeds = [1, 2, 3]
+    accuracy = {
+        "adamw": {"dense": [adamw_dense] * 3, "80%": [0.80, 0.81, 0.79], "90%": [adamw_90] * 3},
+        "ham": {"dense": [0.85] * 3, "80%": [0.80] * 3, "90%": [0.76, 0.77, 0.75]},
+        "horst": {
+            "dense": [0.85] * 3,
+            "80%": [0.83, 0.82, 0.84],
+            "90%": [adamw_90 + 0.02, adamw_90 + 0.025, adamw_90 + 0.03],
+        },
+    }
+    achieved = {n: {"80%": [0.8] * 3, "90%": [0.9] * 3} for n in accuracy}
+    return {
+        "config": {
+            "optimizers": ["adamw", "ham", "horst"],
+            "sparsities": [0.8, 0.9],
+            "lm_optimizers": ["adamw", "horst"],
+            "lm_sparsities": [0.5, 0.9],
+            "seeds": seeds,
+        },
+        "data": {
+            "design": 2,
+            "rms_fraction": 0.01,
+            "vision": {
+                "accuracy": accuracy,
+                "achieved": achieved,
+                "move_ratio": {"horst": {"dense": [0.5] * 3, "80%": [0.4] * 3, "90%": [0.3] * 3}},
+                "near_zero_share": {
+                    "adamw": [0.008, 0.009, 0.010],
+                    "horst": [0.02, 0.03, 0.025],
+                    "ham": [0.01] * 3,
+                },
+            },
+            "language": {
+                "perplexity": {
+                    "adamw": {"0%": [4.0] * 3, "90%": [10.0, 12.0, 8.0]},
+                    "horst": {"0%": [4.1] * 3, "90%": [9.0, 9.0, 9.0]},
+                },
+                "move_ratio": {"horst": [0.1, 0.1, 0.1]},
+            },
+        },
+    }
+
+
+def test_design_two_claims_follow_their_formulas():
+    claims = claims_from_results(_payload(adamw_dense=0.86, adamw_90=0.78))
+    assert len(claims) == 5
+    than_adamw, than_ham, half, near_zero, language = claims
+    assert than_adamw.per_seed == pytest.approx([0.02, 0.025, 0.03])
+    assert than_adamw.interval == pytest.approx(_t_interval([0.02, 0.025, 0.03]))
+    assert than_adamw.verdict == "reproduced"  # interval (0.0126, 0.0374) is above 0
+    room = than_adamw.checks[2]
+    assert room.value == pytest.approx(0.08) and room.passed
+    assert than_ham.per_seed == pytest.approx([0.80 - 0.76, 0.805 - 0.77, 0.81 - 0.75])
+    # Claim 3: drop_h - 0.5 drop_a, drops averaged over 80 % and 90 %.
+    drops_h = [0.85 - (0.83 + 0.80) / 2, 0.85 - (0.82 + 0.805) / 2, 0.85 - (0.84 + 0.81) / 2]
+    drops_a = [0.86 - (0.80 + 0.78) / 2, 0.86 - (0.81 + 0.78) / 2, 0.86 - (0.79 + 0.78) / 2]
+    assert half.per_seed == pytest.approx(
+        [h - 0.5 * a for h, a in zip(drops_h, drops_a, strict=True)]
+    )
+    assert near_zero.per_seed == pytest.approx([0.012, 0.021, 0.015])
+    assert near_zero.verdict == "reproduced"
+    # The LM claim is a ratio; its move ratio (0.1) is below 0.2, so it is untested.
+    assert language.per_seed == pytest.approx([0.9, 0.75, 1.125])
+    assert language.verdict == "untested" and language.checks[0].passed is False
+
+
+def test_a_baseline_without_room_to_fail_leaves_the_claim_untested():
+    claims = claims_from_results(_payload(adamw_dense=0.80, adamw_90=0.78))
+    room = claims[0].checks[2]
+    assert room.value == pytest.approx(0.02) and room.passed is False
+    assert claims[0].verdict == "untested" and claims[2].verdict == "untested"
+    assert claims[1].verdict != "untested"  # the HAM comparison does not need AdamW's room
 
 
 def _committed() -> dict:
@@ -241,22 +331,39 @@ def test_move_ratio_recorder_records_every_twentieth_step():
 
 
 def test_modes_and_bad_values():
-    assert Config.for_mode("full").seeds == (0, 1, 2, 3, 4)
-    assert Config.for_mode("full").learning_rates == (1e-3, 2e-3, 4e-3)
-    assert Config.for_mode("quick").sparsities == (0.7, 0.8, 0.9)
+    full = Config.for_mode("full")
+    assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
+    assert full.horst_alphas == (1.0, 3.0, 10.0, 30.0, 100.0)
+    assert full.sparsities == (0.7, 0.8, 0.9) and full.selection_sparsity == 0.9
+    sizes = {len(list(itertools.product(*axes.values()))) for axes in full.grids().values()}
+    sizes |= {len(list(itertools.product(*a.values()))) for a in full.language_grids().values()}
+    assert sizes == {10}
     with pytest.raises(ValueError, match="mode must be one of"):
         Config.for_mode("huge")
     with pytest.raises(ValueError, match=r"every sparsity must be in \(0, 1\), got 1.2"):
         Config(sparsities=(1.2,))
     with pytest.raises(ValueError, match="optimizers must be among"):
         Config(optimizers=("sgd",))
+    with pytest.raises(ValueError, match="selection_seed 1 is also a final seed"):
+        Config(selection_seed=1, seeds=(1, 2))
+    with pytest.raises(ValueError, match="every grid must have the same number of points"):
+        Config(horst_alphas=(10.0, 20.0, 50.0))
 
 
 def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):
     from convergent.commands import TrainConfig, build_model, run_training
 
-    config = TrainConfig(data="digits", model="transformer", steps=3, batch_size=16,
-                         d_model=16, n_heads=2, n_layers=1, d_ff=32, eval_every=0)  # fmt: skip
+    config = TrainConfig(
+        data="digits",
+        model="transformer",
+        steps=3,
+        batch_size=16,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        eval_every=0,
+    )
     run_training(config, tmp_path / "run", progress=False)
     summary = prune_run(tmp_path / "run", (0.5, 0.9), save_to=tmp_path / "pruned")
     assert [row["target"] for row in summary["rows"]] == [0.5, 0.9]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 
+import pytest
 import torch
 
 from convergent.studies import units
-from convergent.studies.units import UnitCache, code_version
+from convergent.studies.units import UnitCache, code_version, run_jobs
 
 
 def test_a_finished_unit_is_reused_and_only_it(tmp_path):
@@ -62,3 +65,35 @@ def test_code_version_hashes_the_package_source():
     version = code_version()
     assert len(version) == 16 and int(version, 16) >= 0
     assert code_version() == version
+
+
+@dataclasses.dataclass(frozen=True)
+class SquareJob:
+    """A job for run_jobs: plain values, its own unit key."""
+
+    value: int
+
+    def unit(self) -> dict:
+        return {"value": self.value}
+
+
+def square(job: SquareJob) -> dict:
+    return {"square": job.value**2, "pid": os.getpid()}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_jobs_keeps_order_stores_each_unit_and_reuses_them(tmp_path, workers):
+    cache = UnitCache(tmp_path, "demo", {"mode": "quick"})
+    jobs = [SquareJob(v) for v in (3, 1, 2, 5)]
+    lines: list[str] = []
+    values = run_jobs(cache, jobs, square, workers=workers, log=lines.append)
+    assert [v["square"] for v in values] == [9, 1, 4, 25]
+    assert cache.misses == 4 and cache.hits == 0 and len(lines) == 4
+    if workers == 2:  # computed in worker processes, not here
+        assert all(v["pid"] != os.getpid() for v in values)
+    again = UnitCache(tmp_path, "demo", {"mode": "quick"})
+    assert run_jobs(again, [*jobs, SquareJob(4)], square, workers=workers) == [
+        *values,
+        again.get({"value": 4}),
+    ]
+    assert again.hits == 4 and again.misses == 1

@@ -49,6 +49,16 @@ _IMPLEMENTATIONS = ("auto", "reference", "foreach", "compiled")
 class HORST(Optimizer):
     """HORST, a drop-in replacement for `torch.optim.AdamW` with a sparsity bias.
 
+    Choosing alpha: the mirror step moves a weight by about alpha * |theta| * |u|, so what
+    alpha does depends on the weights' scale. On weights of mean magnitude 0.016 (a std-0.02
+    initialization) alpha = 1 moves them 1.6 % beyond AdamW: AdamW in all but name. Aim for a
+    mirror/AdamW move ratio of 0.2 or more: `horst_strength` gives alpha * mean |theta| per
+    group before training, `horst_move_ratio` the measured ratio of the next step, and
+    `convergent train` logs both at every evaluation. As HORST spreads the weights (large ones
+    grow, small ones shrink) the measured ratio grows past alpha * mean |theta|: on the
+    ``sparsity`` study's quick ViT (std-0.02 initialization) the mean over a run was 3.7 at
+    alpha 20 and 145 at alpha 100.
+
     Args:
         params: parameters or parameter groups, as for any torch optimizer (named
             parameters give named error messages).
@@ -56,7 +66,7 @@ class HORST(Optimizer):
         betas: moment decays, each in [0, 1).
         eps: added to sqrt(v_hat), >= 0.
         weight_decay: decoupled weight decay, >= 0.
-        alpha: strength of the mirror step relative to the Adam step, >= 0.
+        alpha: strength of the mirror step, >= 0; its effect scales with |theta| (above).
         beta: L1 shrinkage per unit learning rate, >= 0.
         mirror: which tensors get the mirror step: None (default) means those with
             ndim >= 2; True or False for all of the group. Settable per group.

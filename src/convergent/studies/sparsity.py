@@ -1,169 +1,212 @@
 """Study ``sparsity``: does HORST train weights that survive pruning (Jacobs, Jain, Burkholz, 2026)?
 
-Claims: at high sparsity (80-90 %) models trained with HORST lose far less accuracy than with
-AdamW, and less than with HAM; HORST's weights concentrate near zero.
+Claims (:mod:`.sparsity_claims`): at high sparsity HORST keeps more top-1 accuracy than AdamW
+and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its weights near zero,
+and a HORST-trained language model survives one-shot pruning better than an AdamW-trained one.
 
-(a) A small ViT-style classifier (our Transformer on image patches) on Fashion-MNIST, trained
-    with AC/DC (global magnitude, straight to the target at each compression) at each target
-    sparsity, and dense, with AdamW, HAM (around AdamW) and HORST over the same seeds; top-1
-    test accuracy of the final sparse model against the dense baseline.
-(b) A small character-level causal Transformer on Jane Austen's novels, trained densely with
-    each optimizer, then pruned one-shot layer-wise by magnitude at 50-90 %; validation
-    perplexity before and after.
+(a) A ViT-style classifier (our Transformer on image patches, mean pooling) on Fashion-MNIST,
+    trained with AC/DC (global magnitude, straight to the target at each compression).
+    Selection: every optimizer's declared grid (the same number of points: HORST alpha x lr,
+    HAM alpha x lr, AdamW lr x weight decay) is trained once with the selection seed at the
+    selection sparsity (90 %), and the best validation accuracy is selected. Final runs: each
+    selected configuration, trained dense and with AC/DC at 70 / 80 / 90 % from each final
+    seed (disjoint from the selection seed), scored once on the test split.
+(b) A character-level causal Transformer on Jane Austen's novels, trained densely with HORST
+    and AdamW, then pruned one-shot layer-wise by magnitude; selection on validation perplexity
+    at the largest target, final seeds scored on test windows.
 
-Every optimizer gets the same small learning-rate sweep (dense training, first seed, best
-validation score; the test split is not read while tuning), and the grids are reported. The
-claims are scored from the stored data alone (:mod:`.sparsity_claims`): one paired effect per
-seed, a t-interval over seeds, and a manipulation check that HORST's mirror step moved the
-weights. Every (configuration, seed) run goes through a unit cache in ``OUT/units``, so an
-interrupted run resumes where it stopped.
+The manipulation check is HORST's mirror move relative to its AdamW move, recorded in every
+HORST run; alpha's grid runs from a ratio below 0.2 to far above 1. Every run is a unit in
+``OUT/units`` (resumable) and units run in ``workers`` processes.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..data import Splits, load_splits
-from ..train import evaluate
 from .common import StudyResult, json_ready
 from .sparsity_claims import (
+    DESIGN,
+    LANGUAGE_CRITERION,
     LANGUAGE_TUNING,
     VISION_CRITERION,
     VISION_TUNING,
     claims_from_results,
+    sparsity_key,
     tuning_from_results,
 )
-from .sparsity_claims import sparsity_key as _key
-from .sparsity_config import NEAR_ZERO, Config, tuning_grids, vision_recipe
-from .sparsity_language import run_language_model
-from .sparsity_models import subset
-from .sparsity_plots import plot_histograms, plot_sparsity_curves
+from .sparsity_config import RMS_FRACTION, Config
+from .sparsity_plots import plot_alpha_sweep, plot_histograms, plot_sparsity_curves
 from .sparsity_report import study_notes, study_tables
-from .sparsity_runs import Recipe, classifier_unit, prunable_weights, restore_classifier
-from .tuning import Tuning, TuningData, tune
-from .units import UnitCache
+from .sparsity_runs import LanguageJob, VisionJob, language_unit, vision_unit
+from .tuning import Tuning, TuningData, grid_points, tune
+from .units import UnitCache, run_jobs
 
-__all__ = ["NEAR_ZERO", "Config", "claims_from_results", "run", "tuning_from_results"]
-
-
-def _classifier_unit(
-    cache: UnitCache,
-    splits: Splits,
-    datasets: tuple[Any, Any, Any],
-    recipe: Recipe,
-    name: str,
-    lr: float,
-    seed: int,
-    sparsity: float | None,
-) -> dict[str, Any]:
-    """One classifier run through the cache; ``datasets`` = (train, validation, test or None)."""
-    unit = {"part": "vit", "optimizer": name, "lr": lr, "seed": seed, "sparsity": sparsity}
-    compute = partial(classifier_unit, splits, *datasets, recipe, name, lr, seed, sparsity)
-    return cache.run(unit, compute)
+__all__ = ["Config", "claims_from_results", "run", "tuning_from_results"]
 
 
-def tune_classifier(
-    config: Config,
-    splits: Splits,
-    train: Any,
-    validation: Any,
-    cache: UnitCache,
+def _select(
+    grids: dict[str, dict[str, tuple[float, ...]]],
+    units: dict[tuple[str, int], dict[str, Any]],
+    score: Callable[[dict[str, Any]], float],
+    maximize: bool,
+    criterion: str,
     log: Callable[[str], None],
 ) -> dict[str, Tuning[dict[str, Any]]]:
-    """Part (a)'s learning-rate sweep: dense runs of the first seed, best validation accuracy.
+    """Each optimizer's selection from the finished grid units (equal grids, validation only)."""
+    points = {name: grid_points(axes) for name, axes in grids.items()}
 
-    ``splits`` only tells the model its input and output sizes; nothing here reads its test
-    split (the grid points are dense units, which keep their state for a later test).
-    """
-    recipe = vision_recipe(config)
+    def run_point(name: str, point: dict[str, Any], _: TuningData) -> dict[str, Any]:
+        return units[(name, points[name].index(point))]
 
-    def run_point(name: str, point: dict[str, Any], data: TuningData) -> dict[str, Any]:
-        datasets = (data.train, data.validation, None)
-        return _classifier_unit(
-            cache, splits, datasets, recipe, name, point["lr"], config.seeds[0], None
-        )
-
+    # The grid units ran already (in parallel); tune() only scores and selects them. Its
+    # TuningData is empty: nothing here can reach a split, let alone the test split.
     return tune(
-        tuning_grids(config),
+        grids,
         run_point,
-        lambda unit: unit["validation_accuracy"],
-        TuningData(train, validation),
-        maximize=True,
-        criterion=VISION_CRITERION,
-        log=lambda line: log(f"(a) {line}"),
+        score,
+        TuningData(None, None),
+        maximize=maximize,
+        criterion=criterion,
+        log=log,
     )
 
 
-def run_classifier(config: Config, log: Callable[[str], None], cache: UnitCache) -> dict[str, Any]:
-    """Part (a): the lr sweep (dense), then dense and AC/DC runs for every seed."""
-    splits = load_splits("fashion-mnist", seed=0, size=config.image_size, patch=config.patch)
-    train = subset(splits.train, config.train_examples)
-    validation = subset(splits.validation, config.validation_examples)
-    test = subset(splits.test, config.test_examples)
-    recipe, first_seed = vision_recipe(config), config.seeds[0]
-    tunings = tune_classifier(config, splits, train, validation, cache, log)
-    sweep: dict[str, dict[float, float]] = {}
-    chosen: dict[str, float] = {}
-    accuracy: dict[str, dict[str, list[float]]] = {}
-    achieved: dict[str, dict[str, list[float]]] = {}
-    move_ratio: dict[str, dict[str, list[float | None]]] = {}
-    dense_weights: dict[str, torch.Tensor] = {}
-    for name in config.optimizers:
-        tuning = tunings[name]
-        sweep[name] = {p["lr"]: s for p, s in zip(tuning.points, tuning.scores, strict=True)}
-        lr = chosen[name] = tuning.selected_point["lr"]
-        moves: dict[str, list[float | None]] = {"dense": []}
-        accuracy[name], achieved[name] = {"dense": []}, {}
-        for seed in config.seeds:
-            dense = (
-                tuning.selected_run
-                if seed == first_seed
-                else _classifier_unit(
-                    cache, splits, (train, validation, None), recipe, name, lr, seed, None
-                )
-            )
-            # The test split is read here, once per final model, after the selection.
-            model = (
-                None
-                if dense["state"] is None
-                else restore_classifier(splits, recipe.shape, dense["state"])
-            )
-            accuracy[name]["dense"].append(
-                evaluate(model, test, "classification")["accuracy"] if model else math.nan
-            )
-            moves["dense"].append(dense["move_ratio"])
-            if seed == first_seed and model is not None:
-                dense_weights[name] = prunable_weights(model)
-            for target in config.sparsities:
-                unit = _classifier_unit(
-                    cache, splits, (train, validation, test), recipe, name, lr, seed, target
-                )
-                accuracy[name].setdefault(_key(target), []).append(unit["test_accuracy"])
-                achieved[name].setdefault(_key(target), []).append(unit["achieved_sparsity"])
-                moves.setdefault(_key(target), []).append(unit["move_ratio"])
-                log(
-                    f"(a) {name} seed {seed} AC/DC {_key(target)}: test accuracy "
-                    f"{unit['test_accuracy']:.4f}"
-                )
-        if name == "horst":
-            move_ratio[name] = moves
+def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
+    grids = config.grids()
+    selection = [
+        (
+            name,
+            index,
+            VisionJob(
+                config, name, point, config.selection_seed, config.selection_sparsity, final=False
+            ),
+        )
+        for name, axes in grids.items()
+        for index, point in enumerate(grid_points(axes))
+    ]
+    done = run_jobs(cache, [job for *_, job in selection], vision_unit, config.workers, log)
+    units = {(name, index): unit for (name, index, _), unit in zip(selection, done, strict=True)}
+    tunings = _select(
+        grids,
+        units,
+        lambda u: u["validation_accuracy"],
+        True,
+        VISION_CRITERION,
+        lambda line: log(f"(a) {line}"),
+    )
+    targets: list[float | None] = [None, *config.sparsities]
+    finals = [
+        VisionJob(config, name, tunings[name].selected_point, seed, target, final=True)
+        for name in config.optimizers
+        for seed in config.seeds
+        for target in targets
+    ]
+    results = run_jobs(cache, finals, vision_unit, config.workers, log)
+    keys = ["dense" if t is None else sparsity_key(t) for t in targets]
+    accuracy: dict[str, dict[str, list[float]]] = {
+        n: {k: [] for k in keys} for n in config.optimizers
+    }
+    achieved: dict[str, dict[str, list[float]]] = {
+        n: {k: [] for k in keys[1:]} for n in config.optimizers
+    }
+    moves: dict[str, list[Any]] = {k: [] for k in keys}
+    share: dict[str, list[float]] = {n: [] for n in config.optimizers}
+    histograms: dict[str, torch.Tensor] = {}
+    for job, unit in zip(finals, results, strict=True):
+        key = "dense" if job.sparsity is None else sparsity_key(job.sparsity)
+        accuracy[job.optimizer][key].append(unit["test_accuracy"])
+        if job.sparsity is None:
+            share[job.optimizer].append(unit["near_zero_share"])
+            if job.seed == config.seeds[0] and unit["histogram"] is not None:
+                histograms[job.optimizer] = unit["histogram"]
+        else:
+            achieved[job.optimizer][key].append(unit["achieved_sparsity"])
+        if job.optimizer == "horst":
+            moves[key].append(unit["move_ratio"])
     return {
-        "sweep": sweep,
-        "chosen_lr": chosen,
+        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selection": {
+            name: [
+                {
+                    **point,
+                    "validation_accuracy": units[(name, i)]["validation_accuracy"],
+                    "move_ratio": units[(name, i)]["move_ratio"],
+                }
+                for i, point in enumerate(grid_points(grids[name]))
+            ]
+            for name in grids
+        },
         "accuracy": accuracy,
         "achieved": achieved,
-        "move_ratio": move_ratio,
-        "dense_weights": dense_weights,
+        "move_ratio": {"horst": moves} if "horst" in config.optimizers else {},
+        "near_zero_share": share,
+        "histograms": histograms,
         "tunings": tunings,
-        "examples": {"train": len(train), "validation": len(validation), "test": len(test)},
+    }
+
+
+def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
+    grids = config.language_grids()
+    selection = [
+        (name, index, LanguageJob(config, name, point, config.selection_seed, final=False))
+        for name, axes in grids.items()
+        for index, point in enumerate(grid_points(axes))
+    ]
+    done = run_jobs(cache, [job for *_, job in selection], language_unit, config.workers, log)
+    units = {(name, index): unit for (name, index, _), unit in zip(selection, done, strict=True)}
+    top = sparsity_key(max(config.lm_sparsities))
+    tunings = _select(
+        grids,
+        units,
+        lambda u: u["perplexity"][top],
+        False,
+        LANGUAGE_CRITERION,
+        lambda line: log(f"(b) {line}"),
+    )
+    finals = [
+        LanguageJob(config, name, tunings[name].selected_point, seed, final=True)
+        for name in config.lm_optimizers
+        for seed in config.seeds
+    ]
+    results = run_jobs(cache, finals, language_unit, config.workers, log)
+    keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
+    perplexity: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in grids}
+    share: dict[str, list[float]] = {n: [] for n in grids}
+    moves: list[Any] = []
+    histograms: dict[str, torch.Tensor] = {}
+    for job, unit in zip(finals, results, strict=True):
+        for key in keys:
+            perplexity[job.optimizer][key].append(unit["perplexity"][key])
+        share[job.optimizer].append(unit["near_zero_share"])
+        if job.optimizer == "horst":
+            moves.append(unit["move_ratio"])
+        if job.seed == config.seeds[0] and unit["histogram"] is not None:
+            histograms[job.optimizer] = unit["histogram"]
+    return {
+        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selection": {
+            name: [
+                {
+                    **point,
+                    "validation_perplexity": units[(name, i)]["perplexity"],
+                    "move_ratio": units[(name, i)]["move_ratio"],
+                }
+                for i, point in enumerate(grid_points(grids[name]))
+            ]
+            for name in grids
+        },
+        "perplexity": perplexity,
+        "move_ratio": {"horst": moves} if "horst" in grids else {},
+        "near_zero_share": share,
+        "histograms": histograms,
+        "tunings": tunings,
     }
 
 
@@ -179,11 +222,10 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
 
     cache = UnitCache(folder / "units", "sparsity", json_ready(config))
     previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.threads)
     try:
-        vision = run_classifier(config, log, cache)
-        language = run_language_model(config, log, cache)
+        vision = _vision_part(config, cache, log)
+        language = _language_part(config, cache, log)
     finally:
         torch.set_num_threads(previous_threads)
     log(cache.summary())
@@ -191,16 +233,17 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         plot_sparsity_curves(
             config, vision["accuracy"], language["perplexity"], folder / "sparsity_curves.png"
         ),
+        plot_alpha_sweep(vision["selection"], folder / "alpha_sweep.png"),
         plot_histograms(
-            language["weights"], vision["dense_weights"], folder / "weight_histograms.png"
+            vision["histograms"], language["histograms"], folder / "weight_histograms.png"
         ),
     ]
+    hidden = ("histograms", "tunings")
     data = {
-        "vision": {k: v for k, v in vision.items() if k not in ("dense_weights", "tunings")},
-        "language": {k: v for k, v in language.items() if k not in ("weights", "tunings")},
-        # The first seed's models, as the results before per-seed fractions stored it.
-        "near_zero_fraction": {k: v[0] for k, v in language["near_zero_fraction"].items()},
-        "near_zero_threshold": NEAR_ZERO,
+        "design": DESIGN,
+        "vision": {k: v for k, v in vision.items() if k not in hidden},
+        "language": {k: v for k, v in language.items() if k not in hidden},
+        "rms_fraction": RMS_FRACTION,
     }
     tuning = {
         VISION_TUNING: {name: t.to_json() for name, t in vision["tunings"].items()},
@@ -211,11 +254,11 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         name="sparsity",
         mode=config.mode,
         config=asdict(config),
-        tables=study_tables(config, vision, language),
+        tables=study_tables(config, data),
         claims=claims,
         figures=[f.name for f in figures],
         data=data,
-        notes=study_notes(config, vision, language),
+        notes=[*study_notes(config, data, tuning), cache.summary() + "."],
         seconds=time.perf_counter() - started,
         tuning=tuning,
     )

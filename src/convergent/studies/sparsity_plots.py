@@ -24,36 +24,41 @@ def _mean_and_spread(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
 
 
+def _band(axis: Any, by_key: dict[str, list[float]], color: Any, label: str) -> None:
+    """Mean over seeds with a +- one standard deviation band."""
+    points = sorted((_percent(key), *_mean_and_spread(values)) for key, values in by_key.items())
+    x = [p[0] for p in points]
+    mean = [p[1] for p in points]
+    axis.plot(x, mean, marker="o", color=color, label=label)
+    axis.fill_between(
+        x,
+        [m - s for m, s in zip(mean, [p[2] for p in points], strict=True)],
+        [m + s for m, s in zip(mean, [p[2] for p in points], strict=True)],
+        color=color,
+        alpha=0.2,
+    )
+
+
 def plot_sparsity_curves(
     config: Any,
     accuracy: dict[str, dict[str, list[float]]],
     perplexity: dict[str, dict[str, list[float]]],
     path: Path,
 ) -> Path:
-    """Top-1 (AC/DC) and perplexity (one-shot) against sparsity, one line per optimizer."""
+    """Top-1 (AC/DC) and perplexity (one-shot) against sparsity: mean over the final seeds
+    with a one-standard-deviation band, one line per optimizer."""
     figure = Figure(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
     for axis, results, label in (
         (left, accuracy, "top-1 test accuracy"),
-        (right, perplexity, "validation perplexity"),
+        (right, perplexity, "test perplexity"),
     ):
         for name, by_key in results.items():
-            points = sorted(
-                (_percent(key), *_mean_and_spread(values)) for key, values in by_key.items()
-            )
-            axis.errorbar(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                yerr=[p[2] for p in points],
-                marker="o",
-                capsize=3,
-                color=COLORS.get(name),
-                label=name,
-            )
+            _band(axis, by_key, COLORS.get(name), name)
         axis.set_xlabel("sparsity (%)")
         axis.set_ylabel(label)
         axis.legend()
-    left.set_title("(a) Fashion-MNIST ViT, AC/DC")
+    left.set_title(f"(a) Fashion-MNIST ViT, AC/DC ({len(config.seeds)} seed(s))")
     right.set_title("(b) Austen char LM, one-shot")
     right.set_yscale("log")
     figure.tight_layout()
@@ -61,30 +66,71 @@ def plot_sparsity_curves(
     return path
 
 
+def plot_alpha_sweep(selection: dict[str, list[dict[str, Any]]], path: Path) -> Path:
+    """HORST's validation accuracy at the selection sparsity against alpha (one line per
+    learning rate), with the mirror/AdamW move ratio on a second axis; HAM's the same."""
+    names = [name for name in ("horst", "ham") if name in selection]
+    figure = Figure(figsize=(5 * max(1, len(names)), 4))
+    axes = figure.subplots(1, max(1, len(names)), squeeze=False)[0]
+    for axis, name in zip(axes, names, strict=False):
+        ratio_axis = axis.twinx() if name == "horst" else None
+        for lr in sorted({entry["lr"] for entry in selection[name]}):
+            entries = sorted(
+                (e for e in selection[name] if e["lr"] == lr), key=lambda e: e["alpha"]
+            )
+            alphas = [e["alpha"] for e in entries]
+            axis.plot(
+                alphas, [e["validation_accuracy"] for e in entries], marker="o", label=f"lr {lr:g}"
+            )
+            if ratio_axis is not None:
+                ratio_axis.plot(
+                    alphas,
+                    [e["move_ratio"] for e in entries],
+                    linestyle="--",
+                    marker="x",
+                    color="gray",
+                )
+        axis.set_xscale("log")
+        axis.set_xlabel("alpha")
+        axis.set_ylabel("validation top-1 (selection sparsity)")
+        axis.set_title(f"{name}: grid at the selection sparsity")
+        axis.legend(loc="lower left")
+        if ratio_axis is not None:
+            ratio_axis.set_yscale("log")
+            ratio_axis.axhline(0.2, color="gray", linewidth=0.8, linestyle=":")
+            ratio_axis.set_ylabel("mirror / AdamW move (dashed; dotted: 0.2)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
 def plot_histograms(
-    language: dict[str, torch.Tensor], vision: dict[str, torch.Tensor], path: Path
+    vision: dict[str, torch.Tensor], language: dict[str, torch.Tensor], path: Path
 ) -> Path:
-    """Histograms of log10 |w| of the prunable weights, AdamW vs HORST (dense-trained)."""
+    """Histograms of log10(|w| / RMS of its tensor) of the prunable weights of dense-trained
+    models (first final seed), AdamW vs HORST; log-scaled density."""
     figure = Figure(figsize=(10, 4))
     axes = figure.subplots(1, 2)
     for axis, weights, title in (
         (axes[0], vision, "(a) ViT, dense"),
         (axes[1], language, "(b) char LM, dense"),
     ):
-        for name in ("adamw", "horst"):
+        for name in ("adamw", "ham", "horst"):
             if name not in weights:
                 continue
             magnitudes = weights[name].abs().clamp_min(1e-12).log10().numpy()
             axis.hist(
                 magnitudes,
                 bins=80,
-                range=(-8, 0),
+                range=(-6, 1),
                 histtype="step",
                 density=True,
                 color=COLORS[name],
                 label=name,
             )
-        axis.set_xlabel("log10 |w|")
+        axis.axvline(math.log10(0.01), color="gray", linewidth=0.8, linestyle=":")
+        axis.set_yscale("log")
+        axis.set_xlabel("log10(|w| / RMS of its tensor); dotted: the near-zero line")
         axis.set_ylabel("density")
         axis.set_title(title)
         axis.legend()

@@ -1,18 +1,21 @@
-"""The training runs of the ``sparsity`` study, as functions of plain arguments.
+"""The training runs of the ``sparsity`` study, as functions of plain arguments and jobs.
 
 Two experiments: a small ViT-style classifier (our Transformer on image patches) trained
 dense or with AC/DC, and a small character-level causal Transformer language model trained
-dense and then pruned one-shot. Each optimizer (AdamW, HAM around AdamW, HORST) gets the
-same parameter groups: decoupled weight decay on matrices only. HORST runs record how far the
-mirror step moves the weights relative to the AdamW step (the study's manipulation check).
+dense and then pruned one-shot. Every optimizer gets the same parameter groups: decoupled
+weight decay on matrices only. HORST runs record how far the mirror step moves the weights
+relative to the AdamW step (the study's manipulation check).
 
-A *unit* (:func:`classifier_unit`, :func:`language_model_unit`) is one run turned into what
-``torch.load(weights_only=True)`` reads back, for the study's resumable unit cache.
+A *job* (:class:`VisionJob`, :class:`LanguageJob`) is one run; :func:`vision_unit` and
+:func:`language_unit` turn it into what ``torch.load(weights_only=True)`` reads back, for the
+resumable unit cache. Jobs are plain values, so a process pool can run them: each process
+loads the data once. A selection job (``final=False``) never reads the test split.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,52 +24,32 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..data import DictDataset, Splits
+from ..data import DictDataset, Splits, load_splits
 from ..optim import HORST, build_optimizer, decay_groups, horst_move_ratio
 from ..sparse import ACDCSchedule, perplexity, prune_one_shot, select_prunable
 from ..train import ErmStep, evaluate, fit, seed_everything, warmup_schedule
 from ..train.masked import MaskedStep
-from .sparsity_models import language_model, vision_model
+from .sparsity_claims import sparsity_key
+from .sparsity_config import RMS_FRACTION, Config
+from .sparsity_models import language_model, subset, vision_model
 
-OPTIMIZERS = ("adamw", "ham", "horst")
 MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST run (cheap: no forward pass)
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """The hyperparameters every run shares, apart from the learning rate (the study's own
-    declared values: see ``sparsity.Config``)."""
-
-    weight_decay: float
-    horst_alpha: float
-    horst_beta: float
-    ham_alpha: float
-    ham_beta: float
-
-    def options(self, name: str) -> dict[str, float]:
-        """The mirror options of optimizer ``name`` (none for AdamW)."""
-        if name == "horst":
-            return {"alpha": self.horst_alpha, "beta": self.horst_beta}
-        if name == "ham":
-            return {"alpha": self.ham_alpha, "beta": self.ham_beta}
-        return {}
+HISTOGRAM_WEIGHTS = 20000  # weights kept per dense model for the histograms
 
 
 def study_optimizer(
-    name: str, model: nn.Module, lr: float, settings: OptimizerSettings
+    name: str, model: nn.Module, options: dict[str, float]
 ) -> torch.optim.Optimizer:
-    """AdamW, HAM(AdamW) or HORST; weight decay on tensors with ndim >= 2 only."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
-    groups = decay_groups(model, settings.weight_decay)
-    return build_optimizer(name, groups, lr=lr, **settings.options(name))
+    """AdamW, HAM(AdamW) or HORST with ``options``; weight decay on matrices only."""
+    rest = dict(options)
+    groups = decay_groups(model, rest.pop("weight_decay"))
+    return build_optimizer(name, groups, **rest)
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """How every run of one experiment trains: all but the optimizer, lr, seed and target."""
+    """How every run of one experiment trains: all but the optimizer, options, seed, target."""
 
-    settings: OptimizerSettings
     shape: dict[str, int]
     steps: int
     batch_size: int
@@ -91,7 +74,7 @@ class RunResult:
 
 
 class MoveRatioRecorder:
-    """A ``fit`` callback: :func:`~convergent.optim.horst_move_ratio` every ``every`` steps.
+    """Records :func:`~convergent.optim.horst_move_ratio` every ``every`` steps of a fit.
 
     Args:
         optimizer: the HORST optimizer of the run.
@@ -120,8 +103,31 @@ def _recorders(optimizer: torch.optim.Optimizer, steps: int) -> list[MoveRatioRe
     return []
 
 
-def _move_ratio(recorders: list[MoveRatioRecorder]) -> float | None:
-    return recorders[0].mean if recorders else None
+def _fit(
+    model: nn.Module, optimizer: Any, data: Any, recipe: Recipe, seed: int, **kw: Any
+) -> tuple[bool, float | None]:
+    """:func:`fit` with the study's schedule (5 % warm-up, cosine): whether it finished (False:
+    the loss diverged) and HORST's mean move ratio (None for the other optimizers)."""
+    scheduler = warmup_schedule(optimizer, recipe.steps, max(1, recipe.steps // 20), "cosine")
+    recorders = _recorders(optimizer, recipe.steps)
+    try:
+        fit(
+            model,
+            optimizer,
+            data,
+            max_steps=recipe.steps,
+            batch_size=recipe.batch_size,
+            scheduler=scheduler,
+            seed=seed,
+            progress=False,
+            tensorboard=False,
+            log_every=max(recipe.steps, 1),
+            callbacks=recorders,
+            **kw,
+        )
+    except FloatingPointError:
+        return False, None
+    return True, recorders[0].mean if recorders else None
 
 
 def train_classifier(
@@ -130,244 +136,263 @@ def train_classifier(
     validation_data: Dataset[Any],
     recipe: Recipe,
     optimizer_name: str,
-    lr: float,
+    options: dict[str, float],
     seed: int,
     sparsity: float | None = None,
+    distribution: str = "global",
 ) -> RunResult | None:
-    """Train the ViT-style classifier dense (``sparsity=None``) or with AC/DC to ``sparsity``.
+    """Train the ViT-style classifier dense (``sparsity=None``) or with AC/DC to ``sparsity``
+    (``distribution``: global or uniform, layer-wise, magnitude masks).
 
     Returns None when the training loss diverged.
     """
     seed_everything(seed)
     model = vision_model(splits, **recipe.shape)
-    optimizer = study_optimizer(optimizer_name, model, lr, recipe.settings)
-    steps, batch_size = recipe.steps, recipe.batch_size
-    scheduler = warmup_schedule(optimizer, steps, max(1, steps // 20), "cosine")
+    optimizer = study_optimizer(optimizer_name, model, options)
     step: Any = ErmStep("classification")
     if sparsity is not None:
         names = select_prunable(model).names
+        schedule = ACDCSchedule(recipe.steps)
         step = MaskedStep(
-            step,
-            optimizer,
-            names,
-            sparsity=sparsity,
-            schedule=ACDCSchedule(steps),
-            reset="momentum",
+            step, optimizer, names, sparsity=sparsity, schedule=schedule, distribution=distribution
         )
-    recorders = _recorders(optimizer, steps)
-    try:
-        fit(
-            model,
-            optimizer,
-            train_data,
-            max_steps=steps,
-            batch_size=batch_size,
-            task="classification",
-            training_step=step,
-            scheduler=scheduler,
-            seed=seed,
-            progress=False,
-            tensorboard=False,
-            log_every=max(steps, 1),
-            callbacks=recorders,
-        )
-    except FloatingPointError:
+    finished, move = _fit(
+        model, optimizer, train_data, recipe, seed, task="classification", training_step=step
+    )
+    if not finished:
         return None
     achieved = step.masks.sparsity() if isinstance(step, MaskedStep) and step.masks else 0.0
     validation = evaluate(model, validation_data, "classification")
-    return RunResult(model, validation, achieved, _move_ratio(recorders))
+    if not math.isfinite(validation["loss"]):
+        return None
+    return RunResult(model, validation, achieved, move)
 
 
 def train_language_model(
     splits: Splits,
     train_data: Dataset[Any],
-    validation_data: Dataset[Any],
     recipe: Recipe,
     optimizer_name: str,
-    lr: float,
+    options: dict[str, float],
     seed: int,
-) -> RunResult | None:
-    """Train the character language model densely; validation perplexity at the end.
-
-    Returns None when the training loss diverged.
-    """
+) -> tuple[nn.Module, float | None] | None:
+    """Train the character language model densely: (model, move ratio); None if it diverged."""
     seed_everything(seed)
     assert splits.vocab_size is not None
     model = language_model(splits.vocab_size, splits.seq_len, **recipe.shape)
-    optimizer = study_optimizer(optimizer_name, model, lr, recipe.settings)
-    steps, batch_size = recipe.steps, recipe.batch_size
-    scheduler = warmup_schedule(optimizer, steps, max(1, steps // 20), "cosine")
-    recorders = _recorders(optimizer, steps)
-    try:
-        fit(
-            model,
-            optimizer,
-            train_data,
-            max_steps=steps,
-            batch_size=batch_size,
-            task="lm",
-            scheduler=scheduler,
-            seed=seed,
-            progress=False,
-            tensorboard=False,
-            log_every=max(steps, 1),
-            grad_clip=1.0,
-            callbacks=recorders,
-        )
-    except FloatingPointError:
-        return None
-    validation = {"perplexity": dataset_perplexity(model, validation_data)}
-    return RunResult(model, validation, move_ratio=_move_ratio(recorders))
+    optimizer = study_optimizer(optimizer_name, model, options)
+    finished, move = _fit(model, optimizer, train_data, recipe, seed, task="lm", grad_clip=1.0)
+    return (model, move) if finished else None
 
 
 def dataset_perplexity(model: nn.Module, dataset: Dataset[Any], batch_size: int = 128) -> float:
     """Perplexity of ``model`` over a token dataset (``input_ids``, aligned ``labels``)."""
     assert isinstance(dataset, DictDataset)
     tensors = dataset.tensors
-    size = len(dataset)
     batches = (
         {key: value[start : start + batch_size] for key, value in tensors.items()}
-        for start in range(0, size, batch_size)
+        for start in range(0, len(dataset), batch_size)
     )
     return perplexity(model, batches)
 
 
-def prune_and_score(
+def pruned_perplexities(
     model: nn.Module, dataset: Dataset[Any], sparsities: tuple[float, ...]
-) -> list[dict[str, Any]]:
-    """One-shot layer-wise magnitude pruning of a copy of ``model`` at each sparsity."""
-    rows = []
+) -> dict[str, float]:
+    """``{"0%": dense, "50%": ...}``: perplexity after one-shot layer-wise magnitude pruning of a
+    copy of ``model`` at each sparsity."""
+    scores = {"0%": dataset_perplexity(model, dataset)}
     for target in sparsities:
         pruned = copy.deepcopy(model)
-        report = prune_one_shot(pruned, target)
-        rows.append(
-            {
-                "target": target,
-                "sparsity": report.sparsity,
-                "perplexity": dataset_perplexity(pruned, dataset),
-                "excluded": sorted(report.excluded),
-            }
-        )
-    return rows
+        prune_one_shot(pruned, target)
+        scores[sparsity_key(target)] = dataset_perplexity(pruned, dataset)
+    return scores
 
 
-def prunable_weights(model: nn.Module) -> torch.Tensor:
-    """Every prunable weight of ``model``, flattened (for histograms)."""
+def prunable_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The prunable weight tensors of ``model`` (attention and feed-forward matrices)."""
     parameters = dict(model.named_parameters())
-    names = select_prunable(model).names
-    return torch.cat([parameters[name].detach().reshape(-1) for name in names])
+    return [parameters[name].detach() for name in select_prunable(model).names]
 
 
-def concentration(weights: torch.Tensor, threshold: float) -> float:
-    """The fraction of ``weights`` with magnitude below ``threshold``."""
-    return float((weights.abs() < threshold).float().mean())
+def near_zero_share(weights: list[torch.Tensor], fraction: float = RMS_FRACTION) -> float:
+    """The share of weights whose magnitude is below ``fraction`` x their tensor's RMS.
 
-
-def finite_or_nan(value: float) -> float:
-    """``value`` if finite, NaN otherwise (a diverged run)."""
-    return value if math.isfinite(value) else math.nan
-
-
-def _nan_if_none(value: float | None) -> float | None:
-    return None if value is None else finite_or_nan(float(value))
-
-
-def classifier_unit(
-    splits: Splits,
-    train_data: Dataset[Any],
-    validation_data: Dataset[Any],
-    test_data: Dataset[Any] | None,
-    recipe: Recipe,
-    optimizer_name: str,
-    lr: float,
-    seed: int,
-    sparsity: float | None = None,
-) -> dict[str, Any]:
-    """One classifier run (:func:`train_classifier`) as plain values for the unit cache.
-
-    Dense runs are also the learning-rate sweep's grid points, so they never read the test
-    split (pass ``test_data=None``): they keep the model's state, and the study scores the
-    selected models on test once. AC/DC runs are final models: their test accuracy is
-    measured here.
-
-    Returns:
-        ``validation_accuracy``, ``achieved_sparsity``, ``move_ratio`` (None but for HORST),
-        and ``state`` (dense: the model's state dict) or ``test_accuracy`` (AC/DC); NaN (and
-        a state of None) for a run that diverged.
+    Scale-free: multiplying a tensor by a constant does not change it, so optimizers that
+    leave weights at different scales compare fairly. A Gaussian tensor has about
+    ``0.8 * fraction`` of its weights there (``erf(fraction / sqrt(2))``).
     """
-    if sparsity is not None and test_data is None:
-        raise ValueError("an AC/DC run is a final model and needs the test split")
+    below = sum(int((w.abs() < fraction * w.square().mean().sqrt()).sum()) for w in weights)
+    return below / max(1, sum(w.numel() for w in weights))
+
+
+def histogram_sample(weights: list[torch.Tensor], seed: int = 0) -> torch.Tensor:
+    """Up to ``HISTOGRAM_WEIGHTS`` weights, each divided by its tensor's RMS (a fixed draw)."""
+    scaled = torch.cat([(w / w.square().mean().sqrt()).reshape(-1) for w in weights]).float()
+    if scaled.numel() <= HISTOGRAM_WEIGHTS:
+        return scaled
+    order = torch.randperm(scaled.numel(), generator=torch.Generator().manual_seed(seed))
+    return scaled[order[:HISTOGRAM_WEIGHTS]].clone()
+
+
+def _finite_or_nan(value: float | None) -> float | None:
+    return None if value is None else (value if math.isfinite(value) else math.nan)
+
+
+@dataclass(frozen=True)
+class VisionJob:
+    """One classifier run: ``final`` runs are scored on test, selection runs never read it."""
+
+    config: Config
+    optimizer: str
+    point: dict[str, float]
+    seed: int
+    sparsity: float | None
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": "vit",
+            "optimizer": self.optimizer,
+            **self.point,
+            "seed": self.seed,
+            "sparsity": self.sparsity,
+            "final": self.final,
+        }
+
+
+@dataclass(frozen=True)
+class LanguageJob:
+    """One language-model run: ``final`` runs are scored on test windows."""
+
+    config: Config
+    optimizer: str
+    point: dict[str, float]
+    seed: int
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": "lm",
+            "optimizer": self.optimizer,
+            **self.point,
+            "seed": self.seed,
+            "final": self.final,
+        }
+
+
+@functools.lru_cache(maxsize=2)
+def vision_data(
+    size: int, patch: int, train: int | None, validation: int | None, test: int | None
+) -> tuple[Splits, Any, Any, Any]:
+    """Fashion-MNIST patches and the study's subsets (loaded once per process)."""
+    splits = load_splits("fashion-mnist", seed=0, size=size, patch=patch)
+    return (
+        splits,
+        subset(splits.train, train),
+        subset(splits.validation, validation),
+        subset(splits.test, test),
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def language_data(
+    seq_len: int, validation: int | None, test: int | None
+) -> tuple[Splits, Any, Any]:
+    """Austen character windows and the study's subsets (loaded once per process)."""
+    splits = load_splits("austen", seq_len=seq_len)
+    return splits, subset(splits.validation, validation), subset(splits.test, test)
+
+
+def vision_unit(job: VisionJob) -> dict[str, Any]:
+    """Run a :class:`VisionJob`: validation accuracy, achieved sparsity, the move ratio (HORST),
+    and for final runs the test accuracy; dense final runs also the near-zero share and a
+    histogram sample. NaN for a run that diverged."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    splits, train, validation, test = vision_data(
+        config.image_size,
+        config.patch,
+        config.train_examples,
+        config.validation_examples,
+        config.test_examples,
+    )
+    shape = {
+        "d_model": config.vit_d_model,
+        "n_layers": config.vit_layers,
+        "n_heads": config.vit_heads,
+        "d_ff": config.vit_d_ff,
+    }
+    recipe = Recipe(shape, config.vit_steps, config.vit_batch_size)
+    options = config.options(job.optimizer, job.point)
     result = train_classifier(
-        splits, train_data, validation_data, recipe, optimizer_name, lr, seed, sparsity
+        splits,
+        train,
+        validation,
+        recipe,
+        job.optimizer,
+        options,
+        job.seed,
+        job.sparsity,
+        config.acdc_distribution,
     )
     unit: dict[str, Any] = {
         "validation_accuracy": result.validation["accuracy"] if result else math.nan,
         "achieved_sparsity": result.sparsity if result else math.nan,
-        "move_ratio": _nan_if_none(result.move_ratio) if result else math.nan,
-    }
-    if optimizer_name != "horst":
-        unit["move_ratio"] = None
-    if sparsity is None:
-        unit["state"] = (
-            {k: v.detach().clone() for k, v in result.model.state_dict().items()}
-            if result
+        "move_ratio": (
+            (_finite_or_nan(result.move_ratio) if result else math.nan)
+            if job.optimizer == "horst"
             else None
-        )
-    else:
-        assert test_data is not None
+        ),
+    }
+    if job.final:
         unit["test_accuracy"] = (
-            evaluate(result.model, test_data, "classification")["accuracy"] if result else math.nan
+            evaluate(result.model, test, "classification")["accuracy"] if result else math.nan
         )
+        if job.sparsity is None:
+            weights = prunable_weights(result.model) if result else None
+            unit["near_zero_share"] = near_zero_share(weights) if weights else math.nan
+            unit["histogram"] = histogram_sample(weights) if weights else None
     return unit
 
 
-def restore_classifier(
-    splits: Splits, shape: dict[str, int], state: dict[str, torch.Tensor]
-) -> nn.Module:
-    """The classifier of a dense unit, rebuilt from its stored state."""
-    model = vision_model(splits, **shape)
-    model.load_state_dict(state)
-    return model
-
-
-def language_model_unit(
-    splits: Splits,
-    train_data: Dataset[Any],
-    validation_data: Dataset[Any],
-    recipe: Recipe,
-    optimizer_name: str,
-    lr: float,
-    seed: int,
-    sparsities: tuple[float, ...],
-    near_zero: float,
-) -> dict[str, Any]:
-    """One dense language-model run, pruned one-shot at each of ``sparsities``, as plain values.
-
-    Returns:
-        ``validation_perplexity``, ``pruned_perplexity`` (``{"90%": perplexity}``),
-        ``near_zero_fraction`` (prunable weights of magnitude below ``near_zero``),
-        ``move_ratio`` (None but for HORST) and ``weights`` (the prunable weights, flat, for
-        the histogram); NaN (weights None) for a run that diverged.
-    """
-    result = train_language_model(
-        splits, train_data, validation_data, recipe, optimizer_name, lr, seed
+def language_unit(job: LanguageJob) -> dict[str, Any]:
+    """Run a :class:`LanguageJob`: perplexity dense and after one-shot pruning at each target
+    (validation for selection runs, test windows for final ones), the move ratio (HORST) and,
+    for final runs, the near-zero share and a histogram sample."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    splits, validation, test = language_data(
+        config.lm_seq_len, config.lm_validation_windows, config.lm_test_windows
     )
-    if result is None:
-        return {
-            "validation_perplexity": math.nan,
-            "pruned_perplexity": {f"{round(t * 100)}%": math.nan for t in sparsities},
-            "near_zero_fraction": math.nan,
-            "move_ratio": math.nan if optimizer_name == "horst" else None,
-            "weights": None,
-        }
-    weights = prunable_weights(result.model).clone()
-    return {
-        "validation_perplexity": result.validation["perplexity"],
-        "pruned_perplexity": {
-            f"{round(row['target'] * 100)}%": row["perplexity"]
-            for row in prune_and_score(result.model, validation_data, sparsities)
-        },
-        "near_zero_fraction": concentration(weights, near_zero),
-        "move_ratio": _nan_if_none(result.move_ratio),
-        "weights": weights,
+    shape = {
+        "d_model": config.lm_d_model,
+        "n_layers": config.lm_layers,
+        "n_heads": config.lm_heads,
+        "d_ff": config.lm_d_ff,
     }
+    recipe = Recipe(shape, config.lm_steps, config.lm_batch_size)
+    options = config.options(job.optimizer, job.point)
+    trained = train_language_model(splits, splits.train, recipe, job.optimizer, options, job.seed)
+    keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
+    scored = test if job.final else validation
+    unit: dict[str, Any] = {
+        "split": "test" if job.final else "validation",
+        "perplexity": (
+            pruned_perplexities(trained[0], scored, config.lm_sparsities)
+            if trained
+            else dict.fromkeys(keys, math.nan)
+        ),
+        "move_ratio": (
+            (_finite_or_nan(trained[1]) if trained else math.nan)
+            if job.optimizer == "horst"
+            else None
+        ),
+    }
+    if job.final:
+        weights = prunable_weights(trained[0]) if trained else None
+        unit["near_zero_share"] = near_zero_share(weights) if weights else math.nan
+        unit["histogram"] = histogram_sample(weights) if weights else None
+    return unit

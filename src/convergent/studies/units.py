@@ -17,16 +17,27 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import multiprocessing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from ..train.checkpoint import save_torch_atomically
 
 Value = TypeVar("Value")
+
+
+class Job(Protocol):
+    """A unit of work that names its own unit-cache key."""
+
+    def unit(self) -> Mapping[str, Any]: ...
+
+
+JobType = TypeVar("JobType", bound=Job)
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +138,43 @@ class UnitCache:
     def summary(self) -> str:
         """``"3 units reused, 5 computed"`` for the report."""
         return f"{self.hits} unit(s) reused from {self.folder}, {self.misses} computed"
+
+
+def run_jobs(
+    cache: UnitCache,
+    jobs: Sequence[JobType],
+    compute: Callable[[JobType], Value],
+    workers: int = 1,
+    log: Callable[[str], None] | None = None,
+) -> list[Value]:
+    """Each job's value, from ``cache`` or computed, in the order of ``jobs``.
+
+    With ``workers`` > 1 the pending jobs run in that many processes (``compute`` must be a
+    top-level function and the jobs plain values); the parent stores each unit the moment it
+    finishes, so an interruption loses only the jobs in flight. Jobs are deterministic:
+    processes change the wall time, not the values.
+    """
+    values: list[Any] = [cache.get(job.unit()) for job in jobs]
+    cache.hits += sum(value is not None for value in values)
+    pending = [index for index, value in enumerate(values) if value is None]
+    done = 0
+
+    def store(index: int, value: Any) -> None:
+        nonlocal done
+        cache.put(jobs[index].unit(), value)
+        cache.misses += 1
+        values[index] = value
+        done += 1
+        if log is not None:
+            log(f"{done}/{len(pending)} computed: {_canonical(jobs[index].unit())}")
+
+    if workers > 1 and len(pending) > 1:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(compute, jobs[index]): index for index in pending}
+            for future in as_completed(futures):
+                store(futures[future], future.result())
+    else:
+        for index in pending:
+            store(index, compute(jobs[index]))
+    return values

@@ -10,8 +10,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "convergent"
 
 # Bottom to top. Packages in one layer may not import each other: the algorithm packages meet

@@ -26,7 +26,7 @@ def _needs_fashion_mnist() -> None:
 def _run(code: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     monkeypatch.chdir(folder)
     namespace: dict = {"__name__": "readme_tour"}
-    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(code, str(README), "exec"), namespace)
     return namespace
 
 

@@ -82,15 +82,23 @@ class Threshold:
     equal: int
 
 
+def _compare_dtype(tensors: Sequence[Tensor]) -> torch.dtype:
+    """float64 when any tensor is float64 (exact there), float32 otherwise (exact for the
+    half-precision types and float32)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
 def magnitude_threshold_reference(tensors: Sequence[Tensor], k: int) -> Threshold:
     """The k-th smallest magnitude (1-based) over all ``tensors``: concatenate, ``kthvalue``."""
-    magnitudes = torch.cat([tensor.detach().abs().reshape(-1).float() for tensor in tensors])
+    dtype = _compare_dtype(tensors)
+    magnitudes = torch.cat([tensor.detach().abs().reshape(-1).to(dtype) for tensor in tensors])
     value = torch.kthvalue(magnitudes, k).values
     return Threshold(value, int((magnitudes < value).sum()), int((magnitudes == value).sum()))
 
 
 def magnitude_threshold(tensors: Sequence[Tensor], k: int) -> Threshold:
-    """The k-th smallest magnitude (1-based) over all ``tensors``, as a float32 0-d tensor.
+    """The k-th smallest magnitude (1-based) over all ``tensors``, as a 0-d tensor (float64 when
+    a tensor is float64, float32 otherwise).
 
     A radix select over the float32 bit patterns of the magnitudes: one histogram of the
     high 16 bits finds the bucket that holds the k-th value, a second histogram of the low
@@ -152,10 +160,11 @@ def keep_largest(
             return masks
     if threshold is None:
         threshold = magnitude_threshold(tensors, k)
-    limit = threshold.value.float()
+    dtype = _compare_dtype(tensors)
+    limit = threshold.value.to(dtype)
     masks = []
     buffers = _Buffers(tensors[0].device) if _supports_radix(tensors) else None
-    limit_bits = int(limit.view(torch.int32))
+    limit_bits = int(limit.float().view(torch.int32))
     for tensor in tensors:
         mask = torch.empty(tensor.shape, dtype=torch.bool, device=tensor.device)
         for part, out in zip(
@@ -164,13 +173,13 @@ def keep_largest(
             if buffers is not None:  # compare the bits: exact, and no float temporaries
                 torch.gt(buffers.magnitude_bits(part), limit_bits, out=out)
             else:
-                torch.gt(part.abs().float(), limit, out=out)
+                torch.gt(part.abs().to(dtype), limit, out=out)
         masks.append(mask)
     # Entries equal to the threshold are pruned so far; keep those beyond the k-th.
     to_prune = k - threshold.below
     if to_prune < threshold.equal:
         for tensor, mask in zip(tensors, masks, strict=True):
-            equal = tensor.detach().abs().float() == limit
+            equal = tensor.detach().abs().to(dtype) == limit
             count = int(equal.sum())
             if to_prune >= count:
                 to_prune -= count
@@ -190,6 +199,8 @@ def _sample_bracket(tensors: Sequence[Tensor], k: int, total: int) -> tuple[int,
     generator = torch.Generator(device=tensors[0].device).manual_seed(0)
     parts = []
     for tensor in tensors:
+        if tensor.numel() == 0:
+            continue
         count = min(tensor.numel(), -(-SAMPLE * tensor.numel() // total))
         index = torch.randint(tensor.numel(), (count,), generator=generator, device=tensor.device)
         parts.append(tensor.detach().reshape(-1)[index].float().abs())

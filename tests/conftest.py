@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -101,8 +102,14 @@ def tiny_bert_config(**overrides):
     """A 2-layer, 16-wide BertConfig over 50 tokens (transformers is imported on call)."""
     from transformers import BertConfig
 
-    settings = {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
-                "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 16}  # fmt: skip
+    settings = {
+        "vocab_size": 50,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "max_position_embeddings": 16,
+    }
     return BertConfig(**{**settings, **overrides})
 
 
@@ -117,3 +124,33 @@ def make_classification(n: int = 96, features: int = 6, classes: int = 3, seed: 
 @pytest.fixture
 def classification_data():
     return make_classification()
+
+
+def tiny_regression_transformer(n_layers: int = 2) -> Any:
+    """Our Transformer on [B, 5, 4] continuous inputs with 3 regression outputs (seeded)."""
+    from convergent.models import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        task="regression",
+        input_dim=4,
+        num_outputs=3,
+        pooling="mean",
+        d_model=8,
+        n_heads=1,
+        n_layers=n_layers,
+        max_len=5,
+    )
+    return Transformer(config)
+
+
+def tiny_lora_model() -> Any:
+    """:func:`tiny_regression_transformer` with rank-2 LoRA on W_Q, W_K; B drawn non-zero."""
+    from convergent.models.lora import add_query_key_lora, lora_parameters
+
+    model = add_query_key_lora(tiny_regression_transformer(), rank=2)
+    with torch.no_grad():  # PEFT starts B at zero; make the products non-zero for the tests
+        for name, parameter in lora_parameters(model).items():
+            if ".lora_B." in name:
+                parameter.normal_(0, 0.5)
+    return model

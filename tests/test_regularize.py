@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from convergent.models import HFEncoder, Transformer, TransformerConfig
-from convergent.models.lora import add_query_key_lora, lora_parameters
+from convergent.models import HFEncoder
+from convergent.models.lora import add_query_key_lora
 from convergent.regularize import (
     VillaniRegularizer,
     lam_for_stationary_radius,
@@ -17,13 +17,7 @@ from convergent.regularize import (
     stationary_radius,
     super_quadratic_penalty,
 )
-
-
-def _transformer(n_layers: int = 2) -> Transformer:
-    torch.manual_seed(0)
-    config = TransformerConfig(task="regression", input_dim=4, num_outputs=3, pooling="mean",
-                               d_model=8, n_heads=1, n_layers=n_layers, max_len=5)  # fmt: skip
-    return Transformer(config)
+from tests.conftest import tiny_lora_model, tiny_regression_transformer
 
 
 def _tiny_bert() -> BertModel:
@@ -73,7 +67,7 @@ def test_bad_penalty_arguments_name_the_value(call, message):
 
 
 def test_query_key_preset_on_our_transformer_and_on_bert():
-    ours = select_parameters(_transformer(), "query_key")
+    ours = select_parameters(tiny_regression_transformer(), "query_key")
     assert list(ours) == [f"blocks.{i}.attention.{p}_proj.weight" for i in (0, 1) for p in "qk"]
     bert = select_parameters(_tiny_bert(), "query_key")
     assert list(bert) == [f"encoder.layer.{i}.attention.self.{p}.weight" for i in (0, 1)
@@ -81,7 +75,7 @@ def test_query_key_preset_on_our_transformer_and_on_bert():
 
 
 def test_glob_and_regex_patterns():
-    model = _transformer()
+    model = tiny_regression_transformer()
     assert list(select_parameters(model, "*.0.attention.q_proj.*", syntax="glob")) == [
         "blocks.0.attention.q_proj.weight", "blocks.0.attention.q_proj.bias"]  # fmt: skip
     assert list(select_parameters(model, [r"k_proj\.bias$"])) == [
@@ -91,17 +85,17 @@ def test_glob_and_regex_patterns():
 def test_a_pattern_that_matches_nothing_names_it_and_lists_close_matches():
     with pytest.raises(ValueError, match=r"pattern 'q_prj' \(regex\) matches no parameter of "
                        r"Transformer; close matches: blocks\.0\.attention\.q_proj\.weight"):  # fmt: skip
-        select_parameters(_transformer(), ["q_proj", "q_prj"])
+        select_parameters(tiny_regression_transformer(), ["q_proj", "q_prj"])
     with pytest.raises(
         ValueError, match=r"pattern 'query' .* close matches: .*blocks\.0\.attention\.q_proj"
     ):
-        select_parameters(_transformer(), "query")
+        select_parameters(tiny_regression_transformer(), "query")
     with pytest.raises(ValueError, match="not a valid regular expression"):
-        select_parameters(_transformer(), "q_proj[")
+        select_parameters(tiny_regression_transformer(), "q_proj[")
 
 
 def test_regularizer_sums_the_penalties_and_reports_norms():
-    model = _transformer()
+    model = tiny_regression_transformer()
     regularizer = VillaniRegularizer(model, "query_key", penalty="power", lam=0.5, eps=1.0)
     weights = select_parameters(model, "query_key").values()
     expected = sum(0.5 * float(w.detach().norm()) ** 3 for w in weights)
@@ -115,17 +109,8 @@ def test_regularizer_sums_the_penalties_and_reports_norms():
         VillaniRegularizer(model, penalty="power", eps=0)
 
 
-def _lora_model():
-    model = add_query_key_lora(_transformer(), rank=2)
-    with torch.no_grad():  # PEFT starts B at zero; make the products non-zero for the tests
-        for name, parameter in lora_parameters(model).items():
-            if ".lora_B." in name:
-                parameter.normal_(0, 0.5)
-    return model
-
-
 def test_lora_factors_and_products():
-    model = _lora_model()
+    model = tiny_lora_model()
     factors = VillaniRegularizer(model, "lora", lam=1.0)
     assert len(factors.parameters) == 8 and all(".lora_" in name for name in factors.parameters)
     products = VillaniRegularizer(model, penalty="log", lam=1.0, product=True)
@@ -137,7 +122,7 @@ def test_lora_factors_and_products():
         squared * math.log1p(squared)
     )
     with pytest.raises(ValueError, match="no LoRA factor"):
-        VillaniRegularizer(_transformer(), product=True)
+        VillaniRegularizer(tiny_regression_transformer(), product=True)
 
 
 def test_lora_on_bert_targets_query_and_key():

@@ -6,32 +6,15 @@ import pytest
 import torch
 
 from convergent.losses import task_loss
-from convergent.models import Transformer, TransformerConfig
-from convergent.models.lora import add_query_key_lora, lora_parameters
+from convergent.models.lora import lora_parameters
 from convergent.optim.langevin import Langevin
 from convergent.regularize import VillaniRegularizer
 from convergent.train import RegularizedStep, TrainingStep, fit
-from tests.conftest import TensorDataset
-
-
-def _transformer(n_layers: int = 2) -> Transformer:
-    torch.manual_seed(0)
-    config = TransformerConfig(task="regression", input_dim=4, num_outputs=3, pooling="mean",
-                               d_model=8, n_heads=1, n_layers=n_layers, max_len=5)  # fmt: skip
-    return Transformer(config)
-
-
-def _lora_model():
-    model = add_query_key_lora(_transformer(), rank=2)
-    with torch.no_grad():  # PEFT starts B at zero; make the products non-zero for the tests
-        for name, parameter in lora_parameters(model).items():
-            if ".lora_B." in name:
-                parameter.normal_(0, 0.5)
-    return model
+from tests.conftest import TensorDataset, tiny_lora_model, tiny_regression_transformer
 
 
 def test_regularized_step_adds_the_penalty():
-    model = _transformer()
+    model = tiny_regression_transformer()
     regularizer = VillaniRegularizer(model, "query_key", lam=2.0)
     batch = {"inputs": torch.randn(4, 5, 4), "labels": torch.randn(4, 3)}
     objective, metrics = RegularizedStep("regression", regularizer).loss(model, batch)
@@ -45,7 +28,7 @@ def test_regularized_step_adds_the_penalty():
 
 def test_langevin_with_a_regularizer_trains_only_lora_factors():
     # The few lines a user writes: PEFT LoRA on q/k, a regularizer on the factors, Langevin.
-    model = _lora_model()
+    model = tiny_lora_model()
     regularizer = VillaniRegularizer(model, "lora", penalty="log", lam=1e-3)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = Langevin(trainable, lr=0.05, s=1e-4, seed=0)
@@ -68,7 +51,7 @@ def test_langevin_with_a_regularizer_trains_only_lora_factors():
 
 
 def test_regularized_step_reports_norms_only_when_the_regularizer_has_them():
-    model = _transformer()
+    model = tiny_regression_transformer()
     step = RegularizedStep("regression", VillaniRegularizer(model, "query_key", lam=1.0))
     assert isinstance(step, TrainingStep)
     norms = step.after_optimizer_step(model)

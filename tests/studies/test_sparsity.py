@@ -27,6 +27,9 @@ from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
+# The full results of the study's first design (alpha fixed at 1), kept to test that payloads
+# written before design 2 are still scored as they were.
+LEGACY = Path(__file__).resolve().parent / "data" / "sparsity-full-v1.json"
 
 
 def _needs(name: str) -> None:
@@ -245,6 +248,10 @@ def _committed() -> dict:
     return json.loads((COMMITTED / "results.json").read_text())
 
 
+def _legacy() -> dict:
+    return json.loads(LEGACY.read_text())
+
+
 def _t_interval(values: list[float]) -> tuple[float, float]:
     count = len(values)
     mean = sum(values) / count
@@ -253,8 +260,8 @@ def _t_interval(values: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def test_committed_full_results_rescore_per_seed():
-    payload = _committed()
+def test_first_design_results_rescore_per_seed():
+    payload = _legacy()
     claims = claims_from_results(payload)
     assert len(claims) == 4
     accuracy = payload["data"]["vision"]["accuracy"]
@@ -293,8 +300,8 @@ def test_committed_full_results_rescore_per_seed():
     assert claims[0].checks[1].passed is True and claims[1].checks[1].passed is True
 
 
-def test_committed_full_results_tuning_and_rescore(tmp_path):
-    payload = _committed()
+def test_first_design_results_tuning_and_rescore(tmp_path):
+    payload = _legacy()
     records = tuning_from_results(payload)
     vision = records["(a) ViT, dense, first seed"]
     language = records["(b) LM, dense, first seed"]
@@ -306,7 +313,8 @@ def test_committed_full_results_tuning_and_rescore(tmp_path):
     assert language["horst"]["criterion"] == "validation perplexity (lower is better)"
     assert all(r["selected"] == {"lr": 0.004} and r["on_edge"] == ["lr"] for r in language.values())
     folder = tmp_path / "sparsity-full"
-    shutil.copytree(COMMITTED, folder)
+    folder.mkdir()
+    shutil.copy(LEGACY, folder / "results.json")
     result = rescore(folder)
     written = json.loads((folder / "results.json").read_text())
     assert [c["verdict"] for c in written["claims"]] == ["untested"] * 4
@@ -314,6 +322,29 @@ def test_committed_full_results_tuning_and_rescore(tmp_path):
     assert written["data"] == payload["data"]
     assert "Selected on the edge of its grid" in (folder / "report.md").read_text()
     assert len(result.claims) == 4
+
+
+def test_committed_full_results_follow_design_two_and_rescore_per_seed():
+    payload = _committed()
+    data, config = payload["data"], payload["config"]
+    assert data["design"] == 2 and len(config["seeds"]) >= 5
+    claims = claims_from_results(payload)
+    assert [c.to_json() for c in claims] == payload["claims"]
+    accuracy = data["vision"]["accuracy"]
+    expected = [
+        h - a for h, a in zip(accuracy["horst"]["90%"], accuracy["adamw"]["90%"], strict=True)
+    ]
+    assert claims[0].per_seed == pytest.approx(expected, rel=1e-12)
+    assert claims[0].interval == pytest.approx(_t_interval(expected), rel=1e-9)
+    for claim in claims:
+        assert claim.n == len(config["seeds"]) and not claim.preview
+        assert "mirror move / Adam move" in claim.checks[0].name
+    # Every grid has the same number of points, and the test split never scored one of them.
+    sizes = {name: len(points) for name, points in data["vision"]["selection"].items()}
+    assert len(set(sizes.values())) == 1
+    assert all(
+        "test_accuracy" not in p for points in data["vision"]["selection"].values() for p in points
+    )
 
 
 def test_move_ratio_recorder_records_every_twentieth_step():

@@ -16,6 +16,14 @@ from tests.conftest import TinyClassifier
 LOGGER = "convergent.train.checkpoint"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    """A process warns once per damaged checkpoint; each test starts with none warned."""
+    checkpoint_module._warned.clear()
+    yield
+    checkpoint_module._warned.clear()
+
+
 def _state(step: int) -> dict:
     return {"step": step, "optimizer": {"lr": 0.1, "moments": torch.arange(3.0)}}
 
@@ -183,6 +191,7 @@ def test_a_checkpoint_from_an_earlier_version_loads_with_an_unverified_warning(t
     (folder / "manifest.json").unlink()  # as written before manifests existed
     for path in (tmp_path, folder):
         caplog.clear()
+        checkpoint_module._warned.clear()  # one warning per process and checkpoint: reset
         fresh = _model(2)
         with caplog.at_level(logging.WARNING, logger=LOGGER):
             assert load_checkpoint(path, fresh)["step"] == 4
@@ -239,3 +248,14 @@ def test_a_corrupt_safetensors_file_is_a_clean_error(tmp_path, damage):
         load_checkpoint(folder, TinyClassifier())
     _assert_clean(raised.value)
     assert "model.safetensors" in str(raised.value)
+
+
+def test_a_damaged_checkpoint_is_reported_once_per_process(tmp_path, caplog):
+    model = _model(1)
+    save_checkpoint(tmp_path, 1, model, _state(1), keep=3)
+    newest = save_checkpoint(tmp_path, 2, model, _state(2), keep=3)
+    (newest / "manifest.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(3):  # e.g. the resume checks, then the load
+            assert load_checkpoint(tmp_path, _model(2))["step"] == 1
+    assert len(_warnings(caplog)) == 1

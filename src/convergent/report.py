@@ -82,10 +82,14 @@ def plot_training_curves(
 def markdown_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, digits: int = 4
 ) -> str:
-    """A GitHub-flavoured markdown table from dict rows (floats rounded to ``digits``)."""
+    """A GitHub-flavoured markdown table from dict rows (floats rounded to ``digits``).
+
+    Without ``columns`` the table has every key of every row, in the order first seen: rows
+    of different methods may carry different settings (AdamW's weight decay, HORST's alpha).
+    """
     if not rows:
         return ""
-    columns = list(columns or rows[0].keys())
+    columns = list(columns or dict.fromkeys(key for row in rows for key in row))
 
     def cell(value: Any) -> str:
         if isinstance(value, float):

@@ -21,7 +21,13 @@ from convergent.sparse import Masks
 from convergent.studies import VERDICTS, rescore, sparsity_runs
 from convergent.studies.claims import decide
 from convergent.studies.common import json_ready, write_study
-from convergent.studies.sparsity import Config, claims_from_results, run, tuning_from_results
+from convergent.studies.sparsity import (
+    Config,
+    claims_from_results,
+    pruned_score_of_good_dense,
+    run,
+    tuning_from_results,
+)
 from convergent.studies.sparsity_runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
@@ -347,6 +353,20 @@ def test_committed_full_results_follow_design_two_and_rescore_per_seed():
     )
 
 
+def test_language_selection_skips_points_whose_dense_model_is_over_ten_percent_worse():
+    units = [
+        {"perplexity": {"0%": 5.0, "90%": 16.0}},  # the best dense model
+        {"perplexity": {"0%": 5.5, "90%": 14.0}},  # exactly 1.1 x: still selectable
+        {"perplexity": {"0%": 5.51, "90%": 9.0}},  # just over: excluded
+        {"perplexity": {"0%": 11.6, "90%": 11.7}},  # a degenerate model that prunes well
+        {"perplexity": {"0%": math.nan, "90%": math.nan}},  # diverged
+    ]
+    score = pruned_score_of_good_dense(units, "90%")
+    scores = [score(unit) for unit in units]
+    assert scores[:2] == [16.0, 14.0]
+    assert all(math.isnan(value) for value in scores[2:])
+
+
 def test_move_ratio_recorder_records_every_twentieth_step():
     model = torch.nn.Linear(3, 2)
     optimizer = sparsity_runs.HORST(model.parameters(), lr=0.01)
@@ -364,10 +384,11 @@ def test_move_ratio_recorder_records_every_twentieth_step():
 def test_modes_and_bad_values():
     full = Config.for_mode("full")
     assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
-    assert full.horst_alphas == (1.0, 3.0, 10.0, 30.0, 100.0)
+    assert full.horst_alphas == (3.0, 10.0, 30.0, 100.0)
     assert full.sparsities == (0.7, 0.8, 0.9) and full.selection_sparsity == 0.9
     sizes = {len(list(itertools.product(*axes.values()))) for axes in full.grids().values()}
-    sizes |= {len(list(itertools.product(*a.values()))) for a in full.language_grids().values()}
+    assert sizes == {12}
+    sizes = {len(list(itertools.product(*a.values()))) for a in full.language_grids().values()}
     assert sizes == {10}
     with pytest.raises(ValueError, match="mode must be one of"):
         Config.for_mode("huge")
@@ -377,8 +398,17 @@ def test_modes_and_bad_values():
         Config(optimizers=("sgd",))
     with pytest.raises(ValueError, match="selection_seed 1 is also a final seed"):
         Config(selection_seed=1, seeds=(1, 2))
-    with pytest.raises(ValueError, match="every grid must have the same number of points"):
+    with pytest.raises(ValueError, match="every classifier grid must have the same number"):
         Config(horst_alphas=(10.0, 20.0, 50.0))
+    with pytest.raises(ValueError, match="every language grid must have the same number"):
+        Config(lm_horst_alphas=(10.0, 20.0, 50.0))
+    # The two experiments select separately: their grids may differ in size.
+    assert Config(
+        horst_alphas=(1.0, 2.0, 3.0),
+        ham_alphas=(1.0, 2.0, 3.0),
+        adamw_lrs=(1e-3,),
+        adamw_weight_decays=(0.0, 0.1, 0.2),
+    ).grids()["horst"]["alpha"] == (1.0, 2.0, 3.0)
 
 
 def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):

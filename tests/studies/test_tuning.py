@@ -128,3 +128,32 @@ def test_the_helper_never_reads_the_test_split():
     assert len(seen) == 2 and all(data.validation == [0] for data in seen)
     with pytest.raises(AssertionError, match="the test split was read"):
         len(test)
+
+
+def test_the_tuning_table_shows_every_methods_own_axes():
+    from convergent.studies.common import tuning_lines
+
+    record = {
+        "criterion": "validation accuracy (higher is better)",
+        "on_edge": [],
+    }
+    tuning = {
+        "(a) grid": {
+            "adamw": {
+                **record,
+                "points": [{"lr": 0.001, "weight_decay": 0.1, "validation": 0.5}],
+                "selected": {"lr": 0.001, "weight_decay": 0.1},
+            },
+            "horst": {
+                **record,
+                "points": [{"lr": 0.001, "alpha": 30.0, "validation": 0.6}],
+                "selected": {"lr": 0.001, "alpha": 30.0},
+            },
+        }
+    }
+    table = [line for line in "\n".join(tuning_lines(tuning)).splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    assert header == ["method", "lr", "weight_decay", "alpha", "validation", "selected"]
+    horst = [cell.strip() for cell in table[3].strip("|").split("|")]
+    assert horst[header.index("alpha")] == "30.0000"
+    assert horst[header.index("weight_decay")] == ""

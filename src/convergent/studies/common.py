@@ -140,7 +140,11 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
                         "selected": "yes" if setting == record["selected"] else "",
                     }
                 )
-        lines.append(markdown_table(rows))
+        settings = dict.fromkeys(
+            key for record in methods.values() for point in record["points"] for key in point
+        )
+        settings.pop("validation", None)
+        lines.append(markdown_table(rows, ["method", *settings, "validation", "selected"]))
         edges = [f"{m} ({', '.join(r['on_edge'])})" for m, r in methods.items() if r["on_edge"]]
         if edges:
             lines += [

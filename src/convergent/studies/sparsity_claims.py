@@ -44,7 +44,11 @@ MOVE_RATIO_REQUIRED = v1.MOVE_RATIO_REQUIRED
 ACHIEVED_TOLERANCE = v1.ACHIEVED_TOLERANCE
 DISPLAY = v1.DISPLAY
 VISION_CRITERION = "validation accuracy at the selection sparsity"
-LANGUAGE_CRITERION = "validation perplexity at the largest one-shot target"
+LM_DENSE_TOLERANCE = 1.1  # a selectable LM's dense validation perplexity: at most 1.1 x the best
+LANGUAGE_CRITERION = (
+    "validation perplexity at the largest one-shot target, among the points whose dense "
+    "validation perplexity is at most 1.1 x the best dense one of either grid (n/a: outside)"
+)
 VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
 LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"
 sparsity_key = v1.sparsity_key

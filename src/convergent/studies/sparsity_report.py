@@ -44,20 +44,25 @@ def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[st
             if several:
                 row[f"sd {key}"] = spread_of_finite(values)
         lm_rows.append(row)
+    scores = ("move_ratio", "validation_accuracy", "validation_perplexity")
+    axes = _axes(vision["selection"], scores)
     grid_rows = [
         {
             "optimizer": name,
-            **{k: v for k, v in entry.items() if k != "move_ratio"},
+            **{axis: entry.get(axis, "") for axis in axes},
+            "validation_accuracy": entry["validation_accuracy"],
             "mirror/Adam move": entry["move_ratio"],
         }
         for name, entries in vision["selection"].items()
         for entry in entries
     ]
     top = f"{round(100 * max(config.lm_sparsities))}%"
+    lm_axes = _axes(language["selection"], scores)
     lm_grid_rows = [
         {
             "optimizer": name,
-            **{k: v for k, v in entry.items() if k not in ("move_ratio", "validation_perplexity")},
+            **{axis: entry.get(axis, "") for axis in lm_axes},
+            "validation ppl 0%": entry["validation_perplexity"]["0%"],
             f"validation ppl {top}": entry["validation_perplexity"][top],
             "mirror/Adam move": entry["move_ratio"],
         }
@@ -71,6 +76,13 @@ def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[st
         "validation accuracy)": grid_rows,
         f"(b) Grid (selection seed, validation perplexity after one-shot {top})": lm_grid_rows,
     }
+
+
+def _axes(selection: dict[str, list[dict[str, Any]]], scores: tuple[str, ...]) -> list[str]:
+    """Every grid axis of every optimizer, in the order first seen (AdamW's weight decay,
+    HORST's and HAM's alpha), so that each grid row shows its own setting."""
+    keys = (key for entries in selection.values() for entry in entries for key in entry)
+    return [key for key in dict.fromkeys(keys) if key not in scores]
 
 
 def dense_quality_note(data: dict[str, Any]) -> str:

@@ -238,3 +238,13 @@ def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(t
     # A second save into the same folder would replace a run: refused in one line.
     assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_seeds_skip_a_studys_selection_seed():
+    from convergent.studies import study_config
+
+    # The sparsity and descent studies tune with seed 0: --seeds 3 gives three other seeds.
+    for name in ("sparsity", "descent"):
+        config = study_config(name, "smoke", seeds=3)
+        assert config.selection_seed == 0 and config.seeds == (1, 2, 3)
+    assert study_config("residual", "smoke", seeds=2).seeds == (0, 1)

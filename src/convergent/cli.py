@@ -216,7 +216,7 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="run seeds 0..N-1 instead of the mode's own (the mode decides otherwise)",
+        help="run N final seeds (0, 1, ... skipping a study's selection seed) instead of the mode's own",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(handler=_reproduce)

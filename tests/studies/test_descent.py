@@ -14,8 +14,10 @@ from scipy import stats
 from convergent.studies import VERDICTS, write_study
 from convergent.studies import descent_parts as parts
 from convergent.studies.descent import Config, claims_from_results, run
-from convergent.studies.descent_claims import constraints_acted
+from convergent.studies.descent_claims import DESIGN
+from convergent.studies.descent_claims_v1 import constraints_acted
 from convergent.studies.descent_parts import multiplier_activity, video_crops
+from convergent.studies.descent_runs import denoising_score, dual_trajectory, robust_score
 from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
@@ -23,10 +25,41 @@ COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "r
 
 def test_configs_for_every_mode():
     assert Config.for_mode("smoke").text_layers == 2
-    assert Config.for_mode("full").seeds == (0, 1, 2, 3, 4)
+    full = Config.for_mode("full")
+    assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
+    assert full.constrained_costs == (10.0, 1000.0, None) and full.constrained_alphas == (0.05, 0.2)
+    sizes = {len(list(itertools.product(*axes.values()))) for axes in full.grids().values()}
+    assert sizes == {6}
     assert Config.for_mode("quick").mode == "quick"
     with pytest.raises(ValueError, match="mode must be one of"):
         Config.for_mode("huge")
+    with pytest.raises(ValueError, match="selection_seed 0 is also a final seed"):
+        Config(seeds=(0, 1))
+    with pytest.raises(ValueError, match="both grids must have the same number of points"):
+        Config(constrained_alphas=(0.05, 0.2, 0.3))
+    with pytest.raises(ValueError, match=r"every alpha must be in \[0, 1\), got 1.5"):
+        Config(constrained_alphas=(1.5,))
+    with pytest.raises(ValueError, match="every resilient cost must be > 0 or None"):
+        Config(constrained_costs=(0.0, None))
+
+
+def test_options_give_erm_its_own_lr_and_decay_and_the_constrained_model_its_constraints():
+    config = Config(text_lr=1e-4, video_lr=1e-3, erm_lrs=(5e-5,), weight_decay=0.01)
+    (erm_point,) = [p for p in [{"lr_scale": 0.5, "weight_decay": 0.1}]]
+    assert config.options("erm", erm_point, "text") == {
+        "lr": pytest.approx(5e-5),
+        "weight_decay": 0.1,
+        "alpha": 0.0,
+        "resilient_cost": None,
+    }
+    assert config.options("erm", erm_point, "video")["lr"] == pytest.approx(5e-4)
+    point = {"resilient_cost": None, "alpha": 0.2}
+    assert config.options("constrained", point, "video") == {
+        "lr": 1e-3,
+        "weight_decay": 0.01,
+        "alpha": 0.2,
+        "resilient_cost": None,
+    }
 
 
 def test_video_crops_are_token_grids_of_the_frames():
@@ -53,6 +86,54 @@ def test_multiplier_activity_reads_the_largest_lambda_and_the_active_steps():
     assert activity["multiplier_active_share"] == pytest.approx(2 / 4)
     erm = [{"step": 1, "split": "train", "loss": 0.9}]
     assert multiplier_activity(erm) == {"multiplier_max": None, "multiplier_active_share": None}
+
+
+def test_dual_trajectory_keeps_every_layers_series_at_evenly_spaced_steps():
+    history = [
+        {
+            "step": t,
+            "split": "train",
+            "lambda_1": 0.1 * t,
+            "lambda_2": 0.0,
+            "u_1": t,
+            "u_2": 0.0,
+            "slack_1": -t,
+            "slack_2": 1.0,
+        }
+        for t in range(1, 11)
+    ] + [{"step": 10, "split": "validation", "lambda_1": 99.0}]
+    full = dual_trajectory(history, points=100)
+    assert full["steps"] == list(range(1, 11))
+    assert full["lambda"][0] == pytest.approx([0.1 * t for t in range(1, 11)])
+    assert full["u"][0] == list(range(1, 11)) and full["slack"][1] == [1.0] * 10
+    thinned = dual_trajectory(history, points=4)
+    # indices 0, 2.5 -> 2, 5 and the last record: steps 1, 3, 6, 10
+    assert thinned["steps"] == [1, 3, 6, 10]
+    assert len(thinned["lambda"]) == 2 and len(thinned["lambda"][1]) == 4
+    erm = dual_trajectory([{"step": 1, "split": "train", "loss": 0.5}])
+    assert erm == {"steps": [], "lambda": [], "u": [], "slack": []}
+    hard = dual_trajectory([{"step": 1, "split": "train", "lambda_1": 0.2, "slack_1": 0.1}])
+    assert hard["u"] == [] and hard["slack"] == [[0.1]]
+
+
+def test_selection_scores_skip_points_that_give_up_clean_quality():
+    units = [
+        {"validation_clean": 0.90, "validation_robust": 0.70},
+        {"validation_clean": 0.89, "validation_robust": 0.75},  # exactly 1 point below: kept
+        {"validation_clean": 0.8899, "validation_robust": 0.85},  # just beyond: skipped
+        {"validation_clean": math.nan, "validation_robust": math.nan},  # diverged
+    ]
+    score = robust_score(units, tolerance=0.01)
+    values = [score(u) for u in units]
+    assert values[:2] == [0.70, 0.75] and all(math.isnan(v) for v in values[2:])
+    videos = [
+        {"validation_rmse_train_noise": 0.050, "validation_rmse_selection": 0.09},
+        {"validation_rmse_train_noise": 0.0505, "validation_rmse_selection": 0.08},  # 1 %: kept
+        {"validation_rmse_train_noise": 0.0506, "validation_rmse_selection": 0.05},  # skipped
+    ]
+    score = denoising_score(videos, tolerance=0.01)
+    values = [score(u) for u in videos]
+    assert values[:2] == [0.09, 0.08] and math.isnan(values[2])
 
 
 def test_constraints_acted_needs_every_seed_and_only_lower_bounds_from_final_values():
@@ -157,6 +238,106 @@ def test_committed_full_results_rescore_from_their_raw_numbers():
     assert text["test_examples"] == 1056 and len(video["sigmas"]) == 6
 
 
+def _design_two_payload() -> dict:
+    """Three seeds of made-up final runs in the second design's layout."""
+    levels = {"gaussian": [0.5, 1.0], "typos": [0.1, 0.2]}
+
+    def text_record(seed, clean, gaussian, typos, losses, active=0.5):
+        increases = [b - a for a, b in itertools.pairwise(losses)]
+        return {
+            "seed": seed,
+            "clean": clean,
+            "gaussian": gaussian,
+            "typos": typos,
+            "layer_losses": losses,
+            "largest_increase": max(increases),
+            "multiplier_max": 0.4,
+            "multiplier_active_share": active,
+            "multipliers": [0.1],
+            "fraction_satisfied": 1.0,
+            "train_fraction_satisfied": 1.0,
+        }
+
+    text = {
+        "levels": levels,
+        "runs": {
+            "erm": [
+                text_record(1, 0.80, [0.70, 0.60], [0.75, 0.70], [0.70, 0.60, 0.65]),
+                text_record(2, 0.82, [0.72, 0.58], [0.76, 0.71], [0.70, 0.62, 0.66]),
+                text_record(3, 0.81, [0.69, 0.61], [0.74, 0.69], [0.70, 0.61, 0.62]),
+            ],
+            "constrained": [
+                text_record(1, 0.805, [0.74, 0.66], [0.75, 0.71], [0.70, 0.60, 0.55]),
+                text_record(2, 0.815, [0.73, 0.62], [0.77, 0.70], [0.70, 0.58, 0.57]),
+                text_record(3, 0.80, [0.72, 0.64], [0.74, 0.70], [0.70, 0.59, 0.60], 0.1),
+            ],
+        },
+    }
+    multiples = [1.0, 2.0, 3.0]
+
+    def video_record(seed, rmse, losses):
+        record = text_record(seed, 0, [], [], losses)
+        return {**record, "rmse": rmse}
+
+    video = {
+        "sigmas": [0.1, 0.2, 0.3],
+        "runs": {
+            "erm": [video_record(s, [0.05, 0.08, 0.12], [0.1, 0.05, 0.04]) for s in (1, 2, 3)],
+            "constrained": [
+                video_record(1, [0.05, 0.07, 0.12], [0.1, 0.05, 0.04]),
+                video_record(2, [0.05, 0.078, 0.11], [0.1, 0.05, 0.04]),
+                video_record(3, [0.05, 0.08, 0.13], [0.1, 0.05, 0.04]),
+            ],
+        },
+    }
+    return {
+        "config": {"noise_multiples": multiples},
+        "data": {"design": DESIGN, "text": text, "video": video},
+    }
+
+
+def test_design_two_claims_follow_their_formulas():
+    payload = _design_two_payload()
+    claims = claims_from_results(payload)
+    assert len(claims) == 2 + 2 + 1 + 2  # clean x2, two kinds, monotone; video x2
+    erm = payload["data"]["text"]["runs"]["erm"]
+    con = payload["data"]["text"]["runs"]["constrained"]
+    clean = [c["clean"] - e["clean"] for e, c in zip(erm, con, strict=True)]
+    assert list(claims[0].per_seed) == pytest.approx(clean)
+    assert claims[0].threshold.value == pytest.approx(-0.003)
+    assert claims[1].threshold.value == pytest.approx(-0.01)
+    assert claims[0].interval == pytest.approx(_t_interval(clean))
+    gaussian = [
+        sum(c["gaussian"]) / 2 - sum(e["gaussian"]) / 2 for e, c in zip(erm, con, strict=True)
+    ]
+    assert "gaussian" in claims[2].statement
+    assert list(claims[2].per_seed) == pytest.approx(gaussian)
+    assert claims[2].threshold.value == pytest.approx(0.01)
+    # Monotone: tolerance = 2 x the largest across-seed sd of an ERM layer's loss.
+    by_layer = list(zip(*(e["layer_losses"] for e in erm), strict=True))
+    tolerance = 2 * max(statistics.stdev(values) for values in by_layer)
+    monotone = claims[4]
+    assert monotone.threshold.value == pytest.approx(tolerance)
+    increases = [max(b - a for a, b in itertools.pairwise(c["layer_losses"])) for c in con]
+    assert list(monotone.per_seed) == pytest.approx(increases)
+    bumps = sum(e["largest_increase"] > tolerance for e in erm) / 3
+    assert monotone.checks[-1].value == pytest.approx(bumps)
+    # The active-share check takes the smallest seed: 0.1 < 0.2 fails every text claim.
+    assert claims[0].checks[1].value == pytest.approx(0.1) and claims[0].checks[1].passed is False
+    assert all(c.verdict == "untested" for c in claims[:5])
+    # Video: worst relative RMSE reduction over the levels >= 2x.
+    verm = payload["data"]["video"]["runs"]["erm"]
+    vcon = payload["data"]["video"]["runs"]["constrained"]
+    reduction = [
+        min(1 - c["rmse"][i] / e["rmse"][i] for i in (1, 2))
+        for e, c in zip(verm, vcon, strict=True)
+    ]
+    assert list(claims[5].per_seed) == pytest.approx(reduction)
+    assert claims[5].checks[1].passed is True  # every video seed active half the steps
+    # Video ERM has no bump beyond its (zero-spread) tolerance: the monotone claim is untested.
+    assert claims[6].checks[-1].value == 0.0 and claims[6].verdict == "untested"
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("descent")
@@ -171,7 +352,7 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
     assert (folder / "report.md").is_file()
     for figure in result.figures:
         assert_drawn_figure(folder / figure)
-    assert len(result.claims) == 7
+    assert len(result.claims) == 10
     for claim in result.claims:
         assert claim.n == 1 and claim.preview and claim.interval is None
         assert claim.verdict in VERDICTS and claim.checks
@@ -185,7 +366,17 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
     for method in ("erm", "constrained"):
         record = text[method][0]
         assert len(record["layer_losses"]) == 3  # MiniLM cut to 2 layers: f_0 .. f_2
-        assert set(record) >= {"clean", "gaussian", "uniform", "discrete", "fraction_satisfied"}
+        assert set(record) >= {
+            "clean",
+            "gaussian",
+            "uniform",
+            "discrete",
+            "typos",
+            "word_dropout",
+            "fraction_satisfied",
+            "train_fraction_satisfied",
+            "trajectory",
+        }
     assert len(text["constrained"][0]["multipliers"]) == 2
     for part in ("text", "video"):
         constrained = payload["data"][part]["runs"]["constrained"][0]
@@ -200,7 +391,7 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
 def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_run, monkeypatch):
     config, folder, first = smoke_run
     units = sorted((folder / "units").glob("*.pt"))
-    assert len(units) == 4  # (text, video) x (erm, constrained) x 1 seed
+    assert len(units) == 8  # (text, video) x (erm, constrained) x (grid point, final seed)
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished unit was trained again")
@@ -210,9 +401,9 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
     assert sorted((folder / "units").glob("*.pt")) == units
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]
     assert json.dumps(again.data) == json.dumps(first.data)
-    assert "4 unit(s) reused" in again.notes[-1]
+    assert "8 unit(s) reused" in again.notes[-1]
 
     # A field that changes what a unit computes gives new units: training runs again.
-    changed = dataclasses.replace(config, alpha=0.1)
+    changed = dataclasses.replace(config, constrained_alphas=(0.1,))
     with pytest.raises(AssertionError, match="trained again"):
         run(changed, folder, progress=False)

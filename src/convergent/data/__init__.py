@@ -14,7 +14,8 @@ The modules form layers; each imports only modules of earlier layers, and none
 imports another inside a function (``tests/data/test_data_imports.py`` checks both):
 
 1. ``cache`` (folders, checksums, locks), ``splits`` (``Splits``, ``DictDataset``),
-   ``darcy_gen`` (the Darcy solver), ``perturb`` (embedding perturbations)
+   ``darcy_gen`` (the Darcy solver), ``perturb`` (embedding perturbations),
+   ``text_noise`` (typos and word dropout on raw text)
 2. ``recipes`` (how to fetch: PyPI, Debian, bundled files)
 3. ``kinds`` (source names parsed into kinds; the table of handlers of prefixed kinds)
 4. ``sources`` (the registry of named sources; ``fetch``, ``is_cached``)
@@ -71,6 +72,12 @@ from convergent.data.sources import (
 )
 from convergent.data.splits import DictDataset, Splits, random_split_indices
 from convergent.data.text_loaders import tokenize
+from convergent.data.text_noise import (
+    TEXT_PERTURBATIONS,
+    perturb_texts,
+    typo_text,
+    word_dropout,
+)
 
 __all__ = [
     "FASHION_MNIST_CLASSES",
@@ -78,6 +85,7 @@ __all__ = [
     "PERTURBATIONS",
     "SOURCES",
     "SPLIT_SOURCES",
+    "TEXT_PERTURBATIONS",
     "BundledFile",
     "DataSource",
     "DataSourceError",
@@ -109,6 +117,7 @@ __all__ = [
     "load_weather",
     "minilm_path",
     "parse_source",
+    "perturb_texts",
     "perturb_token_embeddings",
     "perturbed_embeddings",
     "random_permeability",
@@ -118,5 +127,7 @@ __all__ = [
     "source_kind",
     "to_patches",
     "tokenize",
+    "typo_text",
+    "word_dropout",
     "word_embedding",
 ]

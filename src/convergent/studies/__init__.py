@@ -45,14 +45,18 @@ def get_study(name: str) -> ModuleType:
 
 
 def study_config(name: str, mode: str, seeds: int | None = None) -> object:
-    """Study ``name``'s config at ``mode`` size, with seeds 0..N-1 when ``seeds`` is given."""
+    """Study ``name``'s config at ``mode`` size, with ``seeds`` final seeds when given: the
+    first ``seeds`` integers from 0, skipping a study's ``selection_seed`` (its grid runs'
+    seed, which the final runs must not share)."""
     check_mode(mode)
     module = get_study(name)
     config = module.Config.for_mode(mode)
     if seeds is not None:
         if seeds < 1:
             raise ValueError(f"seeds must be a positive integer, got {seeds}")
-        config = dataclasses.replace(config, seeds=tuple(range(seeds)))
+        reserved = getattr(config, "selection_seed", None)
+        chosen = [seed for seed in range(seeds + 1) if seed != reserved][:seeds]
+        config = dataclasses.replace(config, seeds=tuple(chosen))
     return config
 
 
@@ -67,7 +71,7 @@ def run_study(
         out_dir: reports go into ``out_dir / name``; finished units are kept in its
             ``units/`` folder, so an interrupted run resumes where it stopped.
         progress: print progress.
-        seeds: run seeds 0..seeds-1 instead of the mode's own.
+        seeds: run this many final seeds instead of the mode's own (see ``study_config``).
     """
     module = get_study(name)
     config = study_config(name, mode, seeds)

@@ -38,13 +38,14 @@ def train_model(
     dual_lr: float,
     resilient_cost: float | None,
     progress: bool,
+    weight_decay: float = 0.01,
 ) -> dict[str, Any]:
     """Train ``model`` by ERM or primal-dual with the same AdamW, warm-up and clipping.
 
     Returns:
         ``{"train_loss", "multipliers", "history"}`` (multipliers: the final lambda, or []).
     """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = warmup_schedule(optimizer, steps, warmup_steps=steps // 10, kind="linear")
     step = (
         ErmStep(task)
@@ -147,13 +148,17 @@ def text_model(seed: int, layers: int | None) -> HFEncoder:
     seed_everything(seed)
     options: dict[str, Any] = {} if layers is None else {"num_hidden_layers": layers}
     verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # a cut model's unused layers are expected, not news
+    hf_logging.disable_progress_bar()  # one bar per run of a study is noise
     try:
         model = HFEncoder.from_pretrained(
             minilm_path(), num_outputs=2, pooling="mean", attn_implementation="sdpa", **options
         )
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     return model.train()
 
 

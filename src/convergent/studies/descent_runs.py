@@ -1,0 +1,340 @@
+"""The runs of the ``descent`` study as jobs a process pool can run, and the selection rule.
+
+A *job* (:class:`TextJob`, :class:`VideoJob`) is one training run: a method at a grid point
+from a seed. Selection jobs (``final=False``) train for the grid's steps and are scored on
+the validation split only; final jobs train for the final steps and are scored on test.
+Every run records how hard its constraints pushed (:func:`dual_trajectory`), the study's
+manipulation check. :func:`text_unit` and :func:`video_unit` return what
+``torch.load(weights_only=True)`` reads back, for the resumable unit cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..data import DictDataset, load_splits, load_street_video, minilm_path, perturb_texts
+from ..data.parsers import load_rt_sentences
+from ..data.text_loaders import tokenize
+from ..train import evaluate
+from . import descent_parts as parts
+from .descent_config import Config
+
+TRAJECTORY_POINTS = 100  # multiplier and slack records kept per run (evenly spaced steps)
+TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on train"
+SELECTION_NOISE_SEED = 500  # the validation noise draw of the text selection score
+
+
+def dual_trajectory(
+    history: Sequence[Mapping[str, Any]], points: int = TRAJECTORY_POINTS
+) -> dict[str, Any]:
+    """The multipliers lambda_l, resilient slacks u_l and constraint slacks s_l over training.
+
+    Args:
+        history: ``fit``'s per-step records; those without ``lambda_1`` (ERM) are skipped.
+        points: at most this many evenly spaced records are kept (the last one always).
+
+    Returns:
+        ``{"steps": [...], "lambda": [[per step] per layer], "u": ..., "slack": ...}`` (a
+        key's lists are empty when no record holds it); all empty for ERM.
+    """
+    records = [r for r in history if r.get("split", "train") == "train" and "lambda_1" in r]
+    if len(records) > points:
+        stride = len(records) / points
+        kept = [records[min(len(records) - 1, int(i * stride))] for i in range(points - 1)]
+        records = [*kept, records[-1]]
+    layers = sum(1 for key in records[0] if key.startswith("lambda_")) if records else 0
+
+    def series(prefix: str) -> list[list[float]]:
+        if not records or f"{prefix}_1" not in records[0]:
+            return []
+        return [[float(r[f"{prefix}_{layer}"]) for r in records] for layer in range(1, layers + 1)]
+
+    return {
+        "steps": [int(r.get("step", index + 1)) for index, r in enumerate(records)],
+        "lambda": series("lambda"),
+        "u": series("u"),
+        "slack": series("slack"),
+    }
+
+
+def robust_score(
+    units: Sequence[Mapping[str, Any]], tolerance: float
+) -> Callable[[Mapping[str, Any]], float]:
+    """The text selection score: validation accuracy under the selection noise, NaN (never
+    selected) for a unit whose clean validation accuracy is more than ``tolerance`` below the
+    best clean one among ``units`` (both methods' grids)."""
+    clean = [u["validation_clean"] for u in units if math.isfinite(u["validation_clean"])]
+    floor = max(clean) - tolerance if clean else math.nan
+
+    def score(unit: Mapping[str, Any]) -> float:
+        return unit["validation_robust"] if unit["validation_clean"] >= floor else math.nan
+
+    return score
+
+
+def denoising_score(
+    units: Sequence[Mapping[str, Any]], tolerance: float
+) -> Callable[[Mapping[str, Any]], float]:
+    """The video selection score (lower is better): validation RMSE at the selection noise,
+    NaN for a unit whose RMSE at the training noise exceeds (1 + ``tolerance``) x the best."""
+    at_training = [u["validation_rmse_train_noise"] for u in units]
+    finite = [value for value in at_training if math.isfinite(value)]
+    ceiling = (1 + tolerance) * min(finite) if finite else math.nan
+
+    def score(unit: Mapping[str, Any]) -> float:
+        if unit["validation_rmse_train_noise"] <= ceiling:
+            return float(unit["validation_rmse_selection"])
+        return math.nan
+
+    return score
+
+
+@dataclass(frozen=True)
+class TextJob:
+    """One MiniLM run on rt-sentences."""
+
+    config: Config
+    method: str
+    point: dict[str, Any]
+    seed: int
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": "text",
+            "method": self.method,
+            **self.point,
+            "seed": self.seed,
+            "final": self.final,
+        }
+
+
+@dataclass(frozen=True)
+class VideoJob:
+    """One denoiser run on street-video crops."""
+
+    config: Config
+    method: str
+    point: dict[str, Any]
+    seed: int
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": "video",
+            "method": self.method,
+            **self.point,
+            "seed": self.seed,
+            "final": self.final,
+        }
+
+
+@dataclass(frozen=True)
+class TextData:
+    """rt-sentences as the study uses it: tokenized splits and the raw test sentences."""
+
+    train: DictDataset
+    validation: DictDataset
+    test: DictDataset
+    test_texts: list[str]
+    special_ids: list[int]
+    tokenizer: Any
+
+
+@functools.lru_cache(maxsize=2)
+def text_data(
+    max_length: int, train: int | None, validation: int | None, test: int | None
+) -> TextData:
+    """The splits (seed 0), each cut to its first examples, loaded once per process."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=max_length)
+
+    def cut(dataset: DictDataset, count: int | None) -> DictDataset:
+        return (
+            dataset
+            if count is None or count >= len(dataset)
+            else dataset.subset(torch.arange(count))
+        )
+
+    test_set = cut(splits.test, test)
+    texts, _ = load_rt_sentences()
+    order = splits.info["indices"]["test"][: len(test_set)].tolist()
+    return TextData(
+        train=cut(splits.train, train),
+        validation=cut(splits.validation, validation),
+        test=test_set,
+        test_texts=[texts[i] for i in order],
+        special_ids=list(tokenizer.all_special_ids),
+        tokenizer=tokenizer,
+    )
+
+
+def text_shift_accuracies(
+    model: torch.nn.Module,
+    data: TextData,
+    kind: str,
+    rates: Sequence[float],
+    seed: int,
+    max_length: int,
+) -> list[float]:
+    """Test accuracy on sentences perturbed by ``kind`` (typos, word dropout) at each rate,
+    re-tokenized; the draws depend only on ``seed`` and the rate's index (paired models)."""
+    labels = data.test.tensors["labels"]
+    accuracies = []
+    for index, rate in enumerate(rates):
+        texts = perturb_texts(data.test_texts, kind, rate, seed=seed + index)
+        shifted = DictDataset({**tokenize(texts, data.tokenizer, max_length), "labels": labels})
+        accuracies.append(evaluate(model, shifted, "classification")["accuracy"])
+    return accuracies
+
+
+def _training_record(
+    config: Config,
+    job: Any,
+    part: str,
+    model: torch.nn.Module,
+    train: Any,
+    steps: int,
+    batch_size: int,
+) -> dict[str, Any]:
+    options = config.options(job.method, job.point, part)
+    training = parts.train_model(
+        model,
+        job.method,
+        train,
+        task="classification" if part == "text" else "regression",
+        steps=steps,
+        batch_size=batch_size,
+        lr=options["lr"],
+        weight_decay=options["weight_decay"],
+        seed=job.seed,
+        alpha=options["alpha"],
+        dual_lr=config.dual_lr,
+        resilient_cost=options["resilient_cost"],
+        progress=False,
+    )
+    return {
+        "seed": job.seed,
+        "train_loss": training["train_loss"],
+        "multipliers": training["multipliers"],
+        **parts.multiplier_activity(training["history"]),
+        "trajectory": dual_trajectory(training["history"]),
+    }
+
+
+def _probe(dataset: DictDataset) -> DictDataset:
+    return dataset if len(dataset) <= TRAIN_PROBE else dataset.subset(torch.arange(TRAIN_PROBE))
+
+
+def text_unit(job: TextJob) -> dict[str, Any]:
+    """Train a :class:`TextJob`; selection runs: clean and noisy validation accuracy and
+    validation layer losses; final runs: every test perturbation and test layer losses."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    data = text_data(
+        config.max_length,
+        config.train_examples,
+        config.validation_examples,
+        config.test_examples,
+    )
+    model = parts.text_model(job.seed, config.text_layers)
+    steps = config.text_steps if job.final else config.text_grid_steps
+    record = _training_record(config, job, "text", model, data.train, steps, config.text_batch_size)
+    alpha = config.options(job.method, job.point, "text")["alpha"]
+    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    train_report = parts.layer_report(model, _probe(data.train), "classification", report_alpha)
+    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
+    if not job.final:
+        noisy = parts.robustness(
+            model,
+            data.validation,
+            {"gaussian": (config.selection_gamma,)},
+            data.special_ids,
+            seed=SELECTION_NOISE_SEED,
+        )
+        record["validation_clean"] = noisy["clean"]
+        record["validation_robust"] = noisy["gaussian"][0]
+        record.update(parts.layer_report(model, data.validation, "classification", report_alpha))
+        return record
+    levels = {
+        "gaussian": config.additive_gammas,
+        "uniform": config.additive_gammas,
+        "discrete": config.discrete_gammas,
+    }
+    record.update(parts.robustness(model, data.test, levels, data.special_ids, seed=1000))
+    record["typos"] = text_shift_accuracies(
+        model, data, "typos", config.typo_rates, 3000, config.max_length
+    )
+    record["word_dropout"] = text_shift_accuracies(
+        model, data, "word_dropout", config.dropout_rates, 4000, config.max_length
+    )
+    record.update(parts.layer_report(model, data.test, "classification", report_alpha))
+    return record
+
+
+@functools.lru_cache(maxsize=2)
+def video_data(
+    frames: int, crop: int, patch: int, train: int, validation: int, test: int, noise: float
+) -> tuple[DictDataset, torch.Tensor, torch.Tensor, DictDataset, DictDataset]:
+    """Training pairs, clean validation and test crops, and validation / test pairs at the
+    training noise; frames split by time (60 / 15 / 25 %)."""
+    video = load_street_video(max_frames=frames)
+    first, second = int(0.6 * len(video)), int(0.75 * len(video))
+    generator = torch.Generator().manual_seed(0)
+    train_clean = parts.video_crops(video[:first], train, crop, patch, generator)
+    validation_clean = parts.video_crops(video[first:second], validation, crop, patch, generator)
+    test_clean = parts.video_crops(video[second:], test, crop, patch, generator)
+    return (
+        parts.noisy_pairs(train_clean, noise, seed=1),
+        validation_clean,
+        test_clean,
+        parts.noisy_pairs(validation_clean, noise, seed=2500),
+        parts.noisy_pairs(test_clean, noise, seed=3000),
+    )
+
+
+def video_unit(job: VideoJob) -> dict[str, Any]:
+    """Train a :class:`VideoJob`; selection runs: validation RMSE at the training and the
+    selection noise; final runs: test RMSE at every level and test layer losses."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    train, validation_clean, test_clean, validation_pairs, test_pairs = video_data(
+        config.video_frames,
+        config.crop,
+        config.patch,
+        config.train_crops,
+        config.validation_crops,
+        config.test_crops,
+        config.train_noise,
+    )
+    tokens = (config.crop // config.patch) ** 2
+    model = parts.denoiser(
+        job.seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers
+    )
+    steps = config.video_steps if job.final else config.video_grid_steps
+    record = _training_record(config, job, "video", model, train, steps, config.video_batch_size)
+    alpha = config.options(job.method, job.point, "video")["alpha"]
+    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    train_report = parts.layer_report(model, _probe(train), "regression", report_alpha)
+    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
+    if not job.final:
+        sigmas = [config.train_noise, config.selection_multiple * config.train_noise]
+        at_training, at_selection = parts.denoising_rmse(model, validation_clean, sigmas, 2200)
+        record["validation_rmse_train_noise"] = at_training
+        record["validation_rmse_selection"] = at_selection
+        record.update(parts.layer_report(model, validation_pairs, "regression", report_alpha))
+        return record
+    sigmas = [m * config.train_noise for m in config.noise_multiples]
+    record["rmse"] = parts.denoising_rmse(model, test_clean, sigmas, seed=2000)
+    record.update(parts.layer_report(model, test_pairs, "regression", report_alpha))
+    return record

@@ -111,8 +111,10 @@ def test_raise_names_the_parameter_and_changes_nothing(build, bad):
     weights, state = _weights(model), copy.deepcopy(optimizer.state_dict())
     _set_grads(model, 2, bad)
     message = r"the gradient of parameter '2\.weight' is not finite; pass nonfinite='skip'"
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         optimizer.step()
+    # Also a FloatingPointError, so a tuning grid records the point as diverged.
+    assert isinstance(raised.value, FloatingPointError)
     assert _same_weights(weights, _weights(model))
     assert _equal(state, optimizer.state_dict())  # moments, step counts, noise generators
     assert optimizer.skipped_steps == 0
@@ -200,8 +202,10 @@ def test_unnamed_parameters_are_named_by_group_and_index_before_any_group_moves(
     weights = _weights(model)
     _set_grads(model, 0, float("-inf"))
     message = r"gradient of parameter 0 of param group 1 \(shape \[2, 6\]\) is not finite"
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         optimizer.step()
+    # Also a FloatingPointError, so a tuning grid records the point as diverged.
+    assert isinstance(raised.value, FloatingPointError)
     assert _same_weights(weights, _weights(model))  # group 0 did not step either
     with pytest.raises(
         ValueError, match=r"nonfinite must be one of \('raise', 'skip'\), got 'ignore'\."

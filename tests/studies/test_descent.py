@@ -136,6 +136,27 @@ def test_selection_scores_skip_points_that_give_up_clean_quality():
     assert values[:2] == [0.09, 0.08] and math.isnan(values[2])
 
 
+def test_a_diverged_run_is_a_nan_unit_that_selection_skips(monkeypatch):
+    from convergent.studies import descent_runs
+    from convergent.train import TrainingDiverged
+
+    def diverge(*args, **kwargs):
+        raise TrainingDiverged("the training loss is nan at step 3")
+
+    monkeypatch.setattr(parts, "train_model", diverge)
+    config = Config.for_mode("smoke")
+    point = {"lr_scale": 1.0, "weight_decay": 0.01}
+    grid = descent_runs.video_unit(descent_runs.VideoJob(config, "erm", point, 0, final=False))
+    assert grid["diverged"] and math.isnan(grid["validation_rmse_selection"])
+    good = {"validation_rmse_train_noise": 0.05, "validation_rmse_selection": 0.08}
+    score = denoising_score([grid, good], tolerance=0.01)
+    assert math.isnan(score(grid)) and score(good) == 0.08
+    final = descent_runs.video_unit(descent_runs.VideoJob(config, "erm", point, 1, final=True))
+    assert len(final["rmse"]) == len(config.noise_multiples)
+    assert len(final["layer_losses"]) == config.denoiser_layers + 1
+    assert all(math.isnan(value) for value in [*final["rmse"], *final["layer_losses"]])
+
+
 def test_constraints_acted_needs_every_seed_and_only_lower_bounds_from_final_values():
     measured = constraints_acted(
         [

@@ -367,6 +367,26 @@ def test_language_selection_skips_points_whose_dense_model_is_over_ten_percent_w
     assert all(math.isnan(value) for value in scores[2:])
 
 
+def test_a_run_whose_gradient_turns_nan_is_a_diverged_grid_point_not_a_crash():
+    from convergent.data import DictDataset
+    from convergent.optim import HORST
+    from tests.conftest import tiny_regression_transformer
+
+    model = tiny_regression_transformer()
+    generator = torch.Generator().manual_seed(0)
+    data = DictDataset(
+        {"inputs": torch.randn(32, 5, 4, generator=generator), "labels": torch.randn(32, 3)}
+    )
+    # A finite loss with a NaN gradient: the optimizer's guard refuses the step.
+    next(model.parameters()).register_hook(lambda grad: grad * math.nan)
+    optimizer = HORST(model.parameters(), lr=1e-3, alpha=10.0)
+    recipe = sparsity_runs.Recipe({}, steps=4, batch_size=8)
+    assert sparsity_runs._fit(model, optimizer, data, recipe, 0, task="regression") == (
+        False,
+        None,
+    )
+
+
 def test_move_ratio_recorder_records_every_twentieth_step():
     model = torch.nn.Linear(3, 2)
     optimizer = sparsity_runs.HORST(model.parameters(), lr=0.01)

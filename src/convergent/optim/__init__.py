@@ -13,6 +13,7 @@ compiled equivalent, behind the `torch.optim.Optimizer` interface. `build_optimi
 params, **overrides)` builds any of them by name with the class's own defaults.
 """
 
+from convergent.optim._nonfinite import NonFiniteGradientError
 from convergent.optim.factory import OPTIMIZERS, build_optimizer, decay_groups, optimizer_default
 from convergent.optim.ham import HAM
 from convergent.optim.horst import HORST, first_nonfinite
@@ -44,6 +45,7 @@ __all__ = [
     "Langevin",
     "MirrorMap",
     "NoiseSchedule",
+    "NonFiniteGradientError",
     "adam_direction",
     "build_optimizer",
     "decay_groups",

@@ -32,6 +32,15 @@ Nonfinite = Literal["raise", "skip"]
 NONFINITE_OPTIONS = ("raise", "skip")
 
 
+class NonFiniteGradientError(ValueError, FloatingPointError):
+    """A gradient held NaN or infinity, so the optimizer refused the step.
+
+    A ``ValueError`` (the value handed to ``step`` is bad) and a ``FloatingPointError`` (the
+    training diverged): code that treats a diverged run as a result, as a tuning grid does,
+    catches it with :class:`~convergent.train.TrainingDiverged` as one ``FloatingPointError``.
+    """
+
+
 def check_nonfinite_option(value: Any) -> None:
     """Raises unless `value` is "raise" or "skip"."""
     if value not in NONFINITE_OPTIONS:
@@ -96,8 +105,8 @@ def skip_for_nonfinite_gradient(
         finite.
 
     Raises:
-        ValueError: some gradient is not finite and `nonfinite` is "raise"; it names the
-            first such parameter (the smallest index over ranks).
+        NonFiniteGradientError: some gradient is not finite and `nonfinite` is "raise"; it
+            names the first such parameter (the smallest index over ranks).
     """
     grads: list[Tensor] = []
     places: list[tuple[int, int]] = []
@@ -118,7 +127,7 @@ def skip_for_nonfinite_gradient(
         name = parameter_name(param_groups[group_index], group_index, param_index)
     else:  # only when ranks disagree on which parameters have gradients
         name = f"a parameter on another rank (number {bad} there)"
-    raise ValueError(
+    raise NonFiniteGradientError(
         f"{optimizer_name}: the gradient of {name} is not finite; "
         "pass nonfinite='skip' to skip such steps."
     )

@@ -44,10 +44,11 @@ Record = dict[str, Any]
 
 def monotone_tolerance(erm: Sequence[Record]) -> float:
     """Twice the largest across-seed standard deviation of one layer's ERM test loss (0 with
-    fewer than two seeds)."""
-    if len(erm) < 2:
+    fewer than two finished seeds)."""
+    finished = [r["layer_losses"] for r in erm if all(map(math.isfinite, r["layer_losses"]))]
+    if len(finished) < 2:
         return 0.0
-    layers = zip(*(record["layer_losses"] for record in erm), strict=True)
+    layers = zip(*finished, strict=True)
     return NOISE_FACTOR * max(statistics.stdev(values) for values in layers)
 
 

@@ -206,29 +206,56 @@ def _training_record(
     train: Any,
     steps: int,
     batch_size: int,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     options = config.options(job.method, job.point, part)
-    training = parts.train_model(
-        model,
-        job.method,
-        train,
-        task="classification" if part == "text" else "regression",
-        steps=steps,
-        batch_size=batch_size,
-        lr=options["lr"],
-        weight_decay=options["weight_decay"],
-        seed=job.seed,
-        alpha=options["alpha"],
-        dual_lr=config.dual_lr,
-        resilient_cost=options["resilient_cost"],
-        progress=False,
-    )
+    try:
+        training = parts.train_model(
+            model,
+            job.method,
+            train,
+            task="classification" if part == "text" else "regression",
+            steps=steps,
+            batch_size=batch_size,
+            lr=options["lr"],
+            weight_decay=options["weight_decay"],
+            seed=job.seed,
+            alpha=options["alpha"],
+            dual_lr=config.dual_lr,
+            resilient_cost=options["resilient_cost"],
+            progress=False,
+        )
+    except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
+        return None
     return {
         "seed": job.seed,
         "train_loss": training["train_loss"],
         "multipliers": training["multipliers"],
         **parts.multiplier_activity(training["history"]),
         "trajectory": dual_trajectory(training["history"]),
+    }
+
+
+# What a diverged run scores: NaN, so that selection skips it and the claims drop its seed.
+LAYER_SCORES = ("fraction_satisfied", "largest_increase", "train_fraction_satisfied")
+TEXT_SELECTION_SCORES = ("validation_clean", "validation_robust", *LAYER_SCORES)
+TEXT_SCORES = ("clean", *LAYER_SCORES)
+VIDEO_SELECTION_SCORES = ("validation_rmse_train_noise", "validation_rmse_selection", *LAYER_SCORES)
+VIDEO_SCORES = LAYER_SCORES
+
+
+def diverged_record(seed: int, scores: Sequence[str], **lists: int) -> dict[str, Any]:
+    """The unit of a run whose loss or gradient turned NaN: ``diverged``, NaN ``scores`` and,
+    for each ``name=length`` of ``lists``, a list of that many NaNs."""
+    return {
+        **{name: [math.nan] * length for name, length in lists.items()},
+        "seed": seed,
+        "diverged": True,
+        "train_loss": math.nan,
+        "multipliers": [],
+        "multiplier_max": None,
+        "multiplier_active_share": None,
+        "trajectory": dual_trajectory([]),
+        **dict.fromkeys(scores, math.nan),
     }
 
 
@@ -250,6 +277,19 @@ def text_unit(job: TextJob) -> dict[str, Any]:
     model = parts.text_model(job.seed, config.text_layers)
     steps = config.text_steps if job.final else config.text_grid_steps
     record = _training_record(config, job, "text", model, data.train, steps, config.text_batch_size)
+    if record is None:
+        if not job.final:
+            return diverged_record(job.seed, TEXT_SELECTION_SCORES)
+        return diverged_record(
+            job.seed,
+            TEXT_SCORES,
+            layer_losses=model.num_layers + 1,
+            gaussian=len(config.additive_gammas),
+            uniform=len(config.additive_gammas),
+            discrete=len(config.discrete_gammas),
+            typos=len(config.typo_rates),
+            word_dropout=len(config.dropout_rates),
+        )
     alpha = config.options(job.method, job.point, "text")["alpha"]
     report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
     train_report = parts.layer_report(model, _probe(data.train), "classification", report_alpha)
@@ -323,6 +363,15 @@ def video_unit(job: VideoJob) -> dict[str, Any]:
     )
     steps = config.video_steps if job.final else config.video_grid_steps
     record = _training_record(config, job, "video", model, train, steps, config.video_batch_size)
+    if record is None:
+        if not job.final:
+            return diverged_record(job.seed, VIDEO_SELECTION_SCORES)
+        return diverged_record(
+            job.seed,
+            VIDEO_SCORES,
+            layer_losses=config.denoiser_layers + 1,
+            rmse=len(config.noise_multiples),
+        )
     alpha = config.options(job.method, job.point, "video")["alpha"]
     report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
     train_report = parts.layer_report(model, _probe(train), "regression", report_alpha)

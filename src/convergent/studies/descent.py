@@ -26,22 +26,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .common import StudyResult, json_ready
 from .descent_claims import DESIGN, claims_from_results
 from .descent_config import METHODS, Config
 from .descent_report import draw_figures, study_notes, study_tables
-from .descent_runs import (
-    TextJob,
-    VideoJob,
-    denoising_score,
-    robust_score,
-    text_unit,
-    video_unit,
-)
+from .descent_runs import Job, denoising_score, robust_score, text_unit, video_unit
 from .tuning import Tuning, TuningData, grid_points, tune
-from .units import UnitCache, run_jobs
+from .units import UnitCache, run_jobs, unit_session
 
 __all__ = ["Config", "claims_from_results", "run"]
 
@@ -52,7 +43,7 @@ VIDEO_TUNING = "(b) street-video denoiser, selection seed"
 def _part(
     config: Config,
     cache: UnitCache,
-    job_type: Any,
+    part: str,
     compute: Callable[[Any], dict[str, Any]],
     scorer: Callable[..., Callable[[dict[str, Any]], float]],
     maximize: bool,
@@ -63,7 +54,7 @@ def _part(
     grids = config.grids()
     points = {name: grid_points(axes) for name, axes in grids.items()}
     selection = [
-        (name, index, job_type(config, name, point, config.selection_seed, final=False))
+        (name, index, Job(config, part, name, point, config.selection_seed, final=False))
         for name in METHODS
         for index, point in enumerate(points[name])
     ]
@@ -81,7 +72,7 @@ def _part(
         log=log,
     )
     finals = [
-        job_type(config, name, tunings[name].selected_point, seed, final=True)
+        Job(config, part, name, tunings[name].selected_point, seed, final=True)
         for name in METHODS
         for seed in config.seeds
     ]
@@ -103,21 +94,12 @@ def _part(
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run both parts (resuming from ``out_dir / "units"``) and draw the figures there."""
     started = time.perf_counter()
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def log(line: str) -> None:
-        if progress:
-            print(f"[descent] {line}", flush=True)
-
-    cache = UnitCache(folder / "units", "descent", json_ready(config))
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with unit_session("descent", config, out_dir, config.threads, progress) as session:
+        folder, log, cache = session
         text = _part(
             config,
             cache,
-            TextJob,
+            "text",
             text_unit,
             robust_score,
             True,
@@ -129,7 +111,7 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         video = _part(
             config,
             cache,
-            VideoJob,
+            "video",
             video_unit,
             denoising_score,
             False,
@@ -138,8 +120,6 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             "noise (n/a: outside)",
             lambda line: log(f"(b) {line}"),
         )
-    finally:
-        torch.set_num_threads(previous_threads)
     log(cache.summary())
     text["levels"] = {
         "gaussian": config.additive_gammas,

@@ -7,9 +7,9 @@ draws). Thresholds and checks were written down before the first run of this des
 - clean accuracy within 0.3 point of ERM (the paper's figure) and within 1 point;
 - under each perturbation kind, accuracy averaged over its levels at least 1 point above
   ERM's (the margin of the first design);
-- per-layer losses monotone up to a tolerance where ERM's are not: the tolerance is twice
-  the largest across-seed standard deviation of any layer's ERM test loss, so a "bump" is
-  larger than the seed noise of a layer's loss;
+- per-layer losses monotone up to a tolerance where ERM's are not: no layer's test loss more
+  than 1 % above the previous layer's (the first design counted 0.694 -> 0.695 as a bump;
+  the report shows the seed spread of ERM's layer-to-layer changes beside it);
 - the denoiser's RMSE at least 1 % lower than ERM's at every noise level at or beyond twice
   the training level (the first design's form).
 
@@ -20,6 +20,7 @@ Payloads of the first design (no ``"design"`` key) are scored by :mod:`.descent_
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,19 +38,15 @@ OOD_MULTIPLE = v1.OOD_MULTIPLE
 MULTIPLIER_FLOOR = v1.MULTIPLIER_FLOOR
 ACTIVE_SHARE_FLOOR = 0.2
 BUMP_SHARE_FLOOR = v1.BUMP_SHARE_FLOOR
-NOISE_FACTOR = 2.0  # the monotonicity tolerance, in across-seed standard deviations
+MONOTONE_TOLERANCE = 0.01  # a bump: a layer's loss more than 1 % above the previous layer's
 
 Record = dict[str, Any]
 
 
-def monotone_tolerance(erm: Sequence[Record]) -> float:
-    """Twice the largest across-seed standard deviation of one layer's ERM test loss (0 with
-    fewer than two finished seeds)."""
-    finished = [r["layer_losses"] for r in erm if all(map(math.isfinite, r["layer_losses"]))]
-    if len(finished) < 2:
-        return 0.0
-    layers = zip(*finished, strict=True)
-    return NOISE_FACTOR * max(statistics.stdev(values) for values in layers)
+def largest_relative_increase(losses: Sequence[float]) -> float:
+    """max_l (f_l / f_(l-1) - 1): how far one layer's loss rises above the previous layer's,
+    relative to it (scale-free: a denoiser's losses span orders of magnitude across layers)."""
+    return max(after / before - 1 for before, after in itertools.pairwise(losses))
 
 
 def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
@@ -68,15 +65,30 @@ def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
     ]
 
 
-def _bumps_check(erm: Sequence[Record], tolerance: float, part: str) -> Check:
-    share = sum(r["largest_increase"] > tolerance for r in erm) / len(erm) if erm else math.nan
+def _bumps_check(erm: Sequence[Record], part: str) -> Check:
+    rises = [largest_relative_increase(r["layer_losses"]) for r in erm]
+    finite = [rise for rise in rises if math.isfinite(rise)]
+    share = sum(rise > MONOTONE_TOLERANCE for rise in finite) / len(finite) if finite else math.nan
     return Check(
-        f"share of ERM seeds whose per-layer test loss rises by more than the tolerance "
-        f"{tolerance:.3g} somewhere, {part}",
+        f"share of ERM seeds whose per-layer test loss rises more than "
+        f"{100 * MONOTONE_TOLERANCE:g} % from one layer to the next, {part}",
         share,
         at_least(BUMP_SHARE_FLOOR),
         note=v1.BUMP_REASON,
     )
+
+
+def _change_spread(erm: Sequence[Record]) -> str:
+    """The across-seed spread of ERM's relative layer-to-layer changes, largest over layers."""
+    changes = [
+        [after / before - 1 for before, after in itertools.pairwise(r["layer_losses"])]
+        for r in erm
+        if all(map(math.isfinite, r["layer_losses"]))
+    ]
+    if len(changes) < 2:
+        return "n/a (fewer than 2 ERM seeds)"
+    spreads = [statistics.stdev(column) for column in zip(*changes, strict=True)]
+    return f"{100 * statistics.median(spreads):.2g} % median, {100 * max(spreads):.2g} % largest"
 
 
 def _pairs(runs: Mapping[str, list[Record]]) -> tuple[list[Record], list[Record]]:
@@ -101,23 +113,23 @@ def _summary(records: Sequence[Record]) -> str:
 def monotone_claim(
     runs: Mapping[str, list[Record]], part: str, unit: str, checks: Sequence[Check]
 ) -> Claim:
-    """Per-layer losses monotone (up to the seed-noise tolerance) where ERM's have bumps."""
+    """Per-layer losses monotone (up to the tolerance) where ERM's have bumps."""
     erm, constrained = _pairs(runs)
-    tolerance = monotone_tolerance(erm)
-    increases = [c["largest_increase"] for c in constrained]
+    rises = [largest_relative_increase(c["layer_losses"]) for c in constrained]
+    erm_rises = [largest_relative_increase(e["layer_losses"]) for e in erm]
     return claim_from_seeds(
         f"{part} Descent-constrained training gives per-layer losses that fall monotonically "
-        "across layers where ERM's do not (here: the constrained model's largest "
-        "layer-to-layer increase of per-layer test loss is at most the tolerance, twice the "
-        "largest seed spread of an ERM layer's loss, with larger bumps in at least "
-        f"{100 * BUMP_SHARE_FLOOR:g} % of the ERM seeds).",
-        increases,
-        at_most(tolerance),
-        unit=f"{unit} (largest layer-to-layer increase, constrained model)",
-        checks=[*checks, _bumps_check(erm, tolerance, part)],
-        evidence=f"tolerance {tolerance:.4g}; largest increase per seed: constrained "
-        f"{v1._numbers(increases)}, ERM {v1._numbers([e['largest_increase'] for e in erm])}. "
-        f"Constrained: {_summary(constrained)}.",
+        "across layers where ERM's do not (here: no layer's test loss more than "
+        f"{100 * MONOTONE_TOLERANCE:g} % above the previous layer's, with larger bumps in at "
+        f"least {100 * BUMP_SHARE_FLOOR:g} % of the ERM seeds).",
+        rises,
+        at_most(MONOTONE_TOLERANCE),
+        unit=f"largest relative rise of the per-layer test {unit}, constrained model "
+        "(max_l f_l / f_(l-1) - 1)",
+        checks=[*checks, _bumps_check(erm, part)],
+        evidence=f"largest relative rise per seed: constrained {v1._numbers(rises)}, ERM "
+        f"{v1._numbers(erm_rises)}; across-seed spread of ERM's layer-to-layer changes: "
+        f"{_change_spread(erm)}. Constrained: {_summary(constrained)}.",
     )
 
 

@@ -1,6 +1,6 @@
 """The runs of the ``descent`` study as jobs a process pool can run, and the selection rule.
 
-A *job* (:class:`TextJob`, :class:`VideoJob`) is one training run: a method at a grid point
+A *job* (:class:`Job`) is one training run: a method at a grid point
 from a seed. Selection jobs (``final=False``) train for the grid's steps and are scored on
 the validation split only; final jobs train for the final steps and are scored on test.
 Every run records how hard its constraints pushed (:func:`dual_trajectory`), the study's
@@ -96,10 +96,12 @@ def denoising_score(
 
 
 @dataclass(frozen=True)
-class TextJob:
-    """One MiniLM run on rt-sentences."""
+class Job:
+    """One training run: ``part`` is ``"text"`` (MiniLM on rt-sentences) or ``"video"`` (the
+    denoiser on street-video crops)."""
 
     config: Config
+    part: str
     method: str
     point: dict[str, Any]
     seed: int
@@ -108,28 +110,7 @@ class TextJob:
     def unit(self) -> dict[str, Any]:
         """The unit-cache key of this run."""
         return {
-            "part": "text",
-            "method": self.method,
-            **self.point,
-            "seed": self.seed,
-            "final": self.final,
-        }
-
-
-@dataclass(frozen=True)
-class VideoJob:
-    """One denoiser run on street-video crops."""
-
-    config: Config
-    method: str
-    point: dict[str, Any]
-    seed: int
-    final: bool
-
-    def unit(self) -> dict[str, Any]:
-        """The unit-cache key of this run."""
-        return {
-            "part": "video",
+            "part": self.part,
             "method": self.method,
             **self.point,
             "seed": self.seed,
@@ -263,8 +244,8 @@ def _probe(dataset: DictDataset) -> DictDataset:
     return dataset if len(dataset) <= TRAIN_PROBE else dataset.subset(torch.arange(TRAIN_PROBE))
 
 
-def text_unit(job: TextJob) -> dict[str, Any]:
-    """Train a :class:`TextJob`; selection runs: clean and noisy validation accuracy and
+def text_unit(job: Job) -> dict[str, Any]:
+    """Train a text :class:`Job`; selection runs: clean and noisy validation accuracy and
     validation layer losses; final runs: every test perturbation and test layer losses."""
     config = job.config
     torch.set_num_threads(config.threads)
@@ -343,8 +324,8 @@ def video_data(
     )
 
 
-def video_unit(job: VideoJob) -> dict[str, Any]:
-    """Train a :class:`VideoJob`; selection runs: validation RMSE at the training and the
+def video_unit(job: Job) -> dict[str, Any]:
+    """Train a video :class:`Job`; selection runs: validation RMSE at the training and the
     selection noise; final runs: test RMSE at every level and test layer losses."""
     config = job.config
     torch.set_num_threads(config.threads)

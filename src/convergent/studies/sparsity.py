@@ -49,7 +49,7 @@ from .sparsity_plots import plot_alpha_sweep, plot_histograms, plot_sparsity_cur
 from .sparsity_report import study_notes, study_tables
 from .sparsity_runs import LanguageJob, VisionJob, language_unit, vision_unit
 from .tuning import Tuning, TuningData, grid_points, tune
-from .units import UnitCache, run_jobs
+from .units import UnitCache, run_jobs, unit_session
 
 __all__ = [
     "Config",
@@ -239,21 +239,10 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run the study (resuming from ``out_dir / "units"``) and draw its figures into ``out_dir``."""
     started = time.perf_counter()
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def log(line: str) -> None:
-        if progress:
-            print(f"[sparsity] {line}", flush=True)
-
-    cache = UnitCache(folder / "units", "sparsity", json_ready(config))
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with unit_session("sparsity", config, out_dir, config.threads, progress) as session:
+        folder, log, cache = session
         vision = _vision_part(config, cache, log)
         language = _language_part(config, cache, log)
-    finally:
-        torch.set_num_threads(previous_threads)
     log(cache.summary())
     figures = [
         plot_sparsity_curves(

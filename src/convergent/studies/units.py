@@ -14,11 +14,12 @@ numbers, strings, lists, dicts and tensors. Each file is written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import multiprocessing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import cache
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from ..train.checkpoint import save_torch_atomically
+from .common import json_ready
 
 Value = TypeVar("Value")
 
@@ -178,3 +180,26 @@ def run_jobs(
         for index in pending:
             store(index, compute(jobs[index]))
     return values
+
+
+@contextlib.contextmanager
+def unit_session(
+    study: str, config: Any, out_dir: str | Path, threads: int, progress: bool
+) -> Iterator[tuple[Path, Callable[[str], None], UnitCache]]:
+    """The setting of a study run on units: its folder (created), a logger printing
+    ``[study] line`` when ``progress`` is on, and its :class:`UnitCache` in ``folder/units``;
+    torch runs ``threads`` threads in this process until the block ends."""
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        if progress:
+            print(f"[{study}] {line}", flush=True)
+
+    cache = UnitCache(folder / "units", study, json_ready(config))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield folder, log, cache
+    finally:
+        torch.set_num_threads(previous)

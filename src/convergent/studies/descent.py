@@ -129,18 +129,15 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         "word_dropout": config.dropout_rates,
     }
     video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
-    hidden = ("tunings",)
-    data = {
-        "design": DESIGN,
-        "text": {k: v for k, v in text.items() if k not in hidden},
-        "video": {k: v for k, v in video.items() if k not in hidden},
-    }
+    shown_text = {k: v for k, v in text.items() if k != "tunings"}
+    shown_video = {k: v for k, v in video.items() if k != "tunings"}
+    data: dict[str, Any] = {"design": DESIGN, "text": shown_text, "video": shown_video}
     tuning = {
         TEXT_TUNING: {name: t.to_json() for name, t in text["tunings"].items()},
         VIDEO_TUNING: {name: t.to_json() for name, t in video["tunings"].items()},
     }
     claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    figures = draw_figures(data["text"], data["video"], config.noise_multiples, folder)
+    figures = draw_figures(shown_text, shown_video, config.noise_multiples, folder)
     return StudyResult(
         name="descent",
         mode=config.mode,

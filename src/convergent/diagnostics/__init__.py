@@ -1,5 +1,5 @@
-"""Convergence diagnostics: attention-output spectra, rank collapse, rate fits, layer-wise
-losses and weight statistics.
+"""Convergence diagnostics: attention-output spectra, rank collapse, rate fits and
+convergence-bound tests of loss curves, layer-wise losses and weight statistics.
 
 Everything here is a pure function of a model, a batch or a curve, plus one hook object
 (`SpectraRecorder`) for measuring during training. Nothing here imports training code; the
@@ -7,6 +7,16 @@ Everything here is a pure function of a model, a batch or a curve, plus one hook
 """
 
 from ..losses import losses_from_hidden_states
+from .convergence import (
+    BandSlope,
+    EnvelopeTest,
+    FloorFit,
+    band_log_slope,
+    fit_rate_with_floor,
+    geometric_envelope,
+    smallest_envelope_rate,
+    steps_to_reach,
+)
 from .layerwise import MonotonicityReport, layerwise_losses, monotonicity_report
 from .rank import layerwise_rank_collapse, rank_collapse
 from .rates import RateFit, fit_linear_rate
@@ -26,14 +36,20 @@ from .weights import query_key_norms, weight_matrices, weight_statistics
 __all__ = [
     "AttentionSite",
     "AttentionSpectra",
+    "BandSlope",
+    "EnvelopeTest",
+    "FloorFit",
     "MonotonicityReport",
     "RateFit",
     "SpectraRecorder",
     "attention_spectra",
+    "band_log_slope",
     "condition_number",
     "find_attention_sites",
     "fit_linear_rate",
+    "fit_rate_with_floor",
     "flat_potential",
+    "geometric_envelope",
     "layerwise_losses",
     "layerwise_rank_collapse",
     "losses_from_hidden_states",
@@ -42,6 +58,8 @@ __all__ = [
     "rank_collapse",
     "singular_value_extremes",
     "singular_values",
+    "smallest_envelope_rate",
+    "steps_to_reach",
     "villani_along_ray",
     "villani_quantity",
     "weight_matrices",

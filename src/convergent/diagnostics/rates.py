@@ -4,6 +4,12 @@ A curve converges linearly at rate rho in (0, 1) when loss_t - floor ~ C rho^t. 
 window of steps we fit log(loss_t - floor) = a + b t by least squares; rho = exp(b), and
 the interval is exp of the Student-t interval on the slope b (n - 2 degrees of freedom).
 The per-step contraction 1 - rho is the "speed": larger is faster.
+
+R^2 of this fit judges whether log(loss - floor) is a straight line, which a linear
+convergence bound does not require: a fast transient followed by slower decay satisfies the
+bound yet fits poorly. To test the bound itself, to fit the floor, or to compare speeds over a
+common loss band, see `convergence` (`geometric_envelope`, `smallest_envelope_rate`,
+`fit_rate_with_floor`, `steps_to_reach`, `band_log_slope`).
 """
 
 from __future__ import annotations

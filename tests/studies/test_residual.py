@@ -15,8 +15,8 @@ from convergent.studies import VERDICTS, rescore
 from convergent.studies import residual as study
 from convergent.studies.common import json_ready, write_study
 from convergent.studies.residual import Config, run
-from convergent.studies.residual_claims import (
-    claims_from_results,
+from convergent.studies.residual_claims import claims_from_results
+from convergent.studies.residual_claims_v1 import (
     depth_gaps,
     floor_decades,
     head_and_tail_means,
@@ -66,7 +66,7 @@ def test_scaled_residual_at_beta_one_is_bert_and_at_zero_drops_the_input():
 
 def test_config_modes_and_bad_values():
     assert Config.for_mode("full").seeds == (0, 1, 2, 3, 4)
-    assert Config.for_mode("full").gd_steps == 2000
+    assert Config.for_mode("full").regimes == ((0.1, 2000), (0.01, 6000))
     assert Config.for_mode("quick").seeds == (0,)
     assert Config.for_mode("quick").betas == (0.0, 0.25, 0.5, 0.75, 1.0)
     assert Config.for_mode("quick").depths == (2, 6, 10)
@@ -74,6 +74,10 @@ def test_config_modes_and_bad_values():
         Config(betas=(0.0, 1.5))
     with pytest.raises(ValueError, match="mode must be one of"):
         Config.for_mode("huge")
+    with pytest.raises(ValueError, match=r"regime \(lr=0.0, steps=100\) is out of range"):
+        Config(regimes=((0.0, 100),))
+    with pytest.raises(ValueError, match=r"transient_fraction=0\.5 is out of range"):
+        Config(transient_fraction=0.5)
 
 
 # --- measurement functions, against answers worked out by hand -------------------------------
@@ -121,7 +125,8 @@ def test_floor_decades_and_gap_growth():
 
 def test_unit_values_survive_a_weights_only_load(tmp_path):
     gd = GradientDescentRun(
-        beta=0.5, seed=3, losses=[1.0, math.nan], spectra_steps=[0, 1], sigma_min=[0.1, 0.2],
+        beta=0.5, seed=3, lr=0.1, steps=1, losses=[1.0, math.nan], spectra_steps=[0, 1],
+        sigma_min=[0.1, 0.2],
         sigma_max=[1.0, 2.0], residual_sigma_min=[0.3, 0.4], residual_sigma_max=[1.5, 2.5],
         squared_ratio=[0.01, 0.01], residual_squared_ratio=[0.04, 0.03], diverged=True,
         seconds=1.5,
@@ -248,7 +253,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
 
 
 def _assert_preview_claims(claims) -> None:
-    assert len(claims) == 5
+    assert len(claims) == 8  # 3 per step-size regime, the sigma_min floor, depth
     for claim in claims:
         assert claim.checks, claim.statement
         assert claim.n == 1 and claim.preview
@@ -269,7 +274,9 @@ def test_smoke_run_writes_a_report(tmp_path):
     for figure in result.figures:
         assert_drawn_figure(tmp_path / figure)
     one_layer = result.data["one_layer_runs"]
-    assert [run["beta"] for run in one_layer] == [0.0, 0.5, 1.0]
+    assert [(run["lr"], run["beta"]) for run in one_layer] == [
+        (0.1, 0.0), (0.1, 0.5), (0.1, 1.0), (0.01, 0.0), (0.01, 0.5), (0.01, 1.0),
+    ]  # fmt: skip
     for entry in one_layer:
         assert len(entry["losses"]) == 31
         assert all(math.isfinite(value) for value in entry["losses"])
@@ -290,7 +297,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     config = Config.for_mode("smoke")
     first = run(config, tmp_path, progress=False)
     units = sorted((tmp_path / "units").glob("*.pt"))
-    assert len(units) == 3 + 4  # 3 betas, and 2 depths x 2 betas, one seed
+    assert len(units) == 6 + 4  # 2 regimes x 3 betas, and 2 depths x 2 betas, one seed
     stamps = [path.stat().st_mtime_ns for path in units]
 
     def refuse(*args, **kwargs):
@@ -315,9 +322,9 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(study, name, counting)
-    changed = run(replace(config, gd_lr=0.05), tmp_path, progress=False)
+    changed = run(replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
     assert sorted(computed) == ["train_one_beta"] * 3 + ["train_one_depth"] * 4
-    assert len(list((tmp_path / "units").glob("*.pt"))) == 14
+    assert len(list((tmp_path / "units").glob("*.pt"))) == 17
     assert changed.data["one_layer_runs"][1]["losses"] != first.data["one_layer_runs"][1]["losses"]
 
 

@@ -1,19 +1,25 @@
-"""The ``residual`` study's claims, scored from a ``results.json`` payload alone.
+"""The ``residual`` study's claims (design 2), scored from a ``results.json`` payload alone.
 
-Every claim has one effect per seed, so its interval spans the seed-to-seed variance:
+The theorem is a bound, L_t <= rho^t L_0 after the right initialization, and its rate is
+governed by sigma_min^2 / sigma_max^2 of the attention output. Design 2 tests it in that form,
+in each step-size regime of ``config["regimes"]`` (lr, steps), from the stored loss curves and
+spectra; every effect is one number per seed, with a t-interval over the seeds:
 
-1. linear convergence: the smallest whole-curve R^2 over beta > 0 (a run that diverged, or
-   whose upper rate bound is >= 1, counts as R^2 = 0); holds if >= 0.9.
-2. rate set by sigma_min^2 / sigma_max^2: Spearman(1 - rate, mean (sigma_min/sigma_max)^2 of
-   beta X + Attn(X)) over the betas; holds if >= 1 (the same order).
-3. sigma_min kept away from zero: log10 of the smallest sigma_min of beta X + Attn(X) over
-   beta > 0 divided by that at beta = 0; holds if >= 1 (at least tenfold).
-4. speeds up with beta: Spearman(beta, 1 - rate); holds if >= 1.
-5. advantage grows with depth: the smallest increase, between consecutive depths, of the
-   tail-mean training-loss gap beta 0 minus beta 1; holds if >= 0.
+1. linear convergence: after the transient t0 = ``transient_fraction`` x steps, each beta > 0
+   curve stays under the geometric envelope through (t0, L_t0) and (T, L_T)
+   (`geometric_envelope`); effect: the largest excess of log L_t over the envelope among the
+   beta > 0 runs; holds if <= ``envelope_tolerance``.
+2. faster as beta grows: the mean log-slope of each curve over a loss band common to all betas
+   of the seed (`band_log_slope`): from the lowest loss any beta has at t0 down to 1.05 x the
+   highest final loss; effect: log(speed at the largest beta / speed at beta 0); holds if >= 0.
+3. the rate bound: with r_beta the mean (sigma_min / sigma_max)^2 of beta X + Attn(X) over
+   training, a lower bound speed >= c r_beta. The constant c is not one we can evaluate, so it
+   is set at the largest beta (c = speed_1 / r_1) and the bound is tested at every beta in
+   between; effect: min over 0 < beta < 1 of log(speed_beta / (c r_beta)); holds if >= 0.
+4. sigma_min kept away from zero (first regime): as in design 1.
+5. advantage grows with depth: as in design 1, with an interval per depth pair.
 
-The same function scores a new run and the committed full-mode results (3 seeds, written
-before this record existed): a check whose quantity was not stored is ``not_measured``.
+Payloads of design 1 (no ``regimes`` in the config) are scored by `residual_claims_v1`.
 """
 
 from __future__ import annotations
@@ -27,373 +33,340 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured
+from ..diagnostics import band_log_slope, geometric_envelope, smallest_envelope_rate
+from . import residual_claims_v1 as v1
+from .claims import (
+    Check,
+    Claim,
+    at_least,
+    at_most,
+    claim_from_seeds,
+    format_interval,
+    not_measured,
+    t_interval,
+)
 from .claims import stored_number as number
 
-LINEAR_R_SQUARED = 0.9  # the whole-curve fit's R^2 that counts as linear
-SAME_ORDER = 1.0  # Spearman of exactly 1: the two orders agree
-KEPT_AWAY_DECADES = 1.0  # at least 10x the beta = 0 floor
-DEPTH_GAP_GROWTH = 0.0  # the gap must not shrink from one depth to the next
-TRAINED_LOSS_RATIO = 0.1  # GD lowered the loss at least tenfold
-COLLAPSED_SQUARED_RATIO = 1e-3  # (sigma_min/sigma_max)^2 of Attn(X) at beta = 0
-DEPTH_TRAINED_LOSS_RATIO = 0.9  # beta = 1 lowered the tail-mean training loss by >= 10 %
-TAIL_PARTS = 10  # "initial" and "final" loss: means over the first and last tenth of the steps
-
-TRAINED_NAME = "GD trained: largest final/initial loss over beta > 0 runs (all seeds)"
-COLLAPSE_NAME = (
-    "softmax collapses rank at beta = 0: mean (sigma_min/sigma_max)^2 of Attn(X) at beta 0 "
-    "(squared_ratio_mean, mean over seeds)"
-)
-DEPTH_TRAINED_NAME = (
-    "beta = 1 runs trained: largest final/initial tail-mean train loss over depths (all seeds)"
-)
-
-
-def spearman(first: Sequence[float], second: Sequence[float]) -> float:
-    """Spearman's rank correlation; NaN with fewer than 2 points, a non-finite value or a
-    constant sequence (no order to compare)."""
-    if len(first) != len(second) or len(first) < 2:
-        return math.nan
-    if not all(map(math.isfinite, [*first, *second])):
-        return math.nan
-    if np.ptp(first) == 0 or np.ptp(second) == 0:
-        return math.nan
-    return float(stats.spearmanr(first, second).statistic)
-
-
-def head_and_tail_means(losses: Sequence[float], parts: int = TAIL_PARTS) -> tuple[float, float]:
-    """The mean loss over the first and over the last ``1 / parts`` of the steps (at least one
-    step each): the "initial" and "final" training loss of a noisy minibatch curve."""
-    if not losses:
-        return math.nan, math.nan
-    count = max(1, len(losses) // parts)  # integer division, as the study's tables use
-    values = [number(v) for v in losses]
-    return float(np.mean(values[:count])), float(np.mean(values[-count:]))
-
-
-def fit_failed(row: Mapping[str, Any]) -> bool:
-    """A run whose fit cannot count as linear: diverged, upper rate bound >= 1, or no fit."""
-    rate_high, r_squared = number(row.get("rate_high")), number(row.get("r_squared"))
-    return bool(row.get("diverged")) or not rate_high < 1 or not math.isfinite(r_squared)
-
-
-def worst_r_squared(rows: Sequence[Mapping[str, Any]]) -> float:
-    """The smallest R^2 over ``rows`` (one seed's beta > 0 runs), a failed fit counting as 0."""
-    if not rows:
-        return math.nan
-    return min(0.0 if fit_failed(row) else number(row["r_squared"]) for row in rows)
-
-
-def floor_decades(rows: Sequence[Mapping[str, Any]]) -> float:
-    """log10(min over beta > 0 of the smallest sigma_min of beta X + Attn(X) / that at beta 0)
-    over one seed's runs; NaN without a beta = 0 run, a beta > 0 run or a positive floor."""
-    zero = [number(r.get("residual_sigma_min_min")) for r in rows if number(r["beta"]) == 0.0]
-    rest = [number(r.get("residual_sigma_min_min")) for r in rows if number(r["beta"]) > 0.0]
-    if not zero or not rest or not zero[0] > 0 or not min(rest) > 0:
-        return math.nan
-    return math.log10(min(rest) / zero[0])
-
-
-def depth_gaps(runs: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """Tail-mean training loss at beta 0 minus at beta 1, by depth (one seed's runs)."""
-    final = {
-        (int(run["depth"]), number(run["beta"])): head_and_tail_means(run["losses"])[1]
-        for run in runs
-    }
-    return {
-        depth: final[(depth, 0.0)] - final[(depth, 1.0)]
-        for depth in sorted({depth for depth, _ in final})
-        if (depth, 0.0) in final and (depth, 1.0) in final
-    }
-
-
-def smallest_gap_growth(gaps: Mapping[int, float]) -> float:
-    """min over consecutive depths of gap(next) - gap(this); NaN below two depths."""
-    ordered = [gaps[depth] for depth in sorted(gaps)]
-    if len(ordered) < 2:
-        return math.nan
-    return min(b - a for a, b in itertools.pairwise(ordered))
-
-
-def _seeds(config: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> list[int]:
-    present = {int(item["seed"]) for item in items}
-    ordered = [int(seed) for seed in config.get("seeds", []) if int(seed) in present]
-    return ordered + sorted(present - set(ordered))
-
-
-def _listed(values: Sequence[float], digits: str = ".2f") -> str:
-    return (
-        "[" + ", ".join("nan" if not math.isfinite(v) else format(v, digits) for v in values) + "]"
-    )
-
-
-def _trained_check(rows: Sequence[Mapping[str, Any]]) -> Check:
-    required = at_most(TRAINED_LOSS_RATIO)
-    residual = [row for row in rows if number(row["beta"]) > 0 and not row.get("diverged")]
-    if not all("initial_loss" in row and "final_loss" in row for row in rows):
-        return not_measured(TRAINED_NAME, required, "initial_loss / final_loss were not stored")
-    ratios = [number(r["final_loss"]) / number(r["initial_loss"]) for r in residual]
-    ratios = [ratio for ratio in ratios if math.isfinite(ratio)]
-    if not ratios:
-        return not_measured(TRAINED_NAME, required, "no beta > 0 run with a finite loss")
-    return Check(
-        TRAINED_NAME,
-        max(ratios),
-        required,
-        note="the loss fell at least tenfold, so there is a curve to fit (runs that diverged "
-        "are left out here and count as R^2 = 0 in claim 1's effect)",
-    )
-
-
-def _collapse_check(rows: Sequence[Mapping[str, Any]]) -> Check:
-    required = at_most(COLLAPSED_SQUARED_RATIO)
-    zero = [row for row in rows if number(row["beta"]) == 0.0]
-    if not zero:
-        return not_measured(COLLAPSE_NAME, required, "no beta = 0 run")
-    if not all("squared_ratio_mean" in row for row in zero):
-        return not_measured(COLLAPSE_NAME, required, "squared_ratio_mean was not stored")
-    value = float(np.mean([number(row["squared_ratio_mean"]) for row in zero]))
-    return Check(
-        COLLAPSE_NAME,
-        value,
-        required,
-        note="the regime in which residuals are claimed to matter: softmax attention alone "
-        "has (nearly) lost rank",
-    )
+BROKEN_EXCESS = 10.0  # a run whose curve cannot be tested (diverged) counts as this excess
+BAND_LOW_MARGIN = 1.05  # the band ends 5 % above the highest final loss, so every curve gets there
+BAND_WIDTH = 2.0  # the common band must span at least a factor 2 in loss
+BAND_NAME = "the common loss band spans at least a factor 2 (smallest high/low over seeds)"
 
 
 @dataclass(frozen=True)
-class Sweep:
-    """Part (a)'s fit rows grouped by seed, each seed's rows sorted by beta.
+class Measured:
+    """What the claims need from one run.
 
     Attributes:
-        seeds: the seeds, in the config's order.
-        by_seed: seed -> that seed's rows.
-        rows: every row.
+        beta, seed: the run's coordinates.
+        excess: the largest excess of log L_t over the geometric envelope from t0 (0 or less:
+            the bound holds); ``BROKEN_EXCESS`` when the run cannot be tested.
+        certified: the smallest rho with L_t <= rho^(t - t0) L_t0 for every t >= t0 (NaN when
+            untestable).
+        at_transient, final: L at t0 and at the end.
+        squared_ratio: mean (sigma_min / sigma_max)^2 of beta X + Attn(X) over training.
+        row: the summary row design 1's checks and floor claim read.
     """
 
+    beta: float
+    seed: int
+    excess: float
+    certified: float
+    at_transient: float
+    final: float
+    squared_ratio: float
+    row: dict[str, Any]
+
+
+def transient_steps(steps: int, transient_fraction: float) -> int:
+    """t0: the first step of the post-transient window."""
+    return int(transient_fraction * steps)
+
+
+def measure(run: Mapping[str, Any], transient_fraction: float) -> Measured:
+    """The envelope test, certified rate and spectra summary of one stored run."""
+    losses = [number(v) for v in run["losses"]]
+    start = transient_steps(len(losses) - 1, transient_fraction)
+    try:
+        envelope = geometric_envelope(losses, start=start)
+        excess = min(envelope.worst_excess, BROKEN_EXCESS)
+        certified = smallest_envelope_rate(losses, start=start)
+    except ValueError:  # diverged before t0, or too few usable points
+        excess, certified = BROKEN_EXCESS, math.nan
+    ratio = [number(v) for v in run.get("residual_squared_ratio", [])]
+    row = {
+        "beta": number(run["beta"]),
+        "seed": int(run["seed"]),
+        "initial_loss": losses[0],
+        "final_loss": losses[-1],
+        "diverged": bool(run.get("diverged")),
+        "residual_sigma_min_min": min(number(v) for v in run["residual_sigma_min"]),
+        "squared_ratio_mean": float(np.mean([number(v) for v in run["squared_ratio"]])),
+        "residual_squared_ratio_mean": float(np.mean(ratio)) if ratio else math.nan,
+    }
+    return Measured(
+        beta=row["beta"],
+        seed=int(run["seed"]),
+        excess=float(excess),
+        certified=float(certified),
+        at_transient=losses[start] if start < len(losses) else math.nan,
+        final=losses[-1],
+        squared_ratio=row["residual_squared_ratio_mean"],
+        row=row,
+    )
+
+
+def common_band(measured: Sequence[Measured]) -> tuple[float, float]:
+    """(high, low) of one seed's band: the lowest loss at t0 over its betas, and 1.05 x the
+    highest final loss; NaN when a loss is not finite."""
+    at_transient = [m.at_transient for m in measured]
+    finals = [m.final for m in measured]
+    if not all(map(math.isfinite, [*at_transient, *finals])):
+        return math.nan, math.nan
+    return min(at_transient), BAND_LOW_MARGIN * max(finals)
+
+
+def band_speeds(
+    runs: Sequence[Mapping[str, Any]], measured: Sequence[Measured]
+) -> dict[float, float]:
+    """beta -> -(mean log-slope over the seed's common band) for one seed's runs; NaN where the
+    band is empty or the curve does not cross it."""
+    high, low = common_band(measured)
+    speeds = {}
+    for run, item in zip(runs, measured, strict=True):
+        if not (math.isfinite(high) and 0 < low < high):
+            speeds[item.beta] = math.nan
+            continue
+        slope = band_log_slope([number(v) for v in run["losses"]], high, low).slope
+        speeds[item.beta] = -slope if math.isfinite(slope) else math.nan
+    return speeds
+
+
+def log_ratio(numerator: float, denominator: float) -> float:
+    """log(numerator / denominator); NaN unless both are positive and finite."""
+    if not (0 < numerator < math.inf and 0 < denominator < math.inf):
+        return math.nan
+    return math.log(numerator / denominator)
+
+
+def bound_margin(speeds: Mapping[float, float], ratios: Mapping[float, float]) -> float:
+    """min over 0 < beta < largest of log(speed_beta / (c r_beta)), c = speed_top / r_top."""
+    top = max(speeds)
+    inner = [beta for beta in speeds if 0 < beta < top]
+    if not inner:
+        return math.nan
+    return min(log_ratio(speeds[b], speeds[top]) - log_ratio(ratios[b], ratios[top]) for b in inner)
+
+
+def log_log_slope(speeds: Mapping[float, float], ratios: Mapping[float, float]) -> float:
+    """Least-squares slope of log(speed) on log(r) over beta > 0 (1: speed proportional to r)."""
+    betas = [b for b in speeds if b > 0 and speeds[b] > 0 and ratios[b] > 0]
+    if len(betas) < 2:
+        return math.nan
+    x = [math.log(ratios[b]) for b in betas]
+    y = [math.log(speeds[b]) for b in betas]
+    if np.ptp(x) == 0:
+        return math.nan
+    return float(stats.linregress(x, y).slope)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One step-size regime's runs, measured, by seed.
+
+    Attributes:
+        lr, steps: full-batch GD step size and step count.
+        seeds: the seeds, in the config's order.
+        runs: seed -> that seed's stored runs, sorted by beta.
+        measured: seed -> the matching `Measured`.
+        speeds: seed -> beta -> band speed.
+    """
+
+    lr: float
+    steps: int
     seeds: list[int]
-    by_seed: dict[int, list[Mapping[str, Any]]]
-    rows: Sequence[Mapping[str, Any]]
+    runs: dict[int, list[Mapping[str, Any]]]
+    measured: dict[int, list[Measured]]
+    speeds: dict[int, dict[float, float]]
 
     @classmethod
-    def of(cls, config: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Sweep:
-        seeds = _seeds(config, rows)
-        by_seed = {
-            seed: sorted(
-                (r for r in rows if int(r["seed"]) == seed), key=lambda r: number(r["beta"])
+    def of(
+        cls,
+        config: Mapping[str, Any],
+        runs: Sequence[Mapping[str, Any]],
+        lr: float,
+        steps: int,
+    ) -> Regime:
+        chosen = [r for r in runs if number(r["lr"]) == lr and int(r["steps"]) == steps]
+        seeds = [int(s) for s in config["seeds"] if any(int(r["seed"]) == s for r in chosen)]
+        fraction = number(config["transient_fraction"])
+        by_seed, measured, speeds = {}, {}, {}
+        for seed in seeds:
+            by_seed[seed] = sorted(
+                (r for r in chosen if int(r["seed"]) == seed), key=lambda r: number(r["beta"])
             )
-            for seed in seeds
-        }
-        return cls(seeds, by_seed, rows)
+            measured[seed] = [measure(r, fraction) for r in by_seed[seed]]
+            speeds[seed] = band_speeds(by_seed[seed], measured[seed])
+        return cls(lr, steps, seeds, by_seed, measured, speeds)
+
+    @property
+    def name(self) -> str:
+        return f"lr {self.lr:g}, {self.steps} steps"
 
     @property
     def betas(self) -> list[float]:
-        return sorted({number(row["beta"]) for row in self.rows})
+        return sorted({m.beta for items in self.measured.values() for m in items})
 
-    def series(self, seed: int, key: str) -> list[float]:
-        """``key`` of one seed's runs, in the order of beta."""
-        return [number(row.get(key)) for row in self.by_seed[seed]]
+    def at(self, beta: float) -> list[Measured]:
+        """The measured runs at ``beta``, one per seed."""
+        return [m for seed in self.seeds for m in self.measured[seed] if m.beta == beta]
 
-    def contraction(self, seed: int, key: str = "rate") -> list[float]:
-        """1 - rate of one seed's runs, in the order of beta."""
-        return [1.0 - rate for rate in self.series(seed, key)]
+    def rows(self) -> list[dict[str, Any]]:
+        return [m.row for seed in self.seeds for m in self.measured[seed]]
 
-    def seed_mean(self, key: str, beta: float) -> float:
-        """``key`` at ``beta``, averaged over the seeds."""
-        return float(np.mean([number(r.get(key)) for r in self.rows if number(r["beta"]) == beta]))
+    def ratios(self, seed: int) -> dict[float, float]:
+        return {m.beta: m.squared_ratio for m in self.measured[seed]}
 
 
-def _linear_claim(sweep: Sweep, trained: Check) -> Claim:
-    residual = [row for row in sweep.rows if number(row["beta"]) > 0]
-    per_seed = [
-        worst_r_squared([r for r in sweep.by_seed[s] if number(r["beta"]) > 0]) for s in sweep.seeds
-    ]
-    failed = sum(fit_failed(row) for row in residual)
-    return claim_from_seeds(
-        "Full-batch GD on a one-layer Transformer with residual connections converges linearly "
-        f"(here: R^2 >= {LINEAR_R_SQUARED:g} of a log-linear fit over the whole curve, for every "
-        "beta > 0)",
-        per_seed,
-        at_least(LINEAR_R_SQUARED),
-        unit="R^2 (smallest over beta > 0)",
-        checks=[trained],
-        evidence=f"smallest whole-curve R^2 over beta > 0, per seed {_listed(per_seed, '.3f')}; "
-        f"{failed} of {len(residual)} beta > 0 runs diverged or had an upper rate bound >= 1 "
-        "(such a run counts as R^2 = 0).",
+def _band_check(regime: Regime) -> Check:
+    widths = []
+    for seed in regime.seeds:
+        high, low = common_band(regime.measured[seed])
+        widths.append(high / low if math.isfinite(high) and low > 0 else math.nan)
+    required = at_least(BAND_WIDTH)
+    if not widths or not all(map(math.isfinite, widths)):
+        return not_measured(BAND_NAME, required, "a loss at t0 or at the end is not finite")
+    return Check(
+        BAND_NAME,
+        min(widths),
+        required,
+        note="the band runs from the lowest loss any beta has at t0 (so every curve enters it "
+        "after its transient) to 1.05 x the highest final loss (so every curve leaves it)",
     )
 
 
-def _rate_order_claim(
-    sweep: Sweep, late_rates: Mapping[tuple[int, float], float], checks: Sequence[Check]
-) -> Claim:
-    ratio = "residual_squared_ratio_mean"
-    per_seed = [spearman(sweep.contraction(s), sweep.series(s, ratio)) for s in sweep.seeds]
-    plain = [
-        spearman(sweep.contraction(s), sweep.series(s, "squared_ratio_mean")) for s in sweep.seeds
-    ]
-    effective = [
-        spearman(sweep.contraction(s, "effective_rate"), sweep.series(s, ratio))
-        for s in sweep.seeds
-    ]
-    late_text = "not stored"
-    if late_rates:
-        late = [
-            spearman(
-                [1.0 - late_rates.get((s, number(r["beta"])), math.nan) for r in sweep.by_seed[s]],
-                sweep.series(s, ratio),
-            )
-            for s in sweep.seeds
+def _listed(values: Sequence[float], digits: str = ".3g") -> str:
+    return "[" + ", ".join(format(v, digits) for v in values) + "]"
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def bound_claim(regime: Regime, tolerance: float, fraction: float, trained: Check) -> Claim:
+    per_seed = [max(m.excess for m in regime.measured[s] if m.beta > 0) for s in regime.seeds]
+    certified = ", ".join(
+        f"{beta:g}: {_mean([m.certified for m in regime.at(beta)]):.5f}" for beta in regime.betas
+    )
+    zero = [m.excess for m in regime.at(0.0)]
+    broken = sum(value > tolerance for value in zero)
+    t0 = transient_steps(regime.steps, fraction)
+    return claim_from_seeds(
+        f"Full-batch GD on a one-layer Transformer with residual connections converges linearly "
+        f"({regime.name}; here: after a transient of {t0} steps every beta > 0 curve stays "
+        "under the geometric bound L_t <= rho^(t - t0) L_t0 through its window's ends)",
+        per_seed,
+        at_most(tolerance),
+        unit="largest log excess over the geometric envelope (beta > 0 runs)",
+        checks=[trained],
+        evidence=f"largest excess per seed {_listed(per_seed)} (a diverged run counts as "
+        f"{BROKEN_EXCESS:g}); certified rate from t0 (smallest rho the curve satisfies), mean "
+        f"over seeds, by beta: {certified}; at beta = 0 the bound is broken (excess > "
+        f"{tolerance:g}) in {broken} of {len(zero)} runs, excesses {_listed(zero)}.",
+    )
+
+
+def speed_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
+    betas = regime.betas
+    low, high = betas[0], betas[-1]
+    per_seed = [log_ratio(regime.speeds[s][high], regime.speeds[s][low]) for s in regime.seeds]
+    pairs = []
+    for first, second in itertools.pairwise(betas):
+        values = [
+            log_ratio(regime.speeds[s][second], regime.speeds[s][first]) for s in regime.seeds
         ]
-        late_text = _listed(late)
-    betas = sweep.betas
-    of_means = spearman(
-        [1.0 - sweep.seed_mean("rate", b) for b in betas],
-        [sweep.seed_mean(ratio, b) for b in betas],
+        interval = t_interval(values)
+        verdict = ""
+        if interval is not None:
+            verdict = ", faster" if interval[0] > 0 else ", slower" if interval[1] < 0 else ""
+        pairs.append(
+            f"{first:g}->{second:g}: {_mean(values):+.3f} {format_interval(interval)}{verdict}"
+        )
+    speeds = ", ".join(
+        f"{b:g}: {_mean([regime.speeds[s][b] for s in regime.seeds]):.4g}" for b in betas
     )
     return claim_from_seeds(
-        "The rate is set by sigma_min^2 / sigma_max^2 of the attention output (here: the fitted "
-        "rate orders the same way across beta)",
+        f"Convergence speeds up as beta goes from {low:g} to {high:g} ({regime.name}; here: "
+        "the mean log-slope of the loss over a loss band common to every beta is steeper at "
+        f"beta = {high:g} than at beta = {low:g})",
         per_seed,
-        at_least(SAME_ORDER),
-        unit="Spearman rank correlation (per seed, over betas)",
+        at_least(0.0),
+        unit=f"log(band speed at beta {high:g} / at beta {low:g})",
         checks=checks,
-        evidence=f"per seed, Spearman(1 - rate, mean (sigma_min/sigma_max)^2 of beta X + Attn(X)) "
-        f"over {len(betas)} betas = {_listed(per_seed)} (Spearman of the seed means, the "
-        f"earlier criterion: {of_means:.2f}); with Attn(X) alone {_listed(plain)}; with the "
-        f"late-window rate {late_text}; with the effective rate (L_T/L_0)^(1/T) "
-        f"{_listed(effective)} (reported, not the criterion).",
+        evidence=f"band speed (-d log L / d step), mean over seeds, by beta: {speeds}; "
+        "log speed ratio of neighbouring betas, mean and 95 % interval (faster/slower where the "
+        "interval excludes 0): " + "; ".join(pairs) + ".",
     )
 
 
-def _floor_claim(sweep: Sweep, collapse: Check) -> Claim:
-    per_seed = [floor_decades(sweep.by_seed[s]) for s in sweep.seeds]
-    floors = ", ".join(
-        f"beta={b:g}: "
-        + format(
-            min(
-                number(r.get("residual_sigma_min_min"))
-                for r in sweep.rows
-                if number(r["beta"]) == b
-            ),
-            ".2g",
-        )
-        for b in sweep.betas
+def rate_bound_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
+    per_seed = [bound_margin(regime.speeds[s], regime.ratios(s)) for s in regime.seeds]
+    slopes = [log_log_slope(regime.speeds[s], regime.ratios(s)) for s in regime.seeds]
+    ratios = ", ".join(
+        f"{b:g}: {_mean([regime.ratios(s)[b] for s in regime.seeds]):.3g}" for b in regime.betas
     )
-    low, high = sweep.betas[0], sweep.betas[-1]
+    top = regime.betas[-1]
     return claim_from_seeds(
-        "Residuals keep sigma_min away from zero where softmax collapses rank (here: the smallest "
-        "sigma_min of beta X + Attn(X) at every beta > 0 at least 10x that at beta = 0)",
+        "The rate is governed by sigma_min^2 / sigma_max^2 of the attention output "
+        f"({regime.name}; here: the lower bound speed >= c (sigma_min/sigma_max)^2, with c set "
+        f"at beta = {top:g}, holds at every beta in between)",
         per_seed,
-        at_least(KEPT_AWAY_DECADES),
-        unit="decades (log10 of smallest beta > 0 floor / beta = 0 floor)",
-        checks=[collapse],
-        evidence=f"per seed log10 ratio {_listed(per_seed)}; smallest sigma_min of beta X + "
-        f"Attn(X) over training (all seeds): {floors}; Attn(X) alone: mean "
-        f"(sigma_min/sigma_max)^2 = {sweep.seed_mean('squared_ratio_mean', low):.2g} at beta = "
-        f"{low:g} and {sweep.seed_mean('squared_ratio_mean', high):.2g} at beta = {high:g}.",
+        at_least(0.0),
+        unit="smallest log(speed / bound) over 0 < beta < " + f"{top:g}",
+        checks=checks,
+        evidence=f"mean (sigma_min/sigma_max)^2 of beta X + Attn(X) over training, by beta: "
+        f"{ratios}; per seed, the slope of log speed on log (sigma_min/sigma_max)^2 over beta > "
+        f"0: {_listed(slopes)} (1: speed proportional to the ratio, 0: independent of it). "
+        "The constant is set from the data at the largest beta, so this tests the bound's "
+        "proportionality, not its constant: a speed that depends on the ratio more weakly "
+        "than linearly passes.",
     )
 
 
-def _speed_claim(sweep: Sweep, trained: Check) -> Claim:
-    per_seed = [spearman(sweep.series(s, "beta"), sweep.contraction(s)) for s in sweep.seeds]
-    effective = [
-        spearman(sweep.series(s, "beta"), sweep.contraction(s, "effective_rate"))
-        for s in sweep.seeds
-    ]
-    betas = sweep.betas
-    of_means = spearman(betas, [1.0 - sweep.seed_mean("rate", b) for b in betas])
-    final = ", ".join(f"{b:g}: {sweep.seed_mean('final_loss', b):.4f}" for b in betas)
-    return claim_from_seeds(
-        "Convergence speeds up as beta goes from 0 to 1 (here: Spearman(beta, 1 - fitted rate) "
-        "= 1)",
-        per_seed,
-        at_least(SAME_ORDER),
-        unit="Spearman rank correlation (per seed, over betas)",
-        checks=[trained],
-        evidence=f"per seed Spearman(beta, 1 - rate) = {_listed(per_seed)} with the fitted rate "
-        f"(of the seed means: {of_means:.2f}); with the effective rate {_listed(effective)}; "
-        f"final loss by beta (mean over seeds): {final}.",
-    )
-
-
-def one_layer_claims(
-    config: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
-    late_rows: Sequence[Mapping[str, Any]] | None,
-) -> list[Claim]:
-    """Claims 1-4 from the whole-curve fit rows (and the late-window rows, for the evidence)."""
-    sweep = Sweep.of(config, rows)
-    late_rates = {(int(r["seed"]), number(r["beta"])): number(r["rate"]) for r in late_rows or []}
-    trained, collapse = _trained_check(rows), _collapse_check(rows)
-    return [
-        _linear_claim(sweep, trained),
-        _rate_order_claim(sweep, late_rates, [trained, collapse]),
-        _floor_claim(sweep, collapse),
-        _speed_claim(sweep, trained),
-    ]
-
-
-def depth_claim(config: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> Claim:
-    """Claim 5 from the stored per-step training losses of every (depth, beta, seed) run."""
-    seeds = _seeds(config, runs)
-    gaps = {seed: depth_gaps([run for run in runs if int(run["seed"]) == seed]) for seed in seeds}
-    growth = [smallest_gap_growth(gaps[seed]) for seed in seeds]
-    required = at_most(DEPTH_TRAINED_LOSS_RATIO)
-    ratios = []
-    for run in runs:
-        if number(run["beta"]) == 1.0:
-            initial, final = head_and_tail_means(run["losses"])
-            ratios.append(final / initial if initial > 0 else math.nan)
-    if ratios and all(map(math.isfinite, ratios)):
-        trained = Check(
-            DEPTH_TRAINED_NAME,
-            max(ratios),
-            required,
-            note=f"initial = mean over the first {1 / TAIL_PARTS:.0%} of steps, final = over the "
-            "last; a model that did not train at beta = 1 has no advantage to show",
-        )
-    else:
-        trained = not_measured(DEPTH_TRAINED_NAME, required, "no beta = 1 run with a finite loss")
-    depths = sorted({depth for seed_gaps in gaps.values() for depth in seed_gaps})
-    mean_gap = {d: float(np.nanmean([gaps[s].get(d, math.nan) for s in seeds])) for d in depths}
-    errors = {
-        (int(r["depth"]), number(r["beta"]), int(r["seed"])): number(r.get("validation_error"))
-        for r in runs
-    }
-    error_gap = {
-        d: float(
-            np.mean(
-                [
-                    errors.get((d, 0.0, s), math.nan) - errors.get((d, 1.0, s), math.nan)
-                    for s in seeds
-                ]
-            )
-        )
-        for d in depths
-    }
-    return claim_from_seeds(
-        "With depth, the advantage of residuals grows (here: the final training-loss gap beta 0 "
-        "minus beta 1 strictly increases with depth)",
-        growth,
-        at_least(DEPTH_GAP_GROWTH),
-        unit="training loss (nats), smallest gap increase between consecutive depths",
-        checks=[trained],
-        evidence="final training-loss gap (beta 0 minus beta 1; final = mean over the last "
-        f"{1 / TAIL_PARTS:.0%} of steps) by depth, mean over seeds: "
-        + ", ".join(f"{d}: {g:.3f}" for d, g in mean_gap.items())
-        + f"; smallest increase per seed {_listed(growth, '.3f')}; validation-error gaps: "
-        + ", ".join(f"{d}: {g:.3f}" for d, g in error_gap.items())
-        + ".",
-    )
+def one_layer_claims(config: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> list[Claim]:
+    """Claims 1-3 per regime, then claim 4 from the first regime."""
+    tolerance = number(config["envelope_tolerance"])
+    fraction = number(config["transient_fraction"])
+    claims: list[Claim] = []
+    first: Regime | None = None
+    for lr, steps in config["regimes"]:
+        regime = Regime.of(config, runs, number(lr), int(steps))
+        if not regime.seeds:
+            continue
+        first = first or regime
+        rows = regime.rows()
+        trained = v1._trained_check(rows)
+        band = _band_check(regime)
+        claims += [
+            bound_claim(regime, tolerance, fraction, trained),
+            speed_claim(regime, [trained, band]),
+            rate_bound_claim(regime, [trained, band, v1._collapse_check(rows)]),
+        ]
+    if first is not None:
+        rows = first.rows()
+        sweep = v1.Sweep.of({"seeds": first.seeds}, rows)
+        claims.append(v1._floor_claim(sweep, v1._collapse_check(rows)))
+    return claims
 
 
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim from ``results["config"]`` and ``results["data"]`` alone (a new run's data,
-    or a committed ``results.json``)."""
+    or a committed ``results.json``); a design-1 payload is scored by `residual_claims_v1`."""
     config, data = results["config"], results["data"]
-    fits = data["one_layer_fits"]
-    claims = one_layer_claims(config, fits["full_curve"], fits.get("late_window"))
+    if "regimes" not in config:
+        return v1.claims_from_results(results)
+    claims = one_layer_claims(config, data["one_layer_runs"])
     if data.get("depth_runs"):
-        claims.append(depth_claim(config, data["depth_runs"]))
+        claims.append(v1.depth_claim(config, data["depth_runs"]))
     return claims

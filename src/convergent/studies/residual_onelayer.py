@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..diagnostics import attention_spectra, fit_linear_rate
+from ..diagnostics import attention_spectra
 from ..losses import task_loss
 from ..models import Transformer, TransformerConfig
 
@@ -40,6 +38,8 @@ class GradientDescentRun:
     Attributes:
         beta: the residual coefficient.
         seed: the initialization seed.
+        lr: the GD step size.
+        steps: the number of GD steps asked for.
         losses: the training loss before each step and after the last (steps + 1 values).
         spectra_steps: the steps at which spectra were measured.
         sigma_min, sigma_max: mean over examples of the extreme singular values of Attn(X).
@@ -52,6 +52,8 @@ class GradientDescentRun:
 
     beta: float
     seed: int
+    lr: float = math.nan
+    steps: int = 0
     losses: list[float] = field(default_factory=list)
     spectra_steps: list[int] = field(default_factory=list)
     sigma_min: list[float] = field(default_factory=list)
@@ -185,7 +187,7 @@ def train_one_beta(
     outputs = int(labels.shape[-1])
     model = one_layer_model(channels, outputs, window, d_model, d_ff, beta, init_std, seed)
     return train_full_batch(
-        model, inputs, labels, steps, lr, spectra_every, GradientDescentRun(beta, seed)
+        model, inputs, labels, steps, lr, spectra_every, GradientDescentRun(beta, seed, lr, steps)
     )
 
 
@@ -195,55 +197,11 @@ def run_to_dict(run: GradientDescentRun) -> dict[str, Any]:
     return {
         "beta": float(run.beta),
         "seed": int(run.seed),
+        "lr": float(run.lr),
+        "steps": int(run.steps),
         "losses": [float(v) for v in run.losses],
         "spectra_steps": [int(v) for v in run.spectra_steps],
         **{key: [float(v) for v in getattr(run, key)] for key in SPECTRA_FIELDS},
         "diverged": bool(run.diverged),
         "seconds": float(run.seconds),
     }
-
-
-def _effective_rate(losses: Sequence[float]) -> float:
-    """(L_T / L_0)^(1 / T): the constant per-step factor that turns L_0 into L_T."""
-    steps = len(losses) - 1
-    if steps < 1 or not (losses[0] > 0 and losses[-1] > 0 and math.isfinite(losses[-1])):
-        return math.nan
-    return float((losses[-1] / losses[0]) ** (1.0 / steps))
-
-
-def summarize_run(run: GradientDescentRun, fit_start: float, confidence: float) -> dict[str, Any]:
-    """Rate fit over the last ``1 - fit_start`` of the curve, and time-averaged spectra."""
-    row: dict[str, Any] = {
-        "beta": run.beta,
-        "seed": run.seed,
-        "initial_loss": run.losses[0],
-        "final_loss": run.losses[-1],
-        "diverged": run.diverged,
-        "effective_rate": _effective_rate(run.losses),
-    }
-    start = int(fit_start * (len(run.losses) - 1))
-    try:
-        fit = fit_linear_rate(run.losses, start=start, confidence=confidence)
-        row.update(
-            rate=fit.rate,
-            rate_low=fit.rate_low,
-            rate_high=fit.rate_high,
-            contraction=fit.contraction,
-            r_squared=fit.r_squared,
-            fit_start=start,
-        )
-    except ValueError:
-        row.update(
-            rate=math.nan,
-            rate_low=math.nan,
-            rate_high=math.nan,
-            contraction=math.nan,
-            r_squared=math.nan,
-            fit_start=start,
-        )
-    for key in SPECTRA_FIELDS:
-        values = np.asarray(getattr(run, key), dtype=np.float64)
-        row[f"{key}_mean"] = float(values.mean())
-        row[f"{key}_min"] = float(values.min())
-        row[f"{key}_initial"] = float(values[0])
-    return row

@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..report import moving_average
+from .residual_claims import Regime
 from .residual_depth import DepthRun
 from .residual_onelayer import GradientDescentRun
 
@@ -20,8 +21,11 @@ def _colors(count: int) -> list[Any]:
     return [colormaps["viridis"](value) for value in np.linspace(0.0, 0.9, max(count, 1))]
 
 
-def plot_loss_curves(runs: Sequence[GradientDescentRun], path: Path) -> Path:
-    """Training loss (log scale) against the GD step, one line per beta (seed 0 solid)."""
+def plot_loss_curves(
+    runs: Sequence[GradientDescentRun], path: Path, transient_fraction: float
+) -> Path:
+    """Training loss (log scale) against the GD step, one line per beta (first seed solid),
+    with the end of the transient t0 marked."""
     betas = sorted({run.beta for run in runs})
     figure = Figure(figsize=(6, 4))
     axis = figure.subplots()
@@ -33,10 +37,12 @@ def plot_loss_curves(runs: Sequence[GradientDescentRun], path: Path) -> Path:
                 alpha=1.0 if index == 0 else 0.35,
                 label=f"beta={beta:g}" if index == 0 else None,
             )
+    steps = max(len(run.losses) - 1 for run in runs)
+    axis.axvline(int(transient_fraction * steps), color="grey", linestyle=":", label="t0")
     axis.set_yscale("log")
     axis.set_xlabel("full-batch GD step")
     axis.set_ylabel("training loss (MSE)")
-    axis.set_title("one-layer Transformer on weather-hourly")
+    axis.set_title(f"one-layer Transformer on weather-hourly, lr {runs[0].lr:g}")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -66,21 +72,24 @@ def plot_spectra(runs: Sequence[GradientDescentRun], path: Path) -> Path:
     return path
 
 
-def plot_rate_against_ratio(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Fitted contraction 1 - rho against mean (sigma_min / sigma_max)^2, one point per run."""
+def plot_speed_against_ratio(regime: Regime, path: Path) -> Path:
+    """Band speed against mean (sigma_min / sigma_max)^2 of beta X + Attn(X), one point per
+    run, on log-log axes (a line of slope 1 is speed proportional to the ratio)."""
     figure = Figure(figsize=(5, 4))
     axis = figure.subplots()
-    betas = sorted({row["beta"] for row in rows})
+    betas = [beta for beta in regime.betas if beta > 0]
     for color, beta in zip(_colors(len(betas)), betas, strict=True):
-        chosen = [row for row in rows if row["beta"] == beta]
         axis.scatter(
-            [row["residual_squared_ratio_mean"] for row in chosen],
-            [row["contraction"] for row in chosen],
+            [regime.ratios(s)[beta] for s in regime.seeds],
+            [regime.speeds[s][beta] for s in regime.seeds],
             color=color,
             label=f"beta={beta:g}",
         )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
     axis.set_xlabel("mean (sigma_min / sigma_max)^2 of beta X + Attn(X)")
-    axis.set_ylabel("fitted contraction 1 - rho")
+    axis.set_ylabel("band speed, -d log L / d step")
+    axis.set_title(regime.name)
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -1,4 +1,4 @@
-"""The tables of the ``residual`` study's report: per beta, per depth, and the depth gaps."""
+"""The tables of the ``residual`` study's report: per regime and beta, per depth, the depth gaps."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ..diagnostics import fit_rate_with_floor
+from .residual_claims import Regime, transient_steps
 from .residual_depth import DepthRun
 
 
@@ -15,33 +17,43 @@ def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
     return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
 
 
-def beta_table(rows: list[dict[str, Any]], late: dict[tuple, dict[str, Any]]) -> list[dict]:
+def regime_table(
+    regime: Regime, transient_fraction: float, tolerance: float, confidence: float
+) -> list[dict]:
+    """Per beta, over the seeds of one regime: final loss, the bound test from t0, the certified
+    and floor-fit rates, the band speed and the spectra."""
+    start = transient_steps(regime.steps, transient_fraction)
     table = []
-    for beta in sorted({row["beta"] for row in rows}):
-        chosen = [row for row in rows if row["beta"] == beta]
-        rate, rate_spread = mean_and_spread([row["rate"] for row in chosen])
-        late_rate, _ = mean_and_spread([late[(row["seed"], beta)]["rate"] for row in chosen])
-        entry: dict[str, Any] = {"beta": beta, "seeds": len(chosen)}
-        entry["final_loss"] = float(np.mean([row["final_loss"] for row in chosen]))
-        entry["rate (full curve)"] = rate
-        if len(chosen) > 1:
-            entry["rate sd over seeds"] = rate_spread
-        else:
-            entry["rate 95% interval"] = (
-                f"[{chosen[0]['rate_low']:.5f}, {chosen[0]['rate_high']:.5f}]"
-            )
-        entry["r_squared"] = float(np.mean([row["r_squared"] for row in chosen]))
-        entry["rate (late window)"] = late_rate
-        entry["effective rate"] = float(np.mean([row["effective_rate"] for row in chosen]))
+    for beta in regime.betas:
+        measured = regime.at(beta)
+        runs = [r for s in regime.seeds for r in regime.runs[s] if float(r["beta"]) == beta]
+        decays = []
+        for run in runs:
+            try:
+                decays.append(fit_rate_with_floor(run["losses"], start, confidence=confidence))
+            except ValueError:
+                continue
+        entry: dict[str, Any] = {"beta": beta, "seeds": len(measured)}
+        entry["final_loss"] = float(np.mean([m.final for m in measured]))
+        entry["under the bound"] = f"{sum(m.excess <= tolerance for m in measured)}/{len(measured)}"
+        entry["largest excess"] = max(m.excess for m in measured)
+        entry["certified rate"] = float(np.mean([m.certified for m in measured]))
+        entry["floor-fit rate"] = (
+            float(np.mean([fit.rate for fit in decays])) if decays else float("nan")
+        )
+        entry["floor-fit R^2"] = (
+            float(np.mean([fit.r_squared for fit in decays])) if decays else float("nan")
+        )
+        speed, speed_spread = mean_and_spread([regime.speeds[s][beta] for s in regime.seeds])
+        entry["band speed"] = speed
+        if len(measured) > 1:
+            entry["band speed sd"] = speed_spread
         for key, label in (
-            ("sigma_min_mean", "sigma_min A"),
-            ("sigma_max_mean", "sigma_max A"),
-            ("residual_sigma_min_mean", "sigma_min bX+A"),
-            ("residual_sigma_max_mean", "sigma_max bX+A"),
-            ("residual_squared_ratio_mean", "(min/max)^2 bX+A"),
             ("squared_ratio_mean", "(min/max)^2 A"),
+            ("residual_squared_ratio_mean", "(min/max)^2 bX+A"),
+            ("residual_sigma_min_min", "smallest sigma_min bX+A"),
         ):
-            entry[label] = float(np.mean([row[key] for row in chosen]))
+            entry[label] = float(np.mean([m.row[key] for m in measured]))
         table.append(entry)
     return table
 

@@ -35,10 +35,12 @@ __all__ = [
     "PENALTIES",
     "PRESETS",
     "VillaniRegularizer",
+    "diffusion_radius",
     "lam_for_stationary_radius",
     "log_amplified_penalty",
     "lora_pairs",
     "penalty",
+    "radial_relaxation_time",
     "select_parameters",
     "stationary_radius",
     "super_quadratic_penalty",
@@ -111,6 +113,15 @@ def _penalty_slope(kind: str, squared_norm: float, eps: float) -> float:
         return math.log1p(squared_norm) + squared_norm / (1 + squared_norm)
     if kind == "power":
         return (1 + eps / 2) * squared_norm ** (eps / 2)
+    raise ValueError(f"penalty must be one of {PENALTIES}, got {kind!r}.")
+
+
+def _penalty_curvature(kind: str, squared_norm: float, eps: float) -> float:
+    """d^2 penalty / d n^2 at n = ||W||^2, per unit lam."""
+    if kind == "log":
+        return 1 / (1 + squared_norm) + 1 / (1 + squared_norm) ** 2
+    if kind == "power":
+        return (1 + eps / 2) * (eps / 2) * squared_norm ** (eps / 2 - 1)
     raise ValueError(f"penalty must be one of {PENALTIES}, got {kind!r}.")
 
 
@@ -291,3 +302,48 @@ class VillaniRegularizer:
     def norms(self) -> dict[str, float]:
         """||W||_F of each penalized matrix (of B A with `product=True`)."""
         return {name: float(weight.detach().norm()) for name, weight in self.weights().items()}
+
+
+def radial_relaxation_time(kind: str, lam: float, numel: int, s: float, eps: float = 1.0) -> float:
+    """How long ||W||_F takes to settle at its stationary radius under the penalty alone.
+
+    With a flat loss, r = ||W||_F of a matrix with ``numel`` entries follows (Ito)
+    dr = [s (numel - 1) / (2 r) - 2 lam r g'(r^2)] dt + sqrt(s) dB, whose drift vanishes at the
+    stationary radius r*. Linearized there, r - r* decays as exp(-kappa t) with
+    kappa = s (numel - 1) / r*^2 + 4 lam r*^2 g''(r*^2). Returns 1 / kappa, in the time of
+    dT = -grad V dt + sqrt(s) dB: divide by the step size for steps (``Langevin`` moves
+    lr time units per step). A run that tests boundedness should last several of these.
+
+    Args:
+        kind: "log" or "power".
+        lam: the penalty's weight, > 0.
+        numel: entries of the matrix, >= 2.
+        s: the diffusion coefficient, > 0.
+        eps: the super-quadratic exponent excess ("power" only).
+
+    Returns:
+        The relaxation time 1 / kappa.
+    """
+    if not (lam > 0 and s > 0 and numel >= 2):
+        raise ValueError(
+            f"lam and s must be > 0 and numel >= 2, got lam={lam!r}, s={s!r}, numel={numel!r}."
+        )
+    radius = stationary_radius(kind, lam, numel, s, eps)
+    squared = radius**2
+    kappa = s * (numel - 1) / squared + 4 * lam * squared * _penalty_curvature(kind, squared, eps)
+    return 1.0 / kappa
+
+
+def diffusion_radius(start_norm: float, numel: int, s: float, time: float) -> float:
+    """The root-mean-square ||W||_F after ``time`` of pure noise: sqrt(start^2 + numel s time).
+
+    Without a regularizer and with a flat loss each entry of W gains variance s per unit time
+    (``Langevin`` adds N(0, lr s) per step, lr time units), so E ||W_t||^2 = ||W_0||^2 +
+    numel s t: the growth an unregularized run shows from the noise alone.
+    """
+    if not (start_norm >= 0 and numel >= 1 and s >= 0 and time >= 0):
+        raise ValueError(
+            "start_norm, s and time must be >= 0 and numel >= 1, got "
+            f"start_norm={start_norm!r}, numel={numel!r}, s={s!r}, time={time!r}."
+        )
+    return math.sqrt(start_norm**2 + numel * s * time)

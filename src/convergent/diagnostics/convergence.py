@@ -12,6 +12,8 @@ optionally with ``steps`` for curves logged every k steps):
 * What rate does it decay at, when the floor L* is unknown? `fit_rate_with_floor` fits
   L* + C exp(-k t) by nonlinear least squares. (`fit_linear_rate` in `rates` fits
   log(L_t - floor) linearly for a known floor; its R^2 judges straightness, not the bound.)
+* Where does a rising curve level off (a norm under a regularizer)? `fit_saturation` fits
+  A - C exp(-k t), with an interval on the asymptote A.
 * Which of several curves is faster? `steps_to_reach` and `band_log_slope` compare curves
   that start at different losses over a common loss band.
 """
@@ -61,7 +63,8 @@ class FloorFit:
         decay: k, the fitted exponent per step (> 0).
         decay_low, decay_high: its confidence interval, k -+ t_{n-3} * stderr.
         decay_stderr: the standard error of k from the fit's covariance.
-        floor: L*, the fitted limit of the loss (at most the window's minimum by default).
+        floor: L*, the fitted limit of the loss (at most the window's minimum on request).
+        floor_low, floor_high: its confidence interval, L* -+ t_{n-3} * stderr.
         amplitude: C, the fitted gap L_t0 - L* at the window's first step t0.
         rate: exp(-k), the per-step factor of the gap.
         r_squared: coefficient of determination on the loss scale.
@@ -82,6 +85,8 @@ class FloorFit:
     stop: int
     points: int
     confidence: float
+    floor_low: float = math.nan
+    floor_high: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -328,7 +333,9 @@ def fit_rate_with_floor(
             f"the fit on the window [{start}, {stop}) did not converge to a determined decay "
             "(its covariance is infinite)."
         )
-    half_width = float(stats.t.ppf(0.5 + confidence / 2, y.size - 3)) * stderr
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, y.size - 3))
+    half_width = quantile * stderr
+    floor_half_width = quantile * math.sqrt(covariance[0, 0]) if covariance[0, 0] >= 0 else math.inf
     residuals = y - _exponential_decay(elapsed, floor, amplitude, decay)
     return FloorFit(
         decay=decay,
@@ -343,6 +350,55 @@ def fit_rate_with_floor(
         stop=stop,
         points=int(y.size),
         confidence=confidence,
+        floor_low=floor - floor_half_width,
+        floor_high=floor + floor_half_width,
+    )
+
+
+def fit_saturation(
+    values: Sequence[float] | np.ndarray,
+    start: int = 0,
+    stop: int | None = None,
+    steps: Sequence[float] | np.ndarray | None = None,
+    confidence: float = 0.95,
+) -> FloorFit:
+    """Fit a rising curve that levels off, v_t = A - C exp(-k (t - t0)), C > 0.
+
+    For a norm under a confining regularizer: is it bounded, and where does it level off? The
+    fit is `fit_rate_with_floor` on -v, so ``floor`` (with ``floor_low``, ``floor_high``) is
+    the asymptote A, ``amplitude`` is C = A - v_t0, and 1 / ``decay`` the relaxation time in
+    steps.
+
+    Args:
+        values: the curve (one value per recorded step).
+        start, stop: the window, as indices into ``values`` (``stop`` exclusive; default end).
+        steps: the step of each value (default 0, 1, 2, ...), strictly increasing.
+        confidence: level of the intervals, in (0, 1).
+
+    Returns:
+        A `FloorFit` whose floor is the asymptote A.
+
+    Raises:
+        ValueError: as `fit_rate_with_floor`.
+    """
+    flipped = fit_rate_with_floor(
+        -np.asarray(values, dtype=np.float64), start, stop, steps, confidence
+    )
+    return FloorFit(
+        decay=flipped.decay,
+        decay_low=flipped.decay_low,
+        decay_high=flipped.decay_high,
+        decay_stderr=flipped.decay_stderr,
+        floor=-flipped.floor,
+        amplitude=flipped.amplitude,
+        rate=flipped.rate,
+        r_squared=flipped.r_squared,
+        start=flipped.start,
+        stop=flipped.stop,
+        points=flipped.points,
+        confidence=flipped.confidence,
+        floor_low=-flipped.floor_high,
+        floor_high=-flipped.floor_low,
     )
 
 

@@ -56,6 +56,8 @@ from convergent.optim._validation import check_gradient, check_nonnegative
 __all__ = [
     "Langevin",
     "NoiseSchedule",
+    "calibrated_s",
+    "implied_noise_variance",
     "langevin_update",
     "rmsprop_denominator",
     "s_from_temperature",
@@ -76,6 +78,40 @@ def temperature_from_s(s: float) -> float:
     """The posteriors/blackjax temperature of this optimizer's s: temperature = s / 2."""
     check_nonnegative("s", s)
     return float(s) / 2.0
+
+
+def calibrated_s(noise_variance: float, examples: int, outputs: int = 1) -> float:
+    """The s that makes Langevin on an averaged squared error sample the Bayesian posterior.
+
+    The stationary density of dT = -grad V dt + sqrt(s) dB is proportional to exp(-2 V / s).
+    For V = the squared error averaged over ``examples`` x ``outputs`` numbers, a Gaussian
+    likelihood with noise variance sigma^2 and a flat prior give the posterior
+    exp(-examples * outputs * V / (2 sigma^2)); the two agree at
+    s = 4 sigma^2 / (examples * outputs). A natural sigma^2 is the fitted model's mean squared
+    error. s = 2 / examples (the posterior for the summed loss, as if sigma^2 were
+    outputs / 2) is hotter by outputs / (2 sigma^2).
+
+    Args:
+        noise_variance: sigma^2, in the units of the loss (> 0).
+        examples: N, the training examples the loss averages over.
+        outputs: K, the numbers per example it also averages over.
+    """
+    if not (noise_variance > 0 and examples >= 1 and outputs >= 1):
+        raise ValueError(
+            "noise_variance must be > 0 and examples, outputs >= 1, got "
+            f"noise_variance={noise_variance!r}, examples={examples!r}, outputs={outputs!r}."
+        )
+    return 4.0 * float(noise_variance) / (examples * outputs)
+
+
+def implied_noise_variance(s: float, examples: int, outputs: int = 1) -> float:
+    """The inverse of `calibrated_s`: the sigma^2, in loss units, whose posterior s samples."""
+    check_nonnegative("s", s)
+    if not (examples >= 1 and outputs >= 1):
+        raise ValueError(
+            f"examples and outputs must be >= 1, got examples={examples!r}, outputs={outputs!r}."
+        )
+    return float(s) * examples * outputs / 4.0
 
 
 def rmsprop_denominator(square_avg: Tensor, grad: Tensor, alpha: float, eps: float) -> Tensor:

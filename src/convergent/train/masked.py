@@ -117,12 +117,18 @@ class MaskedStep:
     def _phase_changes_at(self, step_index: int) -> bool:
         return self._wants_compressed(step_index) != (self.masks is not None)
 
+    def start(self, model: nn.Module) -> None:
+        """Enter the first phase (compress now if it is compressed; given masks are applied
+        here). Called by the first :meth:`loss`; a no-op once training has started or after
+        :meth:`load_state_dict`."""
+        if self.step == 0 and not self._started:
+            self._enter_phase(model)
+        self._started = True
+
     def loss(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        if self.step == 0 and not self._started:
-            self._enter_phase(model)  # the first phase; given masks are applied here
-        self._started = True
+        self.start(model)
         return self.base.loss(model, batch)
 
     def after_optimizer_step(self, model: nn.Module) -> dict[str, float]:

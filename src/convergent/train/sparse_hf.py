@@ -1,0 +1,190 @@
+"""Sparse training for users of ``transformers.Trainer``: one callback.
+
+Add :class:`SparsityCallback` to a plain ``Trainer`` (any optimizer, HORST included)::
+
+    trainer = Trainer(
+        model=model, args=args, train_dataset=train,
+        optimizers=(HORST(model.parameters(), lr=3e-5, alpha=100.0), None),
+        callbacks=[SparsityCallback(sparsity=0.8)],   # AC/DC to 80 % over the run
+    )
+    trainer.train()
+
+The callback drives :class:`~convergent.train.masked.MaskedStep`, the same masks and phase
+logic as ``convergent train``: prunable weights chosen by
+:func:`~convergent.sparse.select_prunable` (linear layers and GPT-2 ``Conv1D``; embeddings,
+the first and the last layer excluded by default; a tied weight counted once), magnitude
+masks at every compression, the masks re-applied right after every optimizer step of a
+compressed phase, and the optimizer's moments of pruned weights reset at every phase flip.
+Under DDP the masks of rank 0 are broadcast, so every rank holds the same masks.
+
+Schedules: ``"acdc"`` (:class:`~convergent.sparse.ACDCSchedule` over the run's
+``max_steps``; its defaults are the paper's recipe), ``"fixed"`` (compressed from the first
+step to the last), or an ``ACDCSchedule`` of your own.
+
+The masks and the schedule's position are saved as ``sparsity_state.pt`` (with a
+``.sha256`` checksum) in every ``checkpoint-*`` folder and restored when the Trainer resumes
+from it, so a resumed run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..models import unwrap_model
+from ..sparse import ACDCSchedule, select_prunable
+from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
+from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
+from .masked import MaskedStep
+
+STATE_FILE = "sparsity_state.pt"
+SCHEDULES = ("acdc", "fixed")
+
+
+class SparsityCallback(TrainerCallback):
+    """AC/DC (or fixed-mask) sparse training inside ``transformers.Trainer``.
+
+    Args:
+        sparsity: the target sparsity of every compression, in [0, 1).
+        schedule: ``"acdc"`` (default), ``"fixed"``, or an :class:`ACDCSchedule` (its
+            ``total_steps`` should be the run's ``max_steps``).
+        distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
+        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``).
+        reset: optimizer state reset at phase flips: ``"none"``, ``"momentum"`` (default)
+            or ``"moments"``.
+        reset_how: ``"mask"`` (zero the pruned entries, default) or ``"zero"``.
+        include_embeddings, include_first, include_last, exclude: which weights may be
+            pruned; see :func:`~convergent.sparse.select_prunable`.
+        resume_from: the checkpoint folder to read the sparsity state from when the Trainer
+            resumes; None looks in ``output_dir/checkpoint-<global step>``.
+
+    Attributes:
+        masked: the :class:`MaskedStep` of the current run (set when training begins).
+        names: the prunable parameter names.
+        latest: the last step's ``sparsity`` and ``compressed``, added to every log.
+    """
+
+    def __init__(
+        self,
+        sparsity: float,
+        *,
+        schedule: str | ACDCSchedule = "acdc",
+        distribution: str = "global",
+        pattern: str = "unstructured",
+        reset: str = "momentum",
+        reset_how: str = "mask",
+        include_embeddings: bool = False,
+        include_first: bool = False,
+        include_last: bool = False,
+        exclude: tuple[str, ...] = (),
+        resume_from: str | Path | None = None,
+    ) -> None:
+        check_sparsity(sparsity)
+        if not isinstance(schedule, ACDCSchedule) and schedule not in SCHEDULES:
+            raise ValueError(
+                f"schedule={schedule!r} is not supported; allowed are {', '.join(SCHEDULES)} "
+                "or an ACDCSchedule."
+            )
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(
+                f"distribution={distribution!r} is not supported; allowed are "
+                f"{', '.join(DISTRIBUTIONS)}."
+            )
+        parse_pattern(pattern)
+        self.sparsity = sparsity
+        self.schedule = schedule
+        self.distribution = distribution
+        self.pattern = pattern
+        self.reset = reset
+        self.reset_how = reset_how
+        self.selection_options: dict[str, Any] = {
+            "include_embeddings": include_embeddings,
+            "include_first": include_first,
+            "include_last": include_last,
+            "exclude": tuple(exclude),
+        }
+        self.resume_from = resume_from
+        self.masked: MaskedStep | None = None
+        self.names: list[str] = []
+        self.latest: dict[str, float] = {}
+
+    def _schedule_for(self, max_steps: int) -> ACDCSchedule | None:
+        if isinstance(self.schedule, ACDCSchedule):
+            return self.schedule
+        return ACDCSchedule(max_steps) if self.schedule == "acdc" else None
+
+    def _state_path(self, args: Any, state: Any) -> Path:
+        folder = (
+            Path(self.resume_from)
+            if self.resume_from is not None
+            else Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        )
+        return folder / STATE_FILE
+
+    def on_train_begin(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: nn.Module | None = None,
+        optimizer: Any = None,
+        **_: Any,
+    ) -> None:
+        if model is None or optimizer is None:
+            raise ValueError(
+                "the Trainer passed no model or optimizer to on_train_begin; SparsityCallback "
+                "needs both"
+            )
+        inner = unwrap_model(model)
+        selection = select_prunable(inner, **self.selection_options)
+        self.names = selection.names
+        self.masked = MaskedStep(
+            None,
+            optimizer,
+            selection.names,
+            sparsity=self.sparsity,
+            schedule=self._schedule_for(int(state.max_steps)),
+            distribution=self.distribution,
+            pattern=self.pattern,
+            input_dims=selection.input_dims,
+            reset=self.reset,
+            reset_how=self.reset_how,
+        )
+        if state.global_step > 0:
+            path = self._state_path(args, state)
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"the Trainer resumes at step {state.global_step} but {path} does not "
+                    "exist; pass SparsityCallback(resume_from=<the checkpoint folder>) so the "
+                    "masks and schedule are restored instead of silently reset."
+                )
+            self.masked.load_state_dict(load_torch_with_checksum(path))
+        else:
+            self.masked.start(inner)
+
+    def on_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **_: Any
+    ) -> None:
+        if self.masked is None or model is None:
+            raise ValueError("SparsityCallback saw an optimizer step before training began")
+        # Right after optimizer.step(): re-mask, count the step, flip phase if one ends here.
+        self.latest = self.masked.after_optimizer_step(model)
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        if logs is None or not self.latest or "loss" not in logs:
+            return
+        logs.update(self.latest)
+        history = state.log_history
+        if history and history[-1].get("step") == state.global_step and "loss" in history[-1]:
+            history[-1].update(self.latest)  # the Trainer stored a copy of logs already
+
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if self.masked is not None and folder.is_dir() and state.is_world_process_zero:
+            save_torch_with_checksum(self.masked.state_dict(), folder / STATE_FILE)

@@ -307,12 +307,15 @@ def _report(arguments: argparse.Namespace) -> int:
 def _add_prune(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "prune",
-        help="one-shot magnitude pruning of a trained run, evaluated at each sparsity",
-        description="Prune a run folder (or checkpoint) written by 'convergent train' one-shot by"
-        " weight magnitude, and report validation loss/accuracy/perplexity at each sparsity.",
+        help="one-shot magnitude pruning of a trained run or a Hugging Face model folder",
+        description="Prune a run folder (or checkpoint) written by 'convergent train', or a"
+        " Hugging Face save_pretrained folder (a causal LM or a sequence classifier), one-shot"
+        " by weight magnitude, and report validation loss/accuracy/perplexity at each sparsity.",
     )
     parser.add_argument(
-        "path", type=Path, help="a run folder, its checkpoints folder or a checkpoint"
+        "path",
+        type=Path,
+        help="a run folder, its checkpoints folder, a checkpoint, or a save_pretrained folder",
     )
     parser.add_argument(
         "--sparsity",
@@ -330,24 +333,63 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--exclude-first", action="store_true", help="keep the first layer dense")
     parser.add_argument("--include-last", action="store_true", help="also prune the output layer")
     parser.add_argument(
-        "--save", type=Path, default=None, help="write the model pruned at the last sparsity here"
+        "--save",
+        type=Path,
+        default=None,
+        help="write the model pruned at the last sparsity here (a Hugging Face model: a new"
+        " save_pretrained folder with pruning.json, pruning.md and pruning.png)",
     )
+    hugging_face = parser.add_argument_group("Hugging Face model folders only")
+    hugging_face.add_argument(
+        "--data",
+        default=None,
+        help="the data to evaluate on (default austen for a causal LM, rt-sentences for a"
+        " classifier; also hf:NAME)",
+    )
+    hugging_face.add_argument(
+        "--examples", type=int, default=None, help="evaluate on this many validation examples"
+    )
+    hugging_face.add_argument(
+        "--max-length", type=int, default=None, help="tokens per example (default 64)"
+    )
+    hugging_face.add_argument("--seed", type=int, default=None, help="split seed (default 0)")
     parser.set_defaults(handler=_prune)
 
 
-def _prune(arguments: argparse.Namespace) -> int:
-    from .commands.prune import format_prune_summary, prune_run
+# Options of `prune` that only a Hugging Face folder takes: a run brings its own data.
+HF_ONLY = ("data", "examples", "max_length", "seed")
 
-    summary = prune_run(
-        arguments.path,
-        tuple(arguments.sparsity or (0.5, 0.7, 0.9)),
-        distribution=arguments.distribution,
-        pattern=arguments.pattern,
-        include_embeddings=arguments.include_embeddings,
-        include_first=not arguments.exclude_first,
-        include_last=arguments.include_last,
-        save_to=arguments.save,
-    )
+
+def _prune(arguments: argparse.Namespace) -> int:
+    from .commands.hf_folders import HUGGING_FACE, folder_kind
+    from .commands.prune import format_prune_summary, prune_hf_folder, prune_run
+
+    options = {
+        "distribution": arguments.distribution,
+        "pattern": arguments.pattern,
+        "include_embeddings": arguments.include_embeddings,
+        "include_first": not arguments.exclude_first,
+        "include_last": arguments.include_last,
+        "save_to": arguments.save,
+    }
+    sparsities = tuple(arguments.sparsity or (0.5, 0.7, 0.9))
+    if folder_kind(arguments.path) == HUGGING_FACE:
+        given = {name: getattr(arguments, name) for name in HF_ONLY}
+        # Options left out take prune_hf_folder's own defaults (defined there, once).
+        chosen = {name: value for name, value in given.items() if value is not None}
+        summary = prune_hf_folder(arguments.path, sparsities, **chosen, **options)
+    else:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in HF_ONLY
+            if getattr(arguments, name) is not None
+        ]
+        if given and arguments.path.exists():  # a missing path gets its own error
+            raise UserError(
+                f"{', '.join(given)} apply only to Hugging Face model folders; the run at "
+                f"{arguments.path} is evaluated on its own data and validation split"
+            )
+        summary = prune_run(arguments.path, sparsities, **options)
     print(format_prune_summary(summary))
     return 0
 
@@ -355,12 +397,15 @@ def _prune(arguments: argparse.Namespace) -> int:
 def _add_diagnose(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "diagnose",
-        help="convergence diagnostics of a run, a checkpoint or MiniLM: a report folder",
+        help="convergence diagnostics of a run, a checkpoint, a Hugging Face model folder or"
+        " MiniLM: a report folder",
         description="Write a markdown summary and PNG plots: layer-wise loss, attention-output"
         " spectra per layer, rank collapse, weight histograms and sparsity, W_Q/W_K norms.",
     )
     parser.add_argument(
-        "path", help="a run folder, its checkpoints folder, a checkpoint, or 'minilm'"
+        "path",
+        help="a run folder, its checkpoints folder, a checkpoint, a save_pretrained folder,"
+        " or 'minilm'",
     )
     parser.add_argument("--data", required=True, help="the data source to diagnose on")
     parser.add_argument(

@@ -1,16 +1,24 @@
 """``convergent diagnose RUN_OR_CHECKPOINT --data NAME``: a report folder for a trained model.
 
 An entry point: it rebuilds the model of one of our run folders (``config.json`` + the
-newest checkpoint) or takes the pretrained MiniLM encoder (``"minilm"``), draws a batch of
-validation examples of ``NAME``, and writes ``summary.md``, ``diagnostics.json`` and PNGs of
-the layer-wise loss, the attention-output spectra per layer, rank collapse, weight histograms
-and sparsity, and the norms of W_Q/W_K.
+newest checkpoint), loads a Hugging Face ``save_pretrained`` folder (a causal LM or a
+sequence classifier, see :mod:`convergent.commands.hf_folders`) or takes the pretrained
+MiniLM encoder (``"minilm"``), draws a batch of validation examples of ``NAME``, and writes
+``summary.md``, ``diagnostics.json`` and PNGs of the layer-wise loss, the attention-output
+spectra per layer, rank collapse, weight histograms and sparsity, and the norms of W_Q/W_K.
+
+A Hugging Face model's layer-wise losses read each hidden state through its own head; the
+spectra and W_Q/W_K norms are skipped, with a note, where its attention modules are not a
+layout the hooks know (GPT-2 fuses Q, K and V into one ``c_attn``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,19 +41,41 @@ from ..models import HFEncoder
 from ..report import markdown_table
 from ..train.batches import take, trim_padding
 from .config import split_options
+from .hf_folders import (
+    HUGGING_FACE,
+    evaluation_data,
+    folder_kind,
+    layerwise_readout_losses,
+    load_hf_folder,
+)
 from .runs import load_run
 
 MINILM = "minilm"
+# (hidden_states, labels, attention_mask) -> [L + 1] layer-wise losses.
+LayerLosses = Callable[[Sequence[torch.Tensor], torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 @dataclass
 class LoadedModel:
-    """A model ready to diagnose, with where it came from."""
+    """A model ready to diagnose, with where it came from.
+
+    Attributes:
+        model: the model.
+        splits: its data (the validation split is measured, else the test split).
+        source: where the model came from, for the report.
+        notes: lines for the report.
+        layer_losses: ``(hidden_states, labels, attention_mask) -> [L + 1]`` losses, for
+            models without our ``readout`` (None: ``model.readout``).
+        attention_optional: skip, with a note, the spectra and W_Q/W_K norms of a model
+            whose attention modules are not recognised, instead of raising.
+    """
 
     model: nn.Module
     splits: Splits
     source: str
     notes: list[str]
+    layer_losses: LayerLosses | None = None
+    attention_optional: bool = False
 
 
 def load_run_for_diagnosis(
@@ -98,6 +128,48 @@ def load_minilm(data_name: str, seed: int, max_length: int, head_examples: int) 
     return LoadedModel(model, splits, "pretrained MiniLM-L6", [note])
 
 
+def load_hf_for_diagnosis(
+    path: str | Path, data_name: str, seed: int, max_length: int, examples: int
+) -> LoadedModel:
+    """A ``save_pretrained`` folder's model on the first ``examples`` validation examples of
+    ``data_name``, tokenized with its own tokenizer."""
+    loaded = load_hf_folder(path)
+    data = evaluation_data(loaded, data_name, seed=seed, max_length=max_length, examples=examples)
+    splits = Splits(
+        train=data.dataset,  # unused: diagnose measures the validation split
+        validation=data.dataset,
+        test=data.dataset,
+        task=data.task,
+        num_outputs=int(getattr(loaded.model.config, "num_labels", 0)),
+        seq_len=max_length,
+        vocab_size=len(loaded.tokenizer),
+    )
+    head = "the output embedding after the final norm" if data.task == "lm" else "its classifier"
+    note = f"layer-wise losses read every hidden state through {head}"
+    return LoadedModel(
+        loaded.model,
+        splits,
+        f"{loaded.path} ({loaded.architecture})",
+        [note],
+        layer_losses=functools.partial(layerwise_readout_losses, loaded),
+        attention_optional=True,
+    )
+
+
+def _optional(
+    measure: Callable[[], Any], loaded: LoadedModel, notes: list[str], what: str
+) -> Any | None:
+    """``measure()``, or None and a note where the model's attention layout is unknown and
+    ``loaded.attention_optional`` allows going on without it."""
+    try:
+        return measure()
+    except ValueError as error:
+        if not loaded.attention_optional:
+            raise
+        notes.append(f"{what} skipped: {str(error).split(';')[0]}")
+        return None
+
+
 def _finite(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
@@ -112,16 +184,18 @@ def diagnose(
     max_length: int = 64,
     head_examples: int = 256,
 ) -> Path:
-    """Diagnose a run folder, a checkpoint, or ``"minilm"`` on data ``data_name``.
+    """Diagnose a run folder, a checkpoint, a ``save_pretrained`` folder or ``"minilm"``.
 
     Args:
         path: a run folder of ``convergent train``, its ``checkpoints/`` folder, one
-            checkpoint, or the literal ``"minilm"``.
-        data_name: a data source (``convergent data list``) or ``hf:NAME``.
+            checkpoint, a Hugging Face model folder, or the literal ``"minilm"``.
+        data_name: a data source (``convergent data list``) or ``hf:NAME``; for a Hugging
+            Face folder, text its tokenizer cuts (``austen`` too for a causal LM).
         out_dir: where the report folder is written.
         examples: validation examples to measure on.
-        seed: the split seed (default: the run's own; 0 for MiniLM).
-        max_length: tokens per text example for MiniLM (runs use their own).
+        seed: the split seed (default: the run's own; 0 for MiniLM and Hugging Face folders).
+        max_length: tokens per text example for MiniLM and Hugging Face folders (runs use
+            their own).
         head_examples: training examples used to fit MiniLM's readout head.
 
     Returns:
@@ -129,47 +203,54 @@ def diagnose(
 
     Raises:
         CheckpointError: a missing or foreign checkpoint.
-        ValueError: bad arguments, or a model whose attention modules cannot be found.
+        ValueError: bad arguments, or a model of ours whose attention modules cannot be found.
     """
     if examples < 1:
         raise ValueError(f"examples={examples} is out of range; it must be >= 1.")
     if str(path) == MINILM:
         loaded = load_minilm(data_name, 0 if seed is None else seed, max_length, head_examples)
+    elif folder_kind(path) == HUGGING_FACE:
+        split_seed = 0 if seed is None else seed
+        loaded = load_hf_for_diagnosis(path, data_name, split_seed, max_length, examples)
     else:
         loaded = load_run_for_diagnosis(path, data_name, seed)
-    model, splits = loaded.model, loaded.splits
+    model, splits, notes = loaded.model, loaded.splits, list(loaded.notes)
     model.eval()
     dataset = splits.validation if len(splits.validation) else splits.test
     count = min(examples, len(dataset))
     batch = trim_padding(take(dataset, torch.arange(count)))
     inputs = {key: value for key, value in batch.items() if key != "labels"}
     mask = inputs.get("attention_mask")
+    recorder = _optional(lambda: SpectraRecorder(model), loaded, notes, "attention-output spectra")
     # One forward pass serves the spectra hooks, the layer-wise losses and rank collapse.
-    with SpectraRecorder(model) as recorder, torch.no_grad():
+    with recorder if recorder is not None else contextlib.nullcontext(), torch.no_grad():
         hidden_states = model(**inputs, output_hidden_states=True).hidden_states
-    if not recorder.records:
+    if recorder is not None and not recorder.records:
         raise RuntimeError(f"the forward pass of {type(model).__name__} recorded no spectra")
-    spectra = recorder.records[-1][1]
+    spectra = recorder.records[-1][1] if recorder is not None else None
     with torch.no_grad():
-        losses = losses_from_hidden_states(
-            model.readout, hidden_states, batch["labels"], splits.task, mask
-        ).tolist()
+        if loaded.layer_losses is not None:
+            losses = loaded.layer_losses(hidden_states, batch["labels"], mask).tolist()
+        else:
+            losses = losses_from_hidden_states(
+                model.readout, hidden_states, batch["labels"], splits.task, mask
+            ).tolist()
     monotone = monotonicity_report(losses)
     collapse = torch.stack([rank_collapse(hidden, mask) for hidden in hidden_states])
     weights = weight_matrices(model)
     weight_rows = weight_statistics(model)
-    norms = query_key_norms(model)
+    norms = _optional(lambda: query_key_norms(model), loaded, notes, "W_Q/W_K norms") or []
 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     figures = [
         plots.plot_layerwise_losses(losses, folder / "layerwise_loss.png"),
-        plots.plot_spectra(spectra, folder / "spectra.png"),
+        *([plots.plot_spectra(spectra, folder / "spectra.png")] if spectra else []),
         plots.plot_rank_collapse(collapse, folder / "rank_collapse.png"),
         plots.plot_weights(weights, weight_rows, folder / "weights.png"),
-        plots.plot_query_key_norms(norms, folder / "query_key_norms.png"),
+        *([plots.plot_query_key_norms(norms, folder / "query_key_norms.png")] if norms else []),
     ]
-    spectra_rows = spectra.layer_means()
+    spectra_rows = spectra.layer_means() if spectra is not None else []
     collapse_rows = [
         {"layer": index, "median": float(row.median()), "mean": float(row.mean())}
         for index, row in enumerate(collapse)
@@ -181,7 +262,7 @@ def diagnose(
         "data": data_name,
         "examples": count,
         "task": splits.task,
-        "notes": loaded.notes,
+        "notes": notes,
         "layerwise_losses": losses,
         "monotonicity": {
             "fraction_satisfied": monotone.fraction_satisfied,
@@ -223,11 +304,16 @@ def _markdown(payload: dict[str, Any], spectra_rows: list[dict[str, Any]]) -> st
         "",
         "![layer-wise loss](layerwise_loss.png)",
         "",
-        "## Attention-output spectra (mean over examples; condition: median)",
-        "",
-        markdown_table(spectra_rows),
-        "![spectra](spectra.png)",
-        "",
+    ]
+    if spectra_rows:
+        lines += [
+            "## Attention-output spectra (mean over examples; condition: median)",
+            "",
+            markdown_table(spectra_rows),
+            "![spectra](spectra.png)",
+            "",
+        ]
+    lines += [
         "## Rank collapse: ||X - 1 mean^T||_F / ||X||_F per hidden state",
         "",
         markdown_table(payload["rank_collapse"]),
@@ -240,10 +326,13 @@ def _markdown(payload: dict[str, Any], spectra_rows: list[dict[str, Any]]) -> st
         "",
         "![weights](weights.png)",
         "",
-        "## Norms of W_Q and W_K",
-        "",
-        markdown_table(payload["query_key_norms"]),
-        "![query/key norms](query_key_norms.png)",
-        "",
     ]
+    if payload["query_key_norms"]:
+        lines += [
+            "## Norms of W_Q and W_K",
+            "",
+            markdown_table(payload["query_key_norms"]),
+            "![query/key norms](query_key_norms.png)",
+            "",
+        ]
     return "\n".join(lines)

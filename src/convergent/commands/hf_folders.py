@@ -1,0 +1,398 @@
+"""Hugging Face model folders (what ``save_pretrained`` writes): detect, load, measure.
+
+A folder is a Hugging Face model folder when its ``config.json`` names a ``model_type`` and
+a weights file (``model.safetensors``, ``pytorch_model.bin`` or a sharded index) sits beside
+it, and it is not one of our run folders (those hold ``checkpoints/`` and a ``TrainConfig``).
+The model is loaded offline (``local_files_only=True``) as a causal LM when the config's
+``architectures`` name one (``...ForCausalLM``, ``...LMHeadModel``), as a sequence classifier
+for ``...ForSequenceClassification``, with the tokenizer saved in the same folder.
+
+Evaluation data is the validation split of a named source, tokenized with that tokenizer:
+a classifier is scored on a token source's labels (``rt-sentences``, ``hf:NAME``); a causal
+LM on the next token of the same texts, or of Austen's validation windows decoded back to
+text (``austen``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from ..data import DictDataset, is_token_source, load_splits, tokenize
+from ..losses import IGNORE_INDEX, losses_from_hidden_states
+
+if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
+    from transformers import PreTrainedModel
+
+CAUSAL_LM = "causal-lm"
+SEQUENCE_CLASSIFICATION = "sequence-classification"
+HUGGING_FACE = "hugging-face"
+RUN = "run"
+# The data each kind is measured on when the user names none.
+DEFAULT_DATA = {CAUSAL_LM: "austen", SEQUENCE_CLASSIFICATION: "rt-sentences"}
+DATA_CHOICES = {
+    CAUSAL_LM: "austen, rt-sentences or hf:NAME",
+    SEQUENCE_CLASSIFICATION: "rt-sentences or hf:NAME",
+}
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "tokenizer.model",
+    "spiece.model",
+)
+# Our checkpoint folders also hold model.safetensors; these files tell them apart.
+CHECKPOINT_MARKERS = ("state.pt", "manifest.json")
+# English runs about four characters per subword token, so an Austen window of this many
+# characters per token of max_length fills the window after tokenization.
+CHARACTERS_PER_TOKEN = 4
+# Logits entries per evaluation batch (64 MB in fp32): a language model's logits are
+# [B, T, vocabulary], which at GPT-2's 50k vocabulary is the memory that matters.
+LOGITS_PER_BATCH = 2**24
+# The final normalization that decoder stacks apply before their head (GPT-2, LLaMA, OPT).
+FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm")
+
+
+class HFFolderError(ValueError):
+    """A Hugging Face model folder that cannot be used as asked."""
+
+
+def _read_config(path: Path) -> dict[str, Any] | None:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _has_weights(path: Path) -> bool:
+    return any((path / name).is_file() for name in WEIGHT_FILES)
+
+
+def is_hf_model_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a ``save_pretrained`` folder: ``config.json`` with a
+    ``model_type``, a weights file beside it, and none of our run or checkpoint files."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "checkpoints").is_dir():
+        return False
+    config = _read_config(folder)
+    return config is not None and "model_type" in config and _has_weights(folder)
+
+
+def folder_kind(path: str | Path) -> str:
+    """``"hugging-face"`` for a ``save_pretrained`` folder, else ``"run"`` (which
+    :func:`~convergent.commands.runs.load_run` then accepts or explains).
+
+    Raises:
+        HFFolderError: a folder that is half a Hugging Face model folder: weights without
+            ``config.json``, or a config naming a ``model_type`` without weights.
+    """
+    folder = Path(path)
+    if is_hf_model_folder(folder):
+        return HUGGING_FACE
+    if not folder.is_dir() or any((folder / name).exists() for name in CHECKPOINT_MARKERS):
+        return RUN
+    config = _read_config(folder)
+    if config is None and _has_weights(folder) and not (folder / "config.json").exists():
+        raise HFFolderError(
+            f"{folder} holds model weights but no config.json; a Hugging Face model folder "
+            "needs the config.json that save_pretrained writes"
+        )
+    if config is not None and "model_type" in config and not _has_weights(folder):
+        raise HFFolderError(
+            f"{folder} has a Hugging Face config.json but no weights; expected one of "
+            f"{', '.join(WEIGHT_FILES)}"
+        )
+    return RUN
+
+
+def architecture_kind(architectures: Sequence[str] | None) -> str:
+    """``"causal-lm"`` or ``"sequence-classification"`` for a config's ``architectures``.
+
+    Raises:
+        HFFolderError: when no listed architecture is one we load.
+    """
+    for name in architectures or ():
+        if name.endswith(("ForCausalLM", "LMHeadModel")):
+            return CAUSAL_LM
+        if name.endswith("ForSequenceClassification"):
+            return SEQUENCE_CLASSIFICATION
+    raise HFFolderError(
+        f"architectures {list(architectures or [])} are not supported; the config must name a "
+        "causal LM (ending in ForCausalLM or LMHeadModel) or a sequence classifier (ending in "
+        "ForSequenceClassification)"
+    )
+
+
+@dataclass
+class HFModel:
+    """A Hugging Face model loaded from a folder, with its tokenizer.
+
+    Attributes:
+        model: the model, in eval mode.
+        tokenizer: the tokenizer saved in the same folder.
+        kind: ``"causal-lm"`` or ``"sequence-classification"``.
+        architecture: the class name the config names, e.g. ``"GPT2LMHeadModel"``.
+        path: the folder.
+    """
+
+    model: PreTrainedModel
+    tokenizer: Any
+    kind: str
+    architecture: str
+    path: Path
+
+
+@contextlib.contextmanager
+def quiet_progress() -> Iterator[None]:
+    """Hide ``transformers``' loading and saving progress bars inside the block: on stderr
+    they would break the one-line error the command line promises."""
+    from transformers.utils import logging as transformers_logging
+
+    was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            transformers_logging.enable_progress_bar()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0].strip() if lines else type(error).__name__
+
+
+def load_hf_folder(path: str | Path) -> HFModel:
+    """Load the model and tokenizer of a ``save_pretrained`` folder, offline.
+
+    Args:
+        path: the folder.
+
+    Returns:
+        An :class:`HFModel`.
+
+    Raises:
+        HFFolderError: no ``config.json``, an unsupported architecture, no tokenizer, or
+            files that ``transformers`` cannot read.
+    """
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
+
+    folder = Path(path)
+    config = _read_config(folder)
+    if config is None:
+        raise HFFolderError(
+            f"{folder} has no readable config.json; pass a folder written by save_pretrained"
+        )
+    kind = architecture_kind(config.get("architectures"))
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise HFFolderError(
+            f"{folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save one there "
+            "with tokenizer.save_pretrained"
+        )
+    auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
+    try:
+        with quiet_progress():
+            model = auto.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as error:
+        raise HFFolderError(f"cannot load the model in {folder}: {_first_line(error)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise HFFolderError(
+            f"cannot load the tokenizer in {folder}: {_first_line(error)}"
+        ) from None
+    model.eval()
+    architecture = type(model).__name__
+    return HFModel(model, tokenizer, kind, architecture, folder)
+
+
+def evaluation_tokenizer(tokenizer: Any) -> Any:
+    """A copy of ``tokenizer`` that pads on the right with a pad token (GPT-2's has none;
+    its end-of-text token stands in). The folder's own tokenizer is left as saved."""
+    padded = copy.deepcopy(tokenizer)
+    padded.padding_side = "right"  # next-token labels and positions assume real tokens first
+    if padded.pad_token is None:
+        stand_in = padded.eos_token or padded.unk_token
+        if stand_in is None:
+            raise HFFolderError(
+                "the tokenizer has no pad, end-of-text or unknown token to pad batches with"
+            )
+        padded.pad_token = stand_in
+    return padded
+
+
+def next_token_labels(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Labels aligned with a causal LM's logits: position t holds token t + 1, and
+    ``-100`` where the next position is padding or past the end."""
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
+    return labels
+
+
+@dataclass
+class EvaluationData:
+    """Validation examples of a named source, ready for the model.
+
+    Attributes:
+        dataset: ``input_ids``, ``attention_mask`` and ``labels``.
+        task: ``"lm"`` or ``"classification"`` (as in :mod:`convergent.losses`).
+        data: the source name.
+        max_length: tokens per example.
+    """
+
+    dataset: DictDataset
+    task: str
+    data: str
+    max_length: int
+
+
+def _austen_texts(seed: int, max_length: int, examples: int | None) -> list[str]:
+    """Austen's validation windows, decoded from character ids back to text."""
+    splits = load_splits("austen", seed=seed, seq_len=CHARACTERS_PER_TOKEN * max_length)
+    itos = splits.info["itos"]
+    windows = splits.validation.tensors["input_ids"][:examples]
+    return ["".join(itos[index] for index in row) for row in windows.tolist()]
+
+
+def evaluation_data(
+    loaded: HFModel,
+    data_name: str,
+    *,
+    seed: int = 0,
+    max_length: int = 64,
+    examples: int | None = None,
+) -> EvaluationData:
+    """The validation split of ``data_name``, tokenized with the folder's tokenizer.
+
+    Args:
+        loaded: the model folder.
+        data_name: ``austen`` or a token source (``rt-sentences``, ``hf:NAME``) for a
+            causal LM; a token source whose classes match the classifier for a classifier.
+        seed: the split seed.
+        max_length: tokens per example (truncated and padded to it).
+        examples: keep only the first this many validation examples (None: all).
+
+    Returns:
+        An :class:`EvaluationData`.
+
+    Raises:
+        HFFolderError: data the model cannot be measured on, or a length past its positions.
+    """
+    if examples is not None and examples < 1:
+        raise HFFolderError(f"examples={examples} is out of range; it must be >= 1.")
+    positions = getattr(loaded.model.config, "max_position_embeddings", None)
+    if max_length < 2 or (positions is not None and max_length > positions):
+        allowed = f"in [2, {positions}] (the model's positions)" if positions else "at least 2"
+        raise HFFolderError(f"max_length={max_length} is out of range; it must be {allowed}.")
+    tokenizer = evaluation_tokenizer(loaded.tokenizer)
+    if loaded.kind == CAUSAL_LM and data_name == "austen":
+        encoded = tokenize(_austen_texts(seed, max_length, examples), tokenizer, max_length)
+    elif is_token_source(data_name):
+        splits = load_splits(data_name, seed=seed, tokenizer=tokenizer, max_length=max_length)
+        encoded = {key: value[:examples] for key, value in splits.validation.tensors.items()}
+        classes = getattr(loaded.model.config, "num_labels", None)
+        if loaded.kind == SEQUENCE_CLASSIFICATION and splits.num_outputs != classes:
+            raise HFFolderError(
+                f"data {data_name!r} has {splits.num_outputs} classes but the classifier in "
+                f"{loaded.path} has {classes}; choose data with {classes} classes"
+            )
+    else:
+        raise HFFolderError(
+            f"data {data_name!r} is not text a {loaded.kind} model can be measured on; "
+            f"choose {DATA_CHOICES[loaded.kind]}"
+        )
+    if loaded.kind == CAUSAL_LM:
+        encoded = {
+            "input_ids": encoded["input_ids"],
+            "attention_mask": encoded["attention_mask"],
+            "labels": next_token_labels(encoded["input_ids"], encoded["attention_mask"]),
+        }
+    task = "lm" if loaded.kind == CAUSAL_LM else "classification"
+    return EvaluationData(DictDataset(encoded), task, data_name, max_length)
+
+
+def evaluation_batch_size(loaded: HFModel, max_length: int) -> int:
+    """Examples per evaluation batch: 64 for a classifier; for a causal LM as many as keep
+    its ``[B, T, vocabulary]`` logits within ``LOGITS_PER_BATCH`` entries."""
+    if loaded.kind != CAUSAL_LM:
+        return 64
+    vocabulary = int(loaded.model.get_output_embeddings().weight.shape[0])
+    return max(1, min(64, LOGITS_PER_BATCH // (max_length * vocabulary)))
+
+
+def _final_norm(model: nn.Module) -> nn.Module | None:
+    base = getattr(model, "base_model", model)
+    for name in FINAL_NORM_NAMES:
+        module = getattr(base, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    return None
+
+
+def _classifier_readout(model: nn.Module) -> Callable[[Tensor, Tensor | None], Tensor]:
+    pooler = getattr(getattr(model, "base_model", model), "pooler", None)
+    classifier = getattr(model, "classifier", None)
+    if isinstance(classifier, nn.Linear) and isinstance(pooler, nn.Module):
+        return lambda hidden, mask: classifier(pooler(hidden))  # BERT: pool, then classify
+    if isinstance(classifier, nn.Module) and not isinstance(classifier, nn.Linear):
+        return lambda hidden, mask: classifier(hidden)  # RoBERTa-style heads pool themselves
+    raise HFFolderError(
+        f"{type(model).__name__} has no classifier head that layer-wise losses can read "
+        "through (a BERT pooler with a linear classifier, or a RoBERTa-style head)"
+    )
+
+
+def layerwise_readout_losses(
+    loaded: HFModel,
+    hidden_states: Sequence[Tensor],
+    labels: Tensor,
+    attention_mask: Tensor | None = None,
+) -> Tensor:
+    """f_0 .. f_L: the loss of every hidden state read through the model's own head.
+
+    A causal LM's head is its output embedding after the final norm (the "logit lens");
+    the last hidden state already has that norm applied, so it is read as it is. A
+    classifier's head is its pooler and classifier (BERT) or its classification head.
+
+    Args:
+        loaded: the model folder.
+        hidden_states: L + 1 tensors from ``output_hidden_states=True``.
+        labels: the task's labels (next-token labels for a causal LM).
+        attention_mask: the padding mask.
+
+    Returns:
+        ``[L + 1]`` losses.
+    """
+    model = loaded.model
+    if loaded.kind == CAUSAL_LM:
+        head, norm = model.get_output_embeddings(), _final_norm(model)
+        states = list(hidden_states)
+        if norm is not None:
+            states = [norm(state) for state in states[:-1]] + states[-1:]
+        return losses_from_hidden_states(
+            lambda hidden, mask: head(hidden), states, labels, "lm", attention_mask
+        )
+    readout = _classifier_readout(model)
+    return losses_from_hidden_states(
+        readout, hidden_states, labels, "classification", attention_mask
+    )

@@ -1,0 +1,273 @@
+"""``prune`` and ``diagnose`` on Hugging Face ``save_pretrained`` folders (tiny, offline)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from convergent.cli import main
+from convergent.commands import diagnose, prune_hf_folder
+from convergent.commands.hf_folders import (
+    HFFolderError,
+    evaluation_data,
+    folder_kind,
+    is_hf_model_folder,
+    load_hf_folder,
+)
+from convergent.data import load_splits, minilm_path
+from convergent.sparse import prune_one_shot, select_prunable
+from tests.conftest import assert_drawn_figure, tiny_bert_config
+
+MAX_LENGTH = 16
+EXAMPLES = 12
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    # MiniLM's WordPiece tokenizer is cached offline; it serves the GPT-2 folder too.
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+@pytest.fixture(scope="module")
+def validation(tokenizer):
+    """The first rt-sentences validation examples, as the commands should tokenize them."""
+    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=MAX_LENGTH)
+    return {key: value[:EXAMPLES] for key, value in splits.validation.tensors.items()}
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory, tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("gpt2")
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bert_folder(tmp_path_factory, tokenizer):
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = tiny_bert_config(vocab_size=len(tokenizer), max_position_embeddings=32, num_labels=2)
+    folder = tmp_path_factory.mktemp("bert")
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pruned_gpt2(gpt2_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pruned") / "gpt2-0.5"
+    summary = prune_hf_folder(
+        gpt2_folder, (0.5,), data="rt-sentences", examples=EXAMPLES, max_length=MAX_LENGTH,
+        save_to=out,
+    )  # fmt: skip
+    return summary, out
+
+
+def _perplexity(model, batch) -> float:
+    """exp(mean cross-entropy of each real token after the first), counted here."""
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets, keep = batch["input_ids"][:, 1:], batch["attention_mask"][:, 1:].bool()
+    losses = F.cross_entropy(logits[:, :-1][keep], targets[keep], reduction="none")
+    return math.exp(float(losses.double().mean()))
+
+
+def _accuracy(model, batch) -> float:
+    inputs = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        predictions = model(**inputs).logits.argmax(dim=-1)
+    return int((predictions == batch["labels"]).sum()) / len(batch["labels"])
+
+
+def test_folders_are_told_apart(gpt2_folder, tmp_path):
+    assert is_hf_model_folder(gpt2_folder) and folder_kind(gpt2_folder) == "hugging-face"
+    assert folder_kind(tmp_path / "nowhere") == "run"  # load_run explains a missing path
+    loaded = load_hf_folder(gpt2_folder)
+    assert (loaded.kind, loaded.architecture) == ("causal-lm", "GPT2LMHeadModel")
+
+
+def test_pruned_folder_reloads_with_the_library_pruning(gpt2_folder, pruned_gpt2):
+    from transformers import AutoModelForCausalLM
+
+    summary, out = pruned_gpt2
+    reloaded = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    reference = AutoModelForCausalLM.from_pretrained(gpt2_folder, local_files_only=True)
+    report = prune_one_shot(reference, 0.5)  # the library path, same defaults as the command
+    expected = reference.state_dict()
+    for name, value in reloaded.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    names = select_prunable(reloaded, include_first=True).names
+    assert names == list(report.masks) and len(names) == 8  # 4 Conv1D per GPT-2 block
+    for name in names:
+        weight = reloaded.get_parameter(name)
+        assert float((weight == 0).float().mean()) == pytest.approx(0.5, abs=1e-3), name
+    assert summary["rows"][0]["sparsity"] == pytest.approx(report.sparsity)
+    assert "transformer.wte.weight" in summary["excluded"]  # tied to lm_head: left dense
+    payload = json.loads((out / "pruning.json").read_text())
+    assert [row["name"] for row in payload["layers"]] == names
+    assert all(row["sparsity"] == pytest.approx(0.5, abs=1e-3) for row in payload["layers"])
+
+
+def test_language_model_perplexity_is_counted_exactly(gpt2_folder, pruned_gpt2, validation):
+    from transformers import AutoModelForCausalLM
+
+    summary, out = pruned_gpt2
+    assert (summary["metric"], summary["examples"]) == ("perplexity", EXAMPLES)
+    dense = AutoModelForCausalLM.from_pretrained(gpt2_folder, local_files_only=True)
+    pruned = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    before, after = _perplexity(dense, validation), _perplexity(pruned, validation)
+    assert summary["dense"]["perplexity"] == pytest.approx(before, rel=1e-5)
+    assert summary["rows"][0]["perplexity"] == pytest.approx(after, rel=1e-5)
+    assert before != pytest.approx(after, rel=1e-6)  # pruning changed the model
+    markdown = (out / "pruning.md").read_text()
+    assert "| dense |" in markdown and "![pruning](pruning.png)" in markdown
+    assert_drawn_figure(out / "pruning.png")
+
+
+def test_classifier_accuracy_is_counted_exactly(bert_folder, validation, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "bert-pruned"
+    summary = prune_hf_folder(
+        bert_folder, (0.3, 0.5), examples=EXAMPLES, max_length=MAX_LENGTH, save_to=out,
+        distribution="global",
+    )  # fmt: skip
+    assert (summary["data"], summary["metric"]) == ("rt-sentences", "accuracy")
+    dense = AutoModelForSequenceClassification.from_pretrained(bert_folder)
+    pruned = AutoModelForSequenceClassification.from_pretrained(out)
+    assert summary["dense"]["accuracy"] == _accuracy(dense, validation)
+    assert summary["rows"][-1]["accuracy"] == _accuracy(pruned, validation)
+    assert summary["rows"][-1]["sparsity"] == pytest.approx(0.5, abs=1e-3)
+    assert [row["target"] for row in json.loads((out / "pruning.json").read_text())["rows"]] == [
+        0.3,
+        0.5,
+    ]
+
+
+def test_n_m_pattern_on_a_saved_folder(bert_folder, tmp_path):
+    summary = prune_hf_folder(
+        bert_folder, (0.5,), pattern="2:4", examples=4, max_length=MAX_LENGTH,
+        save_to=tmp_path / "two-four",
+    )  # fmt: skip
+    from transformers import AutoModelForSequenceClassification
+
+    pruned = AutoModelForSequenceClassification.from_pretrained(tmp_path / "two-four")
+    weight = pruned.get_parameter("bert.encoder.layer.0.attention.self.query.weight")
+    assert bool(((weight.reshape(-1, 4) != 0).sum(dim=1) <= 2).all())  # 2 of each 4 inputs
+    assert summary["rows"][0]["sparsity"] == pytest.approx(0.5)
+
+
+def test_austen_windows_are_decoded_back_to_text(gpt2_folder, monkeypatch):
+    import convergent.data.text_loaders as text_loaders
+
+    books = {f"book {i}": "".join(chr(97 + (i + k) % 26) for k in range(4000)) for i in range(2)}
+    monkeypatch.setattr(text_loaders, "load_austen", lambda: books)
+    loaded = load_hf_folder(gpt2_folder)
+    data = evaluation_data(loaded, "austen", max_length=MAX_LENGTH, examples=3)
+    window = 4 * MAX_LENGTH  # characters per window: CHARACTERS_PER_TOKEN tokens each
+    start = int(0.9 * 4000)
+    first = books["book 0"][start : start + window]
+    expected = loaded.tokenizer(first, truncation=True, max_length=MAX_LENGTH)["input_ids"]
+    assert data.task == "lm" and len(data.dataset) == 3
+    assert data.dataset.tensors["input_ids"][0, : len(expected)].tolist() == expected
+    labels = data.dataset.tensors["labels"][0]
+    assert labels[: len(expected) - 1].tolist() == expected[1:] and int(labels[-1]) == -100
+
+
+def test_diagnose_a_causal_lm_folder(pruned_gpt2, validation, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    _, out = pruned_gpt2
+    summary = diagnose(out, "rt-sentences", tmp_path / "report", examples=8, max_length=MAX_LENGTH)
+    payload = json.loads((tmp_path / "report" / "diagnostics.json").read_text())
+    assert len(payload["layerwise_losses"]) == 3 and len(payload["rank_collapse"]) == 3
+    # GPT-2 fuses Q, K and V: no spectra or W_Q/W_K norms, and the report says why.
+    assert payload["spectra"] == [] and payload["query_key_norms"] == []
+    assert "spectra.png" not in payload["figures"] and "skipped" in summary.read_text()
+    matrices = {row["name"]: row["sparsity"] for row in payload["weights"]["matrices"]}
+    assert matrices["transformer.h.0.attn.c_attn.weight"] == pytest.approx(0.5, abs=1e-3)
+    # The last layer-wise loss is the model's own loss: the final norm is applied once.
+    model = AutoModelForCausalLM.from_pretrained(out)
+    batch = {key: value[:8] for key, value in validation.items()}
+    assert math.exp(payload["layerwise_losses"][-1]) == pytest.approx(
+        _perplexity(model, batch), rel=1e-4
+    )
+
+
+def test_diagnose_a_classifier_folder(bert_folder, validation, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    diagnose(bert_folder, "rt-sentences", tmp_path, examples=8, max_length=MAX_LENGTH)
+    payload = json.loads((tmp_path / "diagnostics.json").read_text())
+    assert len(payload["spectra"]) == 2 and len(payload["query_key_norms"]) == 2
+    for name in payload["figures"]:
+        assert_drawn_figure(tmp_path / name)
+    model = AutoModelForSequenceClassification.from_pretrained(bert_folder)
+    inputs = {key: validation[key][:8] for key in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        loss = F.cross_entropy(model(**inputs).logits, validation["labels"][:8])
+    assert payload["layerwise_losses"][-1] == pytest.approx(float(loss), rel=1e-4)
+
+
+def test_cli_prunes_a_saved_folder(bert_folder, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    argv = ["prune", str(bert_folder), "--sparsity", "0.5", "--examples", "8"]
+    assert main([*argv, "--max-length", str(MAX_LENGTH), "--save", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| dense |" in printed and f"pruned model and report: {out}" in printed
+    for name in ("pruning.json", "pruning.md", "pruning.png", "config.json", "model.safetensors"):
+        assert (out / name).is_file(), name
+    assert_drawn_figure(out / "pruning.png")
+    # The folder is never half written: a second run into it is refused.
+    assert main([*argv, "--save", str(out)]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+
+
+def _one_sentence_error(argv, capsys) -> str:
+    capsys.readouterr()  # drop what the test's own save_pretrained printed
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    return err
+
+
+def test_broken_folders_give_one_sentence(gpt2_folder, tmp_path, capsys, tokenizer):
+    from transformers import BertModel
+
+    no_config = tmp_path / "no-config"
+    no_config.mkdir()
+    (no_config / "model.safetensors").write_bytes((gpt2_folder / "model.safetensors").read_bytes())
+    assert "no config.json" in _one_sentence_error(["prune", str(no_config)], capsys)
+    with pytest.raises(HFFolderError, match=r"no readable config\.json"):
+        load_hf_folder(no_config)
+    encoder = tmp_path / "encoder"
+    BertModel(tiny_bert_config()).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    err = _one_sentence_error(["prune", str(encoder)], capsys)
+    assert "architectures ['BertModel'] are not supported" in err
+    argv = ["diagnose", str(encoder), "--data", "rt-sentences", "--out", str(tmp_path / "d")]
+    assert "are not supported" in _one_sentence_error(argv, capsys)
+    untokenized = tmp_path / "untokenized"
+    untokenized.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (untokenized / name).write_bytes((gpt2_folder / name).read_bytes())
+    assert "has no tokenizer" in _one_sentence_error(["prune", str(untokenized)], capsys)
+    err = _one_sentence_error(["prune", str(gpt2_folder)], capsys)  # 64 tokens by default
+    assert "max_length=64 is out of range; it must be in [2, 32]" in err
+    argv = ["prune", str(gpt2_folder), "--data", "digits", "--max-length", "16"]
+    assert "data 'digits' is not text" in _one_sentence_error(argv, capsys)

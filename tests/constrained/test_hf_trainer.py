@@ -65,6 +65,24 @@ def test_sequence_classification_readout_reproduces_the_model_logits():
     assert torch.isfinite(value) and "layer_loss_1" in metrics
 
 
+
+def test_sequence_classification_readout_reproduces_roberta_logits():
+    # RoBERTa's head takes the whole sequence and picks the first token itself.
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    from convergent.train.primal_dual_hf import sequence_classification_readout
+
+    config = RobertaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64,
+                           max_position_embeddings=20, num_labels=3)  # fmt: skip
+    torch.manual_seed(0)
+    model = RobertaForSequenceClassification(config).eval()
+    ids = torch.randint(3, 60, (2, 8))
+    output = model(input_ids=ids, output_hidden_states=True)
+    readout = sequence_classification_readout(model)
+    torch.testing.assert_close(readout(output.hidden_states[-1]), output.logits)
+
+
 def _tiny_bert_trainer(tmp_path, **options):
     from convergent.train.primal_dual_hf import DescentTrainer
 

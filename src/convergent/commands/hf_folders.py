@@ -349,17 +349,13 @@ def _final_norm(model: nn.Module) -> nn.Module | None:
     return None
 
 
-def _classifier_readout(model: nn.Module) -> Callable[[Tensor, Tensor | None], Tensor]:
-    pooler = getattr(getattr(model, "base_model", model), "pooler", None)
-    classifier = getattr(model, "classifier", None)
-    if isinstance(classifier, nn.Linear) and isinstance(pooler, nn.Module):
-        return lambda hidden, mask: classifier(pooler(hidden))  # BERT: pool, then classify
-    if isinstance(classifier, nn.Module) and not isinstance(classifier, nn.Linear):
-        return lambda hidden, mask: classifier(hidden)  # RoBERTa-style heads pool themselves
-    raise HFFolderError(
-        f"{type(model).__name__} has no classifier head that layer-wise losses can read "
-        "through (a BERT pooler with a linear classifier, or a RoBERTa-style head)"
-    )
+def _classifier_readout(model: nn.Module) -> Callable[..., Tensor]:
+    from ..train.primal_dual_hf import sequence_classification_readout
+
+    try:
+        return sequence_classification_readout(model)
+    except ValueError as error:
+        raise HFFolderError(str(error)) from None
 
 
 def layerwise_readout_losses(

@@ -38,17 +38,20 @@ STATE_FILE = "descent_state.pt"
 
 
 def sequence_classification_readout(model: nn.Module) -> Callable[..., torch.Tensor]:
-    """The shared head of a BERT-family ``*ForSequenceClassification`` model, for any layer.
+    """The shared head of a ``*ForSequenceClassification`` model, for any layer.
 
-    Applies the model's own pooler (if it has one: [CLS] -> dense -> tanh) and its
-    ``classifier`` to a hidden state, so that layer L reproduces the model's logits in eval
-    mode.
+    BERT family: the model's own pooler (if it has one: [CLS] -> dense -> tanh), dropout and
+    linear ``classifier``; RoBERTa family: its classification head, which picks the first
+    token itself. Either way layer L reproduces the model's logits in eval mode.
     """
     classifier = getattr(model, "classifier", None)
     if not isinstance(classifier, nn.Module):
         raise ValueError(
             f"{type(model).__name__} has no classifier module; pass readout= explicitly"
         )
+    if not isinstance(classifier, nn.Linear):
+        # A head module (RoBERTa, DeBERTa-style) takes the whole sequence and pools it.
+        return lambda hidden_state, attention_mask=None: classifier(hidden_state)
     pooler = getattr(getattr(model, "base_model", None), "pooler", None)
     dropout = getattr(model, "dropout", None)
 

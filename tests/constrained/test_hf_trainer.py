@@ -65,7 +65,6 @@ def test_sequence_classification_readout_reproduces_the_model_logits():
     assert torch.isfinite(value) and "layer_loss_1" in metrics
 
 
-
 def test_sequence_classification_readout_reproduces_roberta_logits():
     # RoBERTa's head takes the whole sequence and picks the first token itself.
     from transformers import RobertaConfig, RobertaForSequenceClassification

@@ -60,6 +60,14 @@ def test_options_give_erm_its_own_lr_and_decay_and_the_constrained_model_its_con
         "alpha": 0.2,
         "resilient_cost": None,
     }
+    # Design 3: a constrained point carries ERM's selected lr scale and weight decay.
+    inherited = {"resilient_cost": 10.0, "alpha": 0.05, "lr_scale": 2.0, "weight_decay": 0.1}
+    assert config.options("constrained", inherited, "text") == {
+        "lr": pytest.approx(2e-4),
+        "weight_decay": 0.1,
+        "alpha": 0.05,
+        "resilient_cost": 10.0,
+    }
 
 
 def test_video_crops_are_token_grids_of_the_frames():
@@ -405,6 +413,12 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
         assert payload["data"][part]["runs"]["erm"][0]["multiplier_max"] is None
     video = payload["data"]["video"]["runs"]
     assert len(video["erm"][0]["rmse"]) == len(config.noise_multiples)
+    for part in ("text", "video"):
+        selected = payload["data"][part]["selected"]
+        for axis in ("lr_scale", "weight_decay"):  # the constrained grid ran at ERM's choice
+            assert selected["constrained"][axis] == selected["erm"][axis]
+            for point in payload["data"][part]["selection"]["constrained"]:
+                assert point[axis] == selected["erm"][axis]
 
 
 def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_run, monkeypatch):

@@ -40,6 +40,12 @@ TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
 VIDEO_TUNING = "(b) street-video denoiser, selection seed"
 
 
+# The constrained grid trains at the learning rate and weight decay ERM selected, so that the
+# two methods differ by the constraints alone (a first full attempt, with the constrained
+# grid at a fixed lr, found no constrained point within the clean tolerance of ERM's best).
+SHARED_AXES = ("lr_scale", "weight_decay")
+
+
 def _part(
     config: Config,
     cache: UnitCache,
@@ -50,29 +56,42 @@ def _part(
     criterion: str,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Select on the grid (validation), then train the selected points from every seed."""
+    """Select on the grids (validation; ERM first, the constrained grid at ERM's selected lr
+    and weight decay), then train the selected points from every final seed."""
     grids = config.grids()
     points = {name: grid_points(axes) for name, axes in grids.items()}
-    selection = [
-        (name, index, Job(config, part, name, point, config.selection_seed, final=False))
-        for name in METHODS
-        for index, point in enumerate(points[name])
-    ]
-    done = run_jobs(cache, [job for *_, job in selection], compute, config.workers, log)
-    units = {(name, index): unit for (name, index, _), unit in zip(selection, done, strict=True)}
-    score = scorer(list(units.values()), config.clean_tolerance)
-    # The grid ran already (in parallel); tune() only scores and selects on its units.
-    tunings: dict[str, Tuning[Any]] = tune(
-        grids,
-        lambda name, point, _: units[(name, points[name].index(point))],
-        score,
-        TuningData(None, None),
-        maximize=maximize,
-        criterion=criterion,
-        log=log,
-    )
+    units: dict[tuple[str, int], dict[str, Any]] = {}
+    tunings: dict[str, Tuning[Any]] = {}
+    shared: dict[str, dict[str, Any]] = {}
+    for name in METHODS:
+        shared[name] = (
+            {axis: tunings["erm"].selected_point[axis] for axis in SHARED_AXES}
+            if name == "constrained"
+            else {}
+        )
+        jobs = [
+            Job(config, part, name, {**point, **shared[name]}, config.selection_seed, final=False)
+            for point in points[name]
+        ]
+        done = run_jobs(cache, jobs, compute, config.workers, log)
+        units.update({(name, index): unit for index, unit in enumerate(done)})
+        # Each method's clean floor is its own best clean point: what the constraints cost
+        # in clean quality is the clean-accuracy claim's to judge, on test.
+        score = scorer(done, config.clean_tolerance)
+        # The grid ran already (in parallel); tune() only scores and selects on its units.
+        tunings.update(
+            tune(
+                {name: grids[name]},
+                lambda method, point, _: units[(method, points[method].index(point))],
+                score,
+                TuningData(None, None),
+                maximize=maximize,
+                criterion=criterion,
+                log=log,
+            )
+        )
     finals = [
-        Job(config, part, name, tunings[name].selected_point, seed, final=True)
+        Job(config, part, name, {**tunings[name].selected_point, **shared[name]}, seed, True)
         for name in METHODS
         for seed in config.seeds
     ]
@@ -81,9 +100,14 @@ def _part(
     for job, unit in zip(finals, results, strict=True):
         runs[job.method].append(unit)
     return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selected": {
+            name: {**tuning.selected_point, **shared[name]} for name, tuning in tunings.items()
+        },
         "selection": {
-            name: [{**point, **units[(name, i)]} for i, point in enumerate(points[name])]
+            name: [
+                {**point, **shared[name], **units[(name, i)]}
+                for i, point in enumerate(points[name])
+            ]
             for name in METHODS
         },
         "runs": runs,
@@ -104,8 +128,8 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             robust_score,
             True,
             f"validation accuracy under Gaussian embedding noise (gamma {config.selection_gamma:g}"
-            f"), among points within {100 * config.clean_tolerance:g} point of the best clean "
-            "validation accuracy (n/a: outside)",
+            f"), among the method's points within {100 * config.clean_tolerance:g} point of its "
+            "best clean validation accuracy (n/a: outside)",
             lambda line: log(f"(a) {line}"),
         )
         video = _part(
@@ -116,8 +140,8 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             denoising_score,
             False,
             f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
-            f"points within {100 * config.clean_tolerance:g} % of the best RMSE at the training "
-            "noise (n/a: outside)",
+            f"the method's points within {100 * config.clean_tolerance:g} % of its best RMSE at "
+            "the training noise (n/a: outside)",
             lambda line: log(f"(b) {line}"),
         )
     log(cache.summary())

@@ -150,8 +150,7 @@ def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
         "RoBERTa, DistilBERT and Llama-8B.",
         f"Grids (the same size): constrained over resilient cost c in "
         f"{list(config.constrained_costs)} (None: hard) x alpha in "
-        f"{list(config.constrained_alphas)} at lr {config.text_lr:g} (video "
-        f"{config.video_lr:g}), weight decay {config.weight_decay:g}, dual lr "
+        f"{list(config.constrained_alphas)} at ERM's selected lr and weight decay, dual lr "
         f"{config.dual_lr:g} every step; ERM over lr in {list(config.erm_lrs)} (video: the same "
         f"multiples of {config.video_lr:g}) x weight decay {list(config.erm_weight_decays)}. "
         f"Selected: (a) {', '.join(f'{m}: {_selected(p)}' for m, p in text['selected'].items())}"

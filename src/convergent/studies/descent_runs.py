@@ -68,7 +68,7 @@ def robust_score(
 ) -> Callable[[Mapping[str, Any]], float]:
     """The text selection score: validation accuracy under the selection noise, NaN (never
     selected) for a unit whose clean validation accuracy is more than ``tolerance`` below the
-    best clean one among ``units`` (both methods' grids)."""
+    best clean one among ``units`` (one method's grid)."""
     clean = [u["validation_clean"] for u in units if math.isfinite(u["validation_clean"])]
     floor = max(clean) - tolerance if clean else math.nan
 
@@ -82,7 +82,8 @@ def denoising_score(
     units: Sequence[Mapping[str, Any]], tolerance: float
 ) -> Callable[[Mapping[str, Any]], float]:
     """The video selection score (lower is better): validation RMSE at the selection noise,
-    NaN for a unit whose RMSE at the training noise exceeds (1 + ``tolerance``) x the best."""
+    NaN for a unit whose RMSE at the training noise exceeds (1 + ``tolerance``) x the best
+    among ``units`` (one method's grid)."""
     at_training = [u["validation_rmse_train_noise"] for u in units]
     finite = [value for value in at_training if math.isfinite(value)]
     ceiling = (1 + tolerance) * min(finite) if finite else math.nan

@@ -23,14 +23,15 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from matplotlib.figure import Figure
 from torch import nn
 
 from ..report import markdown_table
-from ..sparse import prune_one_shot
+from ..sparse import PruningReport, prune_one_shot
 from ..sparse.masks import check_sparsity
 from ..train import evaluate, save_checkpoint
 from ..train.checkpoint import write_text_atomically
@@ -47,6 +48,36 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
+
+
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
+
+def sweep(
+    model: ModelT,
+    sparsities: tuple[float, ...],
+    measure: Callable[[ModelT], dict[str, float]],
+    **options: Any,
+) -> tuple[list[dict[str, Any]], PruningReport | None, ModelT]:
+    """Prune a copy of ``model`` one-shot at each target and measure it.
+
+    Args:
+        model: the dense model (left unchanged).
+        sparsities: the targets, in order.
+        measure: the metrics of a model, e.g. validation loss and accuracy.
+        **options: :func:`~convergent.sparse.prune_one_shot`'s selection options.
+
+    Returns:
+        (one row per target: target, sparsity reached, metrics; the last target's report;
+        the model pruned at the last target, or ``model`` when there is none).
+    """
+    rows: list[dict[str, Any]] = []
+    report, pruned = None, model
+    for target in sparsities:
+        pruned = copy.deepcopy(model)
+        report = prune_one_shot(pruned, target, **options)
+        rows.append({"target": target, "sparsity": report.sparsity, **measure(pruned)})
+    return rows, report, pruned
 
 
 def prune_run(
@@ -81,26 +112,16 @@ def prune_run(
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
     dense = evaluate(model, splits.validation, splits.task)
-    rows, report = [], None
-    pruned = model
-    for target in sparsities:
-        pruned = copy.deepcopy(model)
-        report = prune_one_shot(
-            pruned,
-            target,
-            distribution=distribution,
-            pattern=pattern,
-            include_embeddings=include_embeddings,
-            include_first=include_first,
-            include_last=include_last,
-        )
-        rows.append(
-            {
-                "target": target,
-                "sparsity": report.sparsity,
-                **evaluate(pruned, splits.validation, splits.task),
-            }
-        )
+    rows, report, pruned = sweep(
+        model,
+        sparsities,
+        lambda candidate: evaluate(candidate, splits.validation, splits.task),
+        distribution=distribution,
+        pattern=pattern,
+        include_embeddings=include_embeddings,
+        include_first=include_first,
+        include_last=include_last,
+    )
     saved = None
     if save_to is not None and report is not None:
         prepare_new_run(save_to)
@@ -202,19 +223,16 @@ def prune_hf_folder(
         return evaluate(model, evaluation.dataset, evaluation.task, batch_size=batch_size)
 
     dense = measure(loaded.model)
-    rows, report, pruned = [], None, loaded.model
-    for target in sparsities:
-        pruned = copy.deepcopy(loaded.model)
-        report = prune_one_shot(
-            pruned,
-            target,
-            distribution=distribution,
-            pattern=pattern,
-            include_embeddings=include_embeddings,
-            include_first=include_first,
-            include_last=include_last,
-        )
-        rows.append({"target": target, "sparsity": report.sparsity, **measure(pruned)})
+    rows, report, pruned = sweep(
+        loaded.model,
+        sparsities,
+        measure,
+        distribution=distribution,
+        pattern=pattern,
+        include_embeddings=include_embeddings,
+        include_first=include_first,
+        include_last=include_last,
+    )
     layers = (
         [
             {"name": name, "shape": list(mask.shape), "sparsity": sparsity}

@@ -5,6 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,3 +102,39 @@ def test_run_jobs_keeps_order_stores_each_unit_and_reuses_them(tmp_path, workers
         again.get({"value": 4}),
     ]
     assert again.hits == 4 and again.misses == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killing_the_study_process_ends_its_workers(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    environment = {**os.environ, "PYTHONPATH": str(root)}
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tests.studies.orphan_parent", str(tmp_path)],
+        cwd=root,
+        env=environment,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("worker-*.pid"))) < 2:
+            assert time.monotonic() < deadline, "the workers never started"
+            assert parent.poll() is None, "the study process ended early"
+            time.sleep(0.2)
+        workers = [int(path.read_text()) for path in tmp_path.glob("worker-*.pid")]
+        parent.send_signal(signal.SIGKILL)  # no clean-up in the parent: the kernel must act
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, f"workers {workers} outlived their parent"
+            time.sleep(0.2)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.is_file() and status.read_text().split()[2] == "Z")  # zombie: ended

@@ -19,6 +19,9 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import os
+import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import cache
@@ -142,6 +145,23 @@ class UnitCache:
         return f"{self.hits} unit(s) reused from {self.folder}, {self.misses} computed"
 
 
+def _end_with_parent(parent: int) -> None:
+    """Worker start-up: a worker ends when the study process that started it dies.
+
+    Without this, killing ``convergent reproduce`` leaves its spawned workers computing units
+    that nobody will store, on every core, until they finish. Linux delivers SIGTERM to the
+    worker when its parent dies (``PR_SET_PDEATHSIG``); elsewhere nothing changes.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG in <linux/prctl.h>
+    ctypes.CDLL(None).prctl(set_parent_death_signal, int(signal.SIGTERM))
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def run_jobs(
     cache: UnitCache,
     jobs: Sequence[JobType],
@@ -172,7 +192,12 @@ def run_jobs(
 
     if workers > 1 and len(pending) > 1:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=context,
+            initializer=_end_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool:
             futures = {pool.submit(compute, jobs[index]): index for index in pending}
             for future in as_completed(futures):
                 store(futures[future], future.result())

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from convergent.optim import HORST
-from tests.conftest import TensorDataset
+from tests.conftest import TensorDataset, tiny_bert_config
 from tests.launch import torchrun
 
 transformers = pytest.importorskip("transformers")
@@ -17,11 +17,8 @@ from convergent.train.sparse_hf import STATE_FILE, SparsityCallback  # noqa: E40
 
 
 def tiny_bert() -> nn.Module:
-    config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=16, num_labels=2,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+    config = tiny_bert_config(vocab_size=100, num_labels=2, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)  # fmt: skip
     torch.manual_seed(0)
     return transformers.BertForSequenceClassification(config)
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import DictDataset, load_splits, minilm_path
+from ..data import DictDataset, minilm_path
 from ..data.perturb import perturbed_embeddings
 from ..diagnostics.layerwise import monotonicity_report
 from ..models import HFEncoder, Transformer, TransformerConfig
@@ -123,22 +123,6 @@ def layer_report(
 
 
 # ---- part (a): MiniLM on rt-sentences ----------------------------------------------------
-
-
-def text_data(
-    max_length: int, train_examples: int | None, test_examples: int | None, seed: int = 0
-) -> tuple[DictDataset, DictDataset, list[int]]:
-    """rt-sentences train and test splits (optionally cut), and the special token ids."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    splits = load_splits("rt-sentences", seed=seed, tokenizer=tokenizer, max_length=max_length)
-    train, test = splits.train, splits.test
-    if train_examples is not None and train_examples < len(train):
-        train = train.subset(torch.arange(train_examples))
-    if test_examples is not None and test_examples < len(test):
-        test = test.subset(torch.arange(test_examples))
-    return train, test, list(tokenizer.all_special_ids)
 
 
 def text_model(seed: int, layers: int | None) -> HFEncoder:

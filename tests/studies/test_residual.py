@@ -253,7 +253,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
 
 
 def _assert_preview_claims(claims) -> None:
-    assert len(claims) == 8  # 3 per step-size regime, the sigma_min floor, depth
+    assert len(claims) == 11  # 3 per regime (2 fixed, 1 tuned), the sigma_min floor, depth
     for claim in claims:
         assert claim.checks, claim.statement
         assert claim.n == 1 and claim.preview
@@ -283,6 +283,17 @@ def test_smoke_run_writes_a_report(tmp_path):
     # beta X + Attn(X) at beta = 0 is Attn(X) itself.
     zero = one_layer[0]
     assert zero["residual_sigma_min"] == pytest.approx(zero["sigma_min"])
+    # Tuning: every (beta, lr) of the grid once; the selected lr has the lowest final loss.
+    tuning = result.data["lr_tuning"]
+    assert sorted((row["beta"], row["lr"]) for row in tuning) == [
+        (beta, lr) for beta in (0.0, 0.5, 1.0) for lr in (0.1, 0.3)
+    ]
+    tuned = result.data["tuned_runs"]
+    for beta in (0.0, 0.5, 1.0):
+        rows = [row for row in tuning if row["beta"] == beta]
+        best = min(rows, key=lambda row: row["final_loss"])["lr"]
+        assert [row["lr"] for row in rows if row["selected"]] == [best]
+        assert [(run["lr"], run["steps"]) for run in tuned if run["beta"] == beta] == [(best, 30)]
     depth = result.data["depth_runs"]
     assert {(run["depth"], run["beta"]) for run in depth} == {
         (1, 0.0),
@@ -293,11 +304,29 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert all(len(run["losses"]) == 3 for run in depth)
 
 
+def test_step_size_selection_skips_diverged_runs_and_breaks_ties_downwards():
+    rows = [
+        {"lr": 3.0, "final_loss": math.nan, "diverged": True},
+        {"lr": 1.0, "final_loss": 0.2, "diverged": False},
+        {"lr": 0.3, "final_loss": 0.2, "diverged": False},
+        {"lr": 0.1, "final_loss": 0.5, "diverged": False},
+    ]
+    assert study.select_step_size(rows) == 0.3
+    assert study.select_step_size(rows[1:2] + rows[3:]) == 1.0
+    assert math.isnan(study.select_step_size(rows[:1]))
+
+
+def test_the_selection_seed_must_not_be_a_reported_seed():
+    with pytest.raises(ValueError, match=r"selection_seed=1 is one of seeds=\(0, 1\)"):
+        Config(seeds=(0, 1), selection_seed=1)
+
+
 def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     config = Config.for_mode("smoke")
     first = run(config, tmp_path, progress=False)
     units = sorted((tmp_path / "units").glob("*.pt"))
-    assert len(units) == 6 + 4  # 2 regimes x 3 betas, and 2 depths x 2 betas, one seed
+    # 2 regimes x 3 betas, 2 tuning lrs x 3 betas, 3 tuned runs, 2 depths x 2 betas; one seed
+    assert len(units) == 6 + 6 + 3 + 4
     stamps = [path.stat().st_mtime_ns for path in units]
 
     def refuse(*args, **kwargs):
@@ -323,8 +352,8 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
 
         monkeypatch.setattr(study, name, counting)
     changed = run(replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
-    assert sorted(computed) == ["train_one_beta"] * 3 + ["train_one_depth"] * 4
-    assert len(list((tmp_path / "units").glob("*.pt"))) == 17
+    assert sorted(computed) == ["train_one_beta"] * (3 + 6 + 3) + ["train_one_depth"] * 4
+    assert len(list((tmp_path / "units").glob("*.pt"))) == 19 + 16
     assert changed.data["one_layer_runs"][1]["losses"] != first.data["one_layer_runs"][1]["losses"]
 
 

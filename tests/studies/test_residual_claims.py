@@ -135,6 +135,26 @@ def test_regimes_are_scored_apart_and_a_design_1_payload_goes_to_v1():
     assert len(claims_from_results(_payload(small))) == 0
 
 
+def test_the_tuned_regime_keeps_each_betas_own_step_size():
+    # Each beta at its own step size; the fixed regime (lr 0.1) must not pick these runs up.
+    step_sizes = {0.0: 0.3, 0.5: 1.0, 1.0: 0.1}
+    tuned = [{**run, "lr": step_sizes[run["beta"]]} for run in _sweep()]
+    payload = _payload(_sweep())
+    payload["config"]["tuned_steps"] = STEPS
+    payload["data"]["tuned_runs"] = tuned
+    claims = claims_from_results(payload)
+    assert len(claims) == 7  # 3 fixed, 3 tuned, the floor from the first regime
+    assert "lr tuned per beta (0: 0.3, 0.5: 1, 1: 0.1)" in claims[3].statement
+    assert "the theorem's form" in claims[5].evidence
+    assert "side test" in claims[2].evidence
+    # The tuned curves are the fixed ones here, so every effect is the same.
+    for fixed, chosen in zip(claims[:3], claims[3:6], strict=True):
+        assert chosen.per_seed == pytest.approx(fixed.per_seed)
+    # Without tuned runs the tuned regime is absent.
+    payload["data"]["tuned_runs"] = []
+    assert len(claims_from_results(payload)) == 4
+
+
 def test_an_empty_band_or_an_untrained_curve_makes_the_claims_untested():
     runs = _sweep()
     # A curve that barely moves: its final loss lies above the others' loss at t0.

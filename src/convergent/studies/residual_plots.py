@@ -27,22 +27,26 @@ def plot_loss_curves(
     """Training loss (log scale) against the GD step, one line per beta (first seed solid),
     with the end of the transient t0 marked."""
     betas = sorted({run.beta for run in runs})
+    step_sizes = sorted({run.lr for run in runs})
     figure = Figure(figsize=(6, 4))
     axis = figure.subplots()
     for color, beta in zip(_colors(len(betas)), betas, strict=True):
-        for index, run in enumerate(r for r in runs if r.beta == beta):
+        chosen = [r for r in runs if r.beta == beta]
+        step_label = f", lr {chosen[0].lr:g}" if len(step_sizes) > 1 else ""
+        for index, run in enumerate(chosen):
             axis.plot(
                 run.losses,
                 color=color,
                 alpha=1.0 if index == 0 else 0.35,
-                label=f"beta={beta:g}" if index == 0 else None,
+                label=f"beta={beta:g}{step_label}" if index == 0 else None,
             )
     steps = max(len(run.losses) - 1 for run in runs)
     axis.axvline(int(transient_fraction * steps), color="grey", linestyle=":", label="t0")
     axis.set_yscale("log")
     axis.set_xlabel("full-batch GD step")
     axis.set_ylabel("training loss (MSE)")
-    axis.set_title(f"one-layer Transformer on weather-hourly, lr {runs[0].lr:g}")
+    regime = f"lr {step_sizes[0]:g}" if len(step_sizes) == 1 else "lr tuned per beta"
+    axis.set_title(f"one-layer Transformer on weather-hourly, {regime}")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -291,7 +291,9 @@ def test_smoke_run_writes_a_report(tmp_path):
     tuned = result.data["tuned_runs"]
     for beta in (0.0, 0.5, 1.0):
         rows = [row for row in tuning if row["beta"] == beta]
-        best = min(rows, key=lambda row: row["final_loss"])["lr"]
+        best = min(
+            (r for r in rows if math.isfinite(r["final_loss"])), key=lambda r: r["final_loss"]
+        )["lr"]
         assert [row["lr"] for row in rows if row["selected"]] == [best]
         assert [(run["lr"], run["steps"]) for run in tuned if run["beta"] == beta] == [(best, 30)]
     depth = result.data["depth_runs"]
@@ -304,21 +306,44 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert all(len(run["losses"]) == 3 for run in depth)
 
 
-def test_step_size_selection_skips_diverged_runs_and_breaks_ties_downwards():
+def test_step_size_selection_takes_the_best_worst_case_over_seeds():
+    def row(lr, seed, loss):
+        return {"lr": lr, "seed": seed, "final_loss": loss, "diverged": not math.isfinite(loss)}
+
     rows = [
-        {"lr": 3.0, "final_loss": math.nan, "diverged": True},
-        {"lr": 1.0, "final_loss": 0.2, "diverged": False},
-        {"lr": 0.3, "final_loss": 0.2, "diverged": False},
-        {"lr": 0.1, "final_loss": 0.5, "diverged": False},
+        row(1.0, 0, 0.01), row(1.0, 1, math.inf),  # best on seed 0, diverged from seed 1
+        row(0.5, 0, 0.10), row(0.5, 1, 0.30),  # worst case 0.30
+        row(0.2, 0, 0.25), row(0.2, 1, 0.20),  # worst case 0.25: selected
+        row(0.1, 0, 0.25), row(0.1, 1, 0.25),  # the same worst case as 0.2
+    ]  # fmt: skip
+    assert study.select_step_size(rows[:6]) == 0.2
+    # A tie in the worst case goes to the smaller step.
+    assert study.select_step_size(rows) == 0.1
+    # A run flagged diverged counts as lost even with a finite last loss.
+    flagged = [{**rows[4], "diverged": True}, rows[5], rows[2], rows[3]]
+    assert study.select_step_size(flagged) == 0.5
+    assert math.isnan(study.select_step_size(rows[:2]))
+
+
+def test_the_selection_seeds_must_not_be_reported_seeds():
+    with pytest.raises(ValueError, match=r"selection_seeds=\(1, 7\) share \[1\] with seeds"):
+        Config(seeds=(0, 1), selection_seeds=(1, 7))
+    with pytest.raises(ValueError, match="selection_seeds is empty"):
+        Config(selection_seeds=())
+
+
+def test_the_speed_plot_draws_when_every_run_diverged(tmp_path):
+    from convergent.studies.residual_claims import Regime
+    from convergent.studies.residual_plots import plot_speed_against_ratio
+
+    runs = [
+        run_to_dict(GradientDescentRun(beta, 0, 0.1, 4, losses=[1.0, math.inf], diverged=True))
+        | {"residual_sigma_min": [0.1], "squared_ratio": [0.1], "residual_squared_ratio": [0.1]}
+        for beta in (0.0, 1.0)
     ]
-    assert study.select_step_size(rows) == 0.3
-    assert study.select_step_size(rows[1:2] + rows[3:]) == 1.0
-    assert math.isnan(study.select_step_size(rows[:1]))
-
-
-def test_the_selection_seed_must_not_be_a_reported_seed():
-    with pytest.raises(ValueError, match=r"selection_seed=1 is one of seeds=\(0, 1\)"):
-        Config(seeds=(0, 1), selection_seed=1)
+    config = {"seeds": [0], "transient_fraction": 0.1}
+    regime = Regime.of(config, runs, 0.1, 4)
+    assert_drawn_figure(plot_speed_against_ratio(regime, tmp_path / "speed.png"))
 
 
 def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):

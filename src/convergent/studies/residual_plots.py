@@ -82,19 +82,26 @@ def plot_speed_against_ratio(regime: Regime, path: Path) -> Path:
     figure = Figure(figsize=(5, 4))
     axis = figure.subplots()
     betas = [beta for beta in regime.betas if beta > 0]
+    drawn = 0
     for color, beta in zip(_colors(len(betas)), betas, strict=True):
-        axis.scatter(
-            [regime.ratios(s)[beta] for s in regime.seeds],
-            [regime.speeds[s][beta] for s in regime.seeds],
-            color=color,
-            label=f"beta={beta:g}",
-        )
-    axis.set_xscale("log")
-    axis.set_yscale("log")
+        # A diverged run has no speed: only positive, finite points fit on log axes.
+        points = [
+            (regime.ratios(s)[beta], regime.speeds[s][beta])
+            for s in regime.seeds
+            if 0 < regime.ratios(s)[beta] < np.inf and 0 < regime.speeds[s][beta] < np.inf
+        ]
+        if points:
+            axis.scatter(*zip(*points, strict=True), color=color, label=f"beta={beta:g}")
+            drawn += len(points)
+    if drawn:
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.legend(fontsize=8)
+    else:
+        axis.text(0.5, 0.5, "no run has a band speed", ha="center", transform=axis.transAxes)
     axis.set_xlabel("mean (sigma_min / sigma_max)^2 of beta X + Attn(X)")
     axis.set_ylabel("band speed, -d log L / d step")
-    axis.set_title(regime.name)
-    axis.legend(fontsize=8)
+    axis.set_title(regime.name, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path

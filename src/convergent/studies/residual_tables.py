@@ -59,17 +59,19 @@ def regime_table(
 
 
 def tuning_table(rows: Sequence[dict[str, Any]], grid: Sequence[float]) -> list[dict[str, Any]]:
-    """Per beta: the final training loss of each grid step size ("diverged" where it did) and
-    the selected one, flagged when it lies on the grid's edge."""
+    """Per beta: each grid step size's worst final training loss over the selection seeds
+    ("diverged" where some seed diverged) and the selected one, flagged on the grid's edge."""
     table = []
     for beta in sorted({float(row["beta"]) for row in rows}):
         chosen = [row for row in rows if float(row["beta"]) == beta]
         entry: dict[str, Any] = {"beta": beta}
-        for row in sorted(chosen, key=lambda row: row["lr"]):
-            entry[f"loss at lr {row['lr']:g}"] = (
-                "diverged" if row["diverged"] else float(row["final_loss"])
+        for lr in sorted({row["lr"] for row in chosen}):
+            trials = [row for row in chosen if row["lr"] == lr]
+            lost = any(row["diverged"] or not np.isfinite(row["final_loss"]) for row in trials)
+            entry[f"lr {lr:.4g}"] = (
+                "diverged" if lost else max(float(row["final_loss"]) for row in trials)
             )
-        selected = [row["lr"] for row in chosen if row["selected"]]
+        selected = sorted({row["lr"] for row in chosen if row["selected"]})
         entry["selected lr"] = selected[0] if selected else "none (all diverged)"
         edge = bool(selected) and selected[0] in (min(grid), max(grid))
         entry["on the grid's edge"] = "yes" if edge else "no"

@@ -54,3 +54,21 @@ def test_the_readme_points_at_nothing_outside_the_repository():
     assert results_section(ROOT / "docs" / "results", relative_to=ROOT).count("### `") == len(
         RESULTS
     )
+
+
+def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path):
+    payload = {
+        "name": "toy",
+        "mode": "full",
+        "config": {"seeds": [0]},
+        "claims": [],
+        "seconds": 12.0,
+        "notes": ["3 unit(s) reused from /somewhere/units, 5 computed."],
+    }
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
+    text = results_section(tmp_path, relative_to=tmp_path)
+    assert "took 12 s on 2 CPU cores to finish a resumed run (3 of 8 units" in text
+    payload["notes"] = ["0 unit(s) reused from /somewhere/units, 8 computed."]
+    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
+    assert "took 12 s on 2 CPU cores; the report" in results_section(tmp_path, tmp_path)

@@ -1,8 +1,9 @@
+"""Design 1 of the langevin study (its committed results) and the helpers both designs use."""
+
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,7 @@ import torch
 from scipy import stats
 
 from convergent.optim.langevin import Langevin
-from convergent.studies import VERDICTS
-from convergent.studies import langevin as study
-from convergent.studies.common import write_study
-from convergent.studies.langevin import Config, gradient_rms, run
+from convergent.studies.langevin import gradient_rms
 from convergent.studies.langevin_claims import (
     NOISE_CHECK,
     claims_from_results,
@@ -23,7 +21,6 @@ from convergent.studies.langevin_claims import (
     noise_to_drift_ratio,
 )
 from convergent.studies.langevin_report import relative_growth, trend
-from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
 
@@ -92,14 +89,6 @@ def test_noise_check_averages_records_then_seeds_and_skips_step_zero():
     missing = noise_check(old, lr, s)
     assert missing.value is None and missing.passed is None
     assert "gradient RMS not stored" in missing.note
-
-
-def test_modes_are_sized_as_documented():
-    smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    assert full.seeds == (0, 1, 2, 3, 4) and len(quick.seeds) == 1 and len(smoke.seeds) == 1
-    assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
-    with pytest.raises(ValueError, match="mode must be one of"):
-        Config.for_mode("huge")
 
 
 def _gap_trend(trace: list[dict]) -> float:
@@ -183,80 +172,3 @@ def test_committed_full_results_rescore_from_their_own_numbers():
         "not reproduced", "untested", "untested", "not reproduced",
         "not reproduced", "untested", "untested", "inconclusive",
     ]  # fmt: skip
-
-
-def _check_smoke_claims(claims: list) -> None:
-    assert len(claims) == 8
-    for claim in claims:
-        assert claim.checks and claim.n == 1 and claim.preview
-        assert claim.verdict in VERDICTS and math.isfinite(claim.effect)
-        assert claim.interval is None and "(here:" in claim.statement
-        # A new run measures every check, so none is missing.
-        assert all(check.value is not None for check in claim.checks)
-
-
-def test_smoke_run_writes_report_json_and_figures(tmp_path):
-    result = run(Config.for_mode("smoke"), tmp_path, progress=False)
-    report = write_study(result, tmp_path)
-    payload = json.loads((tmp_path / "results.json").read_text())
-    assert result.name == "langevin" and payload["mode"] == "smoke"
-    _check_smoke_claims(result.claims)
-    # The payload re-scores to the very claims the run made.
-    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
-    for figure in result.figures:
-        assert_drawn_figure(tmp_path / figure)
-    text = report.read_text()
-    assert "W_Q, W_K under Langevin" in text and "LoRA factors under Langevin" in text
-    runs = payload["data"]["runs"]
-    for experiment, keys in (
-        ("attention", ("query", "key")),
-        ("lora", ("lora_A", "lora_B", "lora_BA")),
-    ):
-        traces = runs[experiment][0]["traces"]
-        assert set(traces) == {"none", "log", "power"}
-        for trace in traces.values():
-            assert trace[-1]["step"] == Config.for_mode("smoke").langevin_steps
-            assert all(key in trace[-1] for key in (*keys, "train_rmse", "test_rmse", "gap"))
-            assert trace[0]["grad_rms"] is None
-            assert all(record["grad_rms"] > 0 for record in trace[1:])
-        assert runs[experiment][0]["lam"]["none"] == 0.0 and runs[experiment][0]["lam"]["log"] > 0
-    villani = runs["attention"][0]["villani"]
-    # Along the ray the regularized potential's Villani quantity grows faster than without.
-    assert villani["log"][-1]["villani"] > villani["none"][-1]["villani"]
-
-
-def test_a_second_run_reuses_every_unit_and_a_changed_config_recomputes(tmp_path, monkeypatch):
-    config = Config.for_mode("smoke")
-    first = run(config, tmp_path, progress=False)
-    units = sorted((tmp_path / "units").glob("*.pt"))
-    assert len(units) == 2  # (attention, lora) x one seed
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a cached unit was computed again")
-
-    monkeypatch.setattr(study, "run_experiment", refuse)
-    second = run(config, tmp_path, progress=False)
-    assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
-    assert json.dumps(second.data, sort_keys=True, default=str) == json.dumps(
-        first.data, sort_keys=True, default=str
-    )
-    assert any("2 unit(s) reused" in note and "0 computed" in note for note in second.notes)
-    # Fewer Langevin steps change what each unit computes: nothing may be reused.
-    with pytest.raises(AssertionError, match="computed again"):
-        run(replace(config, langevin_steps=10), tmp_path, progress=False)
-    assert sorted((tmp_path / "units").glob("*.pt")) == units
-
-
-def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
-    config = replace(
-        Config.for_mode("smoke"), variants=("none", "log"), langevin_steps=10, record_every=5
-    )
-    alone = run(config, tmp_path / "one", progress=False)
-    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
-    assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
-        alone.data["runs"], sort_keys=True, default=str
-    )
-    # Without the power variant the claims are still all there, scored from log alone.
-    _check_smoke_claims(alone.claims)
-    assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]
-    assert len(list((tmp_path / "two" / "units").glob("*.pt"))) == 2

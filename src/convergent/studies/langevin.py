@@ -3,48 +3,49 @@
 Frangi et al. (2026) claim that Langevin dynamics on attention's W_Q, W_K, with a light
 log-amplified or super-quadratic regularizer, converges; that without one the norms of W_Q
 and W_K grow without bound and the generalization gap creeps up; and that accuracy is about
-the same either way. This study puts those claims to a small test on darcy-16:
+the same either way. Design 2 tests those claims on generated Darcy flow (``darcy-gen``):
 
-1. a ViT-style regressor (our `Transformer`, one head, 4x4 patches as 16 tokens, one 16-value
-   output per patch, i.e. the 16x16 solution field) is pre-trained in full with AdamW;
-2. only W_Q and W_K then train under Langevin, three ways: no regularizer, log-amplified,
-   super-quadratic (power); norms, train and test RMSE, relative L2 error and the gap
-   (test RMSE - train RMSE) are tracked;
-3. the LoRA variant: a depth-2 network, pre-trained in full, then PEFT LoRA factors on q/k
-   train under Langevin the same three ways, with the factor norms tracked.
+1. a pilot (phase 1 only, validation split) picks, from declared candidates, a training-set
+   size and width where the model overfits (`langevin_pilot`);
+2. a ViT-style regressor (one head, 4x4 patches as 16 tokens, 16 values out per patch) is
+   pre-trained in full with AdamW (phase 1); then only W_Q and W_K (``attention``), or PEFT
+   LoRA factors on q/k of a depth-2 model (``lora``), train under Langevin (phase 2) without a
+   regularizer, with the log-amplified and with the super-quadratic penalty;
+3. phase 2 runs at four temperatures: design 1's hot s = 2 / N, the calibrated s of the
+   averaged MSE's posterior, a cold one and s = 0 (plain SGD: the control);
+4. lam is in loss units, from the radius rule at the hot s with a factor selected on
+   validation (`langevin_runs`); the bound temperature's runs last several radial relaxation
+   times, so "bounded" is tested against the stationary radius the theory gives.
 
-"Light" is made precise before any Langevin step by one rule, the same for both penalties
-(`lam_rule="radius"`): with a flat loss, the penalty alone would put the most likely ||W||_F at
-`radius_factor` (2) times its value at the start of phase 2, at the run's temperature s / 2
-(`convergent.regularize.lam_for_stationary_radius`). The alternative rule
-`lam_rule="loss_fraction"` makes the penalty 1 % of the training loss at the start; at s = 2 / N
-it is so light that its stationary radius is ~10x the start norm, far beyond what a run of a
-few thousand steps reaches, so both rules are kept and the report prints the stationary radius
-of the lam it used. The claims and their checks are scored from the stored traces alone
-(`langevin_claims`); each (experiment, seed) is one unit of the resumable `UnitCache`.
+The claims and their checks are scored from the stored traces alone (`langevin_claims`);
+the pilot, the temperatures, each lam selection and each (experiment, seed) are units of the
+resumable `UnitCache`.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
-from functools import partial
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from convergent.data.splits import DictDataset
 from convergent.studies.common import StudyResult, json_ready
 from convergent.studies.langevin_claims import claims_from_results
 from convergent.studies.langevin_config import VARIANTS, Config
-from convergent.studies.langevin_parts import gradient_rms, patch_ordered_splits, run_experiment
-from convergent.studies.langevin_report import plot_traces, run_notes, tables_and_summary
+from convergent.studies.langevin_parts import DarcyData, darcy_pool, gradient_rms
+from convergent.studies.langevin_pilot import regime_named, run_pilot
+from convergent.studies.langevin_plots import plot_curves, plot_norms
+from convergent.studies.langevin_runs import EXPERIMENTS, final_runs, select_lam, temperatures
+from convergent.studies.langevin_tables import notes_of, tables_of
 from convergent.studies.units import UnitCache
 
-__all__ = ["VARIANTS", "Config", "gradient_rms", "run", "run_experiment"]
+__all__ = ["VARIANTS", "Config", "claims_from_results", "gradient_rms", "run"]
 
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
@@ -57,74 +58,140 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         torch.set_num_threads(threads)
 
 
-def _run_job(
-    job: tuple[Config, int, str, float, bool], data: tuple[DictDataset, DictDataset] | None = None
-) -> dict[str, Any]:
-    """One experiment for one seed (a top-level function, so that a process pool can run it)."""
-    config, seed, experiment, s, progress = job
-    torch.set_num_threads(config.threads)
-    train, test = data if data is not None else patch_ordered_splits(config.train_examples)
-    if progress:
-        label = "W_Q/W_K" if experiment == "attention" else "LoRA"
-        print(f"langevin: seed {seed}: {label} runs", flush=True)
-    return run_experiment(experiment, config, seed, train, test, s)
+def _call(job: tuple[Callable[..., Any], tuple[Any, ...], int]) -> Any:
+    """Run one job in a worker (a top-level function, so that a process pool can call it)."""
+    function, arguments, threads = job
+    torch.set_num_threads(threads)
+    return function(*arguments)
 
 
 def _run_units(
-    jobs: list[tuple[Config, int, str, float, bool]],
     cache: UnitCache,
-    data: tuple[DictDataset, DictDataset],
+    jobs: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]],
     workers: int,
-) -> list[dict[str, Any]]:
-    """Each job's outcome, from the cache or computed (in `workers` processes); the parent
-    stores each unit as soon as it finishes, so an interruption loses only the units in flight."""
-    units = [{"experiment": experiment, "seed": seed} for _, seed, experiment, _, _ in jobs]
-    outcomes: list[dict[str, Any] | None] = [cache.get(unit) for unit in units]
-    cache.hits += sum(outcome is not None for outcome in outcomes)
-    pending = [index for index, outcome in enumerate(outcomes) if outcome is None]
+    threads: int,
+    log: Callable[[str], None] | None,
+) -> list[Any]:
+    """Each (unit, function, arguments) job's value, from the cache or computed (in ``workers``
+    processes); each unit is stored as soon as it finishes, so an interruption loses only the
+    units in flight."""
+    values: list[Any] = [cache.get(unit) for unit, _, _ in jobs]
+    cache.hits += sum(value is not None for value in values)
+    pending = [index for index, value in enumerate(values) if value is None]
     if workers > 1 and len(pending) > 1:
-        # Jobs are independent and deterministic: running them in processes changes nothing
-        # but the wall time.
+        # Jobs are independent and deterministic: processes change nothing but the wall time.
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(_run_job, jobs[index]): index for index in pending}
+            futures = {
+                pool.submit(_call, (jobs[index][1], jobs[index][2], threads)): index
+                for index in pending
+            }
             for future in as_completed(futures):
                 index = futures[future]
-                outcomes[index] = cache.run(units[index], future.result)
+                values[index] = cache.run(jobs[index][0], future.result)
+                if log is not None:
+                    log(f"langevin: {jobs[index][0]} done")
     else:
         for index in pending:
-            outcomes[index] = cache.run(units[index], partial(_run_job, jobs[index], data))
-    return [outcome for outcome in outcomes if outcome is not None]
+            unit, function, arguments = jobs[index]
+            values[index] = cache.run(unit, functools.partial(function, *arguments))
+            if log is not None:
+                log(f"langevin: {unit} done")
+    return values
 
 
 def _run(config: Config, out: Path, progress: bool) -> StudyResult:
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    train, test = patch_ordered_splits(config.train_examples)
-    s = config.s if config.s is not None else 2.0 / len(train)
-    runs: dict[str, list[dict[str, Any]]] = {"attention": [], "lora": []}
-    jobs = [(config, seed, experiment, s, progress) for seed in config.seeds for experiment in runs]
+    log = print if progress else None
+    settings = json_ready(asdict(config))
     cache = UnitCache(out / "units", "langevin", json_ready(config))
-    outcomes = _run_units(jobs, cache, (train, test), config.workers)
-    for (_, _, experiment, _, _), outcome in zip(jobs, outcomes, strict=True):
-        runs[experiment].append(outcome)
-    tables, summary = tables_and_summary(config, runs)
-    data = {"s": s, "summary": summary, "runs": runs}
+    units = functools.partial(_run_units, cache, workers=config.workers, threads=config.threads)
+
+    if config.regime is None:
+        (pilot,) = units(
+            [
+                (
+                    {"part": "pilot"},
+                    run_pilot,
+                    (config.pilot_steps, config.validation_fields, config.selection_seed, None),
+                )
+            ],
+            log=log,
+        )
+        regime = regime_named(pilot["chosen"])
+    else:
+        pilot, regime = None, regime_named(config.regime)
+    data: DarcyData = darcy_pool(
+        regime["train_fields"], config.validation_fields, config.test_fields
+    )
+    d_model = int(regime["d_model"])
+    (levels,) = units(
+        [({"part": "temperatures"}, temperatures, (settings, data, d_model))], log=log
+    )
+    selections = units(
+        [
+            (
+                {"part": "selection", "experiment": e},
+                select_lam,
+                (e, settings, data, d_model, levels["s"]),
+            )
+            for e in EXPERIMENTS
+        ],
+        log=log,
+    )
+    factors = {
+        e: {k: v["selected"] for k, v in chosen.items()}
+        for e, chosen in zip(EXPERIMENTS, selections, strict=True)
+    }
+    jobs = [
+        (
+            {"part": "final", "experiment": e, "seed": seed},
+            final_runs,
+            (e, seed, settings, data, d_model, levels["s"], factors[e]),
+        )
+        for seed in config.seeds
+        for e in EXPERIMENTS
+    ]
+    outcomes = units(jobs, log=log)
+    runs: dict[str, list[Any]] = {e: [] for e in EXPERIMENTS}
+    for (unit, _, _), outcome in zip(jobs, outcomes, strict=True):
+        runs[str(unit["experiment"])].append(outcome)
+    overfit = _overfit(pilot, regime)
+    data_out = {
+        "design": 2,
+        "regime": {**regime, **overfit},
+        "pilot": pilot,
+        "labels_std": data.labels_std,
+        "temperatures": levels["s"],
+        "noise_variance": levels["noise_variance"],
+        "calibration": levels,
+        "selection": dict(zip(EXPERIMENTS, selections, strict=True)),
+        "runs": runs,
+    }
+    stored = json_ready(data_out)
     # Scored from the JSON form, by the same code that re-scores a committed results.json.
-    claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    figures = plot_traces(runs, out)
-    notes = [*run_notes(config, runs, s, len(train)), cache.summary() + "."]
+    claims = claims_from_results({"config": json_ready(config), "data": stored})
+    figures = [*plot_norms(stored, config, out), *plot_curves(stored, out)]
     return StudyResult(
         name="langevin",
         mode=config.mode,
         config=replace(config),
-        tables=tables,
+        tables=tables_of(stored, config),
         claims=claims,
         figures=figures,
-        data=data,
-        notes=notes,
+        data=data_out,
+        notes=[*notes_of(config, stored), cache.summary() + "."],
         seconds=time.perf_counter() - started,
     )
 
 
-__all__ = ["Config", "claims_from_results", "gradient_rms", "run", "run_experiment"]
+def _overfit(pilot: dict[str, Any] | None, regime: dict[str, Any]) -> dict[str, Any]:
+    """The chosen regime's pilot ratio and the declared minimum (NaN without a pilot)."""
+    from convergent.studies.langevin_pilot import PILOT_OVERFIT
+
+    row = next((r for r in (pilot or {}).get("rows", []) if r["name"] == regime["name"]), None)
+    return {
+        "overfit_ratio": float(row["ratio"]) if row else float("nan"),
+        "overfit_required": PILOT_OVERFIT,
+    }

@@ -1,4 +1,4 @@
-"""The ``langevin`` study's settings."""
+"""The ``langevin`` study's settings (design 2)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 from convergent.studies.common import check_mode
 
 VARIANTS = ("none", "log", "power")
+# The temperature grid, hottest first. "hot" is design 1's s = 2 / N; "calibrated" samples the
+# Gaussian-likelihood posterior of the averaged MSE (`convergent.optim.calibrated_s`, sigma^2 =
+# the phase-1 fit's training MSE); "cold" is calibrated / COLD_FACTOR; "zero" is s = 0, plain
+# SGD on the same potential (the control).
+TEMPERATURES = ("hot", "calibrated", "cold", "zero")
+COLD_FACTOR = 100.0
+# lam in loss units, from the radius rule at the hot temperature: the penalty alone would put the
+# most likely ||W||_F at this multiple of the start norm. Declared before any design-2 run;
+# selected per experiment and penalty on the validation split.
+RADIUS_FACTORS = (1.5, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -16,62 +26,106 @@ class Config:
 
     Attributes:
         mode: "smoke", "quick" or "full".
-        seeds: one run per seed (model init, data order, noise).
-        train_examples: use the first this many training examples (None: all 900).
-        d_model: width of the Transformer (one head, so the head width too).
+        seeds: one run per seed (model init, data order, noise); the reported runs.
+        selection_seed: the seed of the calibration and lam-selection runs (not in ``seeds``).
+        pilot_steps: phase-1 steps of each regime candidate in the pilot.
+        regime: the name of a pilot candidate to use without the pilot (None: run it).
+        validation_fields, test_fields: sizes of the generated validation and test sets.
         pretrain_steps, pretrain_lr, pretrain_batch_size: phase 1 (AdamW, every parameter).
-        langevin_steps, langevin_lr, langevin_batch_size: phase 2 (W_Q, W_K or LoRA factors).
-        s: the Langevin diffusion coefficient (temperature s / 2); None means 2 / N_train, the
-            posterior at temperature 1 for the loss summed over the training set.
-        lam_rule: "radius" (default) or "loss_fraction", how lam is set (module docstring).
-        radius_factor: for "radius": the penalty's stationary ||W||_F over the start norm.
-        penalty_fraction: for "loss_fraction": the penalty at the start of phase 2 over the
-            training loss.
+        langevin_steps: phase-2 steps at every temperature but the bound temperature, whose
+            runs last ``relaxation_multiple`` radial relaxation times (at least
+            ``langevin_steps``, at most ``max_langevin_steps``).
+        langevin_lr, langevin_batch_size: phase 2 (W_Q, W_K or LoRA factors).
+        temperatures: which of `TEMPERATURES` run.
+        cold_factor: "cold" is the calibrated s over this.
+        radius_factors: the lam grid (see `RADIUS_FACTORS`).
         power_eps: the exponent excess of the super-quadratic penalty (||W||^(2 + eps)).
         record_every: evaluation interval in phase 2, in steps.
         lora_layers, lora_rank: the LoRA variant's depth and rank.
-        villani_radii: multiples of the final ||(W_Q, W_K)|| along which the Villani
-            quantity is estimated; villani_probes Hutchinson probes on villani_examples.
-        growth_threshold: a norm "grows" if its linear trend over the second half of phase 2
-            adds more than this fraction of its mean, and is "bounded" otherwise.
-        gap_threshold: the gap "creeps up" if it rises by more than this fraction of the
-            starting test RMSE over phase 2.
-        accuracy_tolerance: "about the same accuracy" means final test RMSEs within this
-            relative difference.
-        workers: processes that run (seed, experiment) jobs in parallel (results do not depend
-            on it). They are spawned, so a script that calls `run` with workers > 1 needs the
-            usual `if __name__ == "__main__":` guard (the `convergent` command has it).
-        threads: torch CPU threads during the run (restored afterwards); the model is so small
-            that more threads mostly add synchronization (10x slower on a busy 2-core machine).
+        villani_radii, villani_probes, villani_examples: the Villani quantity along the ray
+            through the final (W_Q, W_K) at the bound temperature (first seed).
+        bound_temperature: where "bounded" and "grows" are tested (the noise must dominate
+            the loss there for the stationary radius to apply).
+        claim_temperature: where the gap and accuracy claims are tested.
+        bound_tolerance: "bounded": the norm at most this fraction above the stationary radius.
+        relaxation_multiple: the bound temperature's runs last this many relaxation times.
+        growth_threshold: "grows": the unregularized end norm at least this fraction above
+            its start.
+        gap_margin: "creeps up": the gap's trend over phase 2 at least this fraction of the
+            phase-1 test RMSE (and "does not creep up": at most).
+        accuracy_margin: "not worse": the regularized final test RMSE at most this fraction
+            above the unregularized one (one-sided).
+        workers: processes for the (experiment, seed) jobs (results do not depend on it).
+        threads: torch CPU threads per process.
+        variants: which of `VARIANTS` run.
     """
 
     mode: str = "quick"
     seeds: tuple[int, ...] = (0,)
-    train_examples: int | None = None
-    d_model: int = 16
-    pretrain_steps: int = 1500
+    selection_seed: int = 100
+    pilot_steps: int = 500
+    regime: str | None = None
+    validation_fields: int = 200
+    test_fields: int = 1000
+    pretrain_steps: int = 500
     pretrain_lr: float = 3e-3
     pretrain_batch_size: int = 64
-    langevin_steps: int = 1500
+    langevin_steps: int = 500
+    max_langevin_steps: int = 1500
     langevin_lr: float = 1e-2
     langevin_batch_size: int = 128
-    s: float | None = None
-    lam_rule: str = "radius"
-    radius_factor: float = 2.0
-    penalty_fraction: float = 0.01
+    temperatures: tuple[str, ...] = TEMPERATURES
+    cold_factor: float = COLD_FACTOR
+    radius_factors: tuple[float, ...] = RADIUS_FACTORS
     power_eps: float = 1.0
-    record_every: int = 100
+    record_every: int = 50
     lora_layers: int = 2
     lora_rank: int = 4
     villani_radii: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     villani_probes: int = 4
     villani_examples: int = 128
+    bound_temperature: str = "hot"
+    claim_temperature: str = "calibrated"
+    bound_tolerance: float = 0.1
+    relaxation_multiple: float = 5.0
     growth_threshold: float = 0.05
-    gap_threshold: float = 0.01
-    accuracy_tolerance: float = 0.05
+    gap_margin: float = 0.02
+    accuracy_margin: float = 0.05
     threads: int = 1
     workers: int = 1
     variants: tuple[str, ...] = field(default=VARIANTS)
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        if not self.seeds:
+            raise ValueError("seeds is empty; give at least one seed.")
+        if self.selection_seed in self.seeds:
+            raise ValueError(
+                f"selection_seed={self.selection_seed} is one of seeds={self.seeds}; the "
+                "selection seed must differ from the reported seeds."
+            )
+        for name in self.temperatures:
+            if name not in TEMPERATURES:
+                raise ValueError(f"temperature {name!r} is not one of {TEMPERATURES}.")
+        for name in (self.bound_temperature, self.claim_temperature):
+            if name not in self.temperatures:
+                raise ValueError(
+                    f"temperature {name!r} is not in temperatures={self.temperatures}."
+                )
+        for variant in self.variants:
+            if variant not in VARIANTS:
+                raise ValueError(f"variant {variant!r} is not one of {VARIANTS}.")
+        if not self.radius_factors or any(not factor > 1 for factor in self.radius_factors):
+            raise ValueError(
+                f"radius_factors={self.radius_factors} is out of range; give factors > 1."
+            )
+        if not 1 <= self.langevin_steps <= self.max_langevin_steps:
+            raise ValueError(
+                f"langevin_steps={self.langevin_steps} is out of range; allowed range is "
+                f"[1, max_langevin_steps={self.max_langevin_steps}]."
+            )
+        if not self.cold_factor > 1:
+            raise ValueError(f"cold_factor={self.cold_factor} is out of range; it must be > 1.")
 
     @classmethod
     def for_mode(cls, mode: str) -> Config:
@@ -80,11 +134,15 @@ class Config:
         if mode == "smoke":
             return cls(
                 mode=mode,
-                train_examples=96,
-                d_model=8,
+                pilot_steps=10,
+                regime="200 fields, d_model 16",
+                validation_fields=32,
+                test_fields=48,
                 pretrain_steps=20,
                 langevin_steps=20,
+                max_langevin_steps=40,
                 langevin_batch_size=32,
+                radius_factors=(2.0, 4.0),
                 record_every=10,
                 villani_radii=(1.0, 4.0),
                 villani_probes=1,
@@ -94,17 +152,13 @@ class Config:
             return cls(
                 mode=mode,
                 seeds=(0, 1, 2, 3, 4),
+                pilot_steps=2000,
+                test_fields=4000,
                 pretrain_steps=2000,
-                langevin_steps=6000,
-                record_every=300,
+                langevin_steps=3000,
+                max_langevin_steps=20000,
+                record_every=200,
                 villani_probes=8,
-                workers=min(3, os.cpu_count() or 1),
+                workers=min(2, os.cpu_count() or 1),
             )
-        # Two processes (W_Q/W_K and LoRA) keep one seed under 5 minutes on 2 cores.
-        return cls(
-            mode=mode,
-            pretrain_steps=1000,
-            langevin_steps=2000,
-            record_every=100,
-            workers=min(2, os.cpu_count() or 1),
-        )
+        return cls(mode=mode, workers=min(2, os.cpu_count() or 1))

@@ -1,9 +1,10 @@
-"""The runs of the ``langevin`` study: data, models, pretraining, the Langevin phase."""
+"""The runs of the ``langevin`` study: data, models, phase 1, one phase-2 run."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,22 +21,37 @@ from convergent.regularize import (
     Penalty,
     VillaniRegularizer,
     lam_for_stationary_radius,
-    penalty,
+    radial_relaxation_time,
     stationary_radius,
 )
-from convergent.studies.langevin_config import Config
 from convergent.train import RegularizedStep, evaluate, fit
 
+# Generated Darcy flow (darcy-gen): one pool for every regime and seed. The pool's training
+# part is 9 x the validation set (the loader holds out a tenth); a regime trains on its first
+# ``train_fields``; the test fields are generated with POOL_SEED + 1.
+POOL_SEED = 100
 
-def patch_ordered_splits(train_examples: int | None) -> tuple[DictDataset, DictDataset]:
-    """darcy-16 with labels as [N, 16 patches, 16 values], in the order of the input patches.
 
-    RMSE and relative L2 error do not depend on the order of the 256 values, so the model's
-    per-token outputs ([B, 16, 16]) are compared with the field cut into the same patches.
+@dataclass(frozen=True)
+class DarcyData:
+    """The splits of one regime, labels as [N, patches, values per patch] in input order."""
+
+    train: DictDataset
+    validation: DictDataset
+    test: DictDataset
+    labels_std: float  # raw units = standardized units x labels_std
+
+
+def darcy_pool(train_fields: int, validation_fields: int, test_fields: int) -> DarcyData:
+    """The first ``train_fields`` training fields of the pool, its validation and test sets.
+
+    RMSE and relative L2 error do not depend on the order of a field's values, so labels are
+    cut into the patches the model reads and compared with its per-token outputs.
     """
-    splits = load_splits("darcy-16")
-    patch = int(splits.info["patch"])
-    resolution = int(splits.info["resolution"])
+    splits = load_splits(
+        "darcy-gen", seed=POOL_SEED, train_size=10 * validation_fields, test_size=test_fields
+    )
+    patch, resolution = int(splits.info["patch"]), int(splits.info["resolution"])
 
     def reorder(dataset: DictDataset) -> DictDataset:
         labels = dataset.tensors["labels"].view(-1, resolution, resolution)
@@ -43,10 +59,15 @@ def patch_ordered_splits(train_examples: int | None) -> tuple[DictDataset, DictD
             {"inputs": dataset.tensors["inputs"], "labels": to_patches(labels, patch)}
         )
 
-    train = reorder(splits.train)
-    if train_examples is not None:
-        train = train.subset(torch.arange(min(train_examples, len(train))))
-    return train, reorder(splits.test)
+    if not 1 <= train_fields <= len(splits.train):
+        raise ValueError(
+            f"train_fields={train_fields} is out of range; allowed range is [1, "
+            f"{len(splits.train)}] (9 x validation_fields)."
+        )
+    train = reorder(splits.train).subset(torch.arange(train_fields))
+    return DarcyData(
+        train, reorder(splits.validation), reorder(splits.test), float(splits.info["labels_std"])
+    )
 
 
 def build_model(n_layers: int, d_model: int, tokens: int, features: int, seed: int) -> Transformer:
@@ -75,12 +96,41 @@ def pretrain(
         optimizer,
         train,
         max_steps=steps,
-        batch_size=batch_size,
+        batch_size=min(batch_size, len(train)),
         task="regression",
         seed=seed,
         progress=False,
         tensorboard=False,
     )
+
+
+def pretrained_model(
+    experiment: str, data: DarcyData, d_model: int, settings: dict[str, Any], seed: int
+) -> Transformer:
+    """Phase 1 for ``experiment`` ("attention": one layer; "lora": ``lora_layers``)."""
+    tokens, features = data.train.tensors["inputs"].shape[1:]
+    layers = 1 if experiment == "attention" else int(settings["lora_layers"])
+    model = build_model(layers, d_model, int(tokens), int(features), seed)
+    pretrain(
+        model,
+        data.train,
+        settings["pretrain_steps"],
+        settings["pretrain_lr"],
+        settings["pretrain_batch_size"],
+        seed,
+    )
+    return model
+
+
+def scores(model: nn.Module, data: DarcyData) -> dict[str, float]:
+    """Train, validation and test RMSE (standardized units) and the training MSE."""
+    train = evaluate(model, data.train, "regression")
+    return {
+        "train_rmse": float(train["rmse"]),
+        "train_mse": float(train["rmse"]) ** 2,
+        "validation_rmse": float(evaluate(model, data.validation, "regression")["rmse"]),
+        "test_rmse": float(evaluate(model, data.test, "regression")["rmse"]),
+    }
 
 
 def gradient_rms(parameters: Iterable[torch.Tensor]) -> float:
@@ -91,29 +141,27 @@ def gradient_rms(parameters: Iterable[torch.Tensor]) -> float:
 
 
 class _Tracker:
-    """A `fit` callback: every `every` steps, norms, train/test scores and the gradient RMS of
-    the step just taken (the noise check's denominator) into `records`."""
+    """A `fit` callback: every `every` steps, each targeted matrix's norm, the three RMSEs and
+    the gradient RMS of the step just taken (the noise check's denominator)."""
 
     def __init__(
-        self, model: nn.Module, norms: Any, train: DictDataset, test: DictDataset, every: int
+        self, model: nn.Module, regularizer: VillaniRegularizer, data: DarcyData, every: int
     ):
-        self.model, self.norms, self.train, self.test, self.every = model, norms, train, test, every
+        self.model, self.regularizer, self.data, self.every = model, regularizer, data, every
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        self.records: list[dict[str, float | None]] = []
+        self.records: list[dict[str, Any]] = []
         self.record(0, None)  # before any step there is no gradient
 
     def record(self, step: int, grad_rms: float | None) -> None:
-        train_scores = evaluate(self.model, self.train, "regression")
-        test_scores = evaluate(self.model, self.test, "regression")
+        measured = scores(self.model, self.data)
         self.records.append(
             {
                 "step": step,
-                **self.norms(),
-                "train_rmse": train_scores["rmse"],
-                "test_rmse": test_scores["rmse"],
-                "train_relative_l2": train_scores["relative_l2"],
-                "test_relative_l2": test_scores["relative_l2"],
-                "gap": test_scores["rmse"] - train_scores["rmse"],
+                "norms": self.regularizer.norms(),
+                "train_rmse": measured["train_rmse"],
+                "validation_rmse": measured["validation_rmse"],
+                "test_rmse": measured["test_rmse"],
+                "gap": measured["test_rmse"] - measured["train_rmse"],
                 "grad_rms": grad_rms,
             }
         )
@@ -125,74 +173,75 @@ class _Tracker:
             self.record(step, gradient_rms(self.trainable))
 
 
-def _total_norm(weights: list[torch.Tensor]) -> float:
-    return math.sqrt(sum(float(w.detach().pow(2).sum()) for w in weights))
+def phase2_model(experiment: str, base: Transformer, lora_rank: int, seed: int) -> nn.Module:
+    """A copy of the pre-trained model with only the phase-2 parameters trainable."""
+    tokens, features = base.config.max_len, base.config.input_dim or 0
+    model = build_model(base.config.n_layers, base.config.d_model, tokens, features, seed)
+    model.load_state_dict(base.state_dict())
+    if experiment == "lora":
+        torch.manual_seed(seed)  # PEFT draws A at random
+        return add_query_key_lora(model, rank=lora_rank)  # freezes everything else
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.endswith(("q_proj.weight", "k_proj.weight")))
+    return model
 
 
-def _norm_reader(regularizer: VillaniRegularizer, groups: dict[str, str]) -> Any:
-    """norms() -> {group: ||all matched matrices||_F}, with groups {label: name substring}."""
-
-    def read() -> dict[str, float]:
-        weights = regularizer.weights()
-        return {
-            label: _total_norm([w for n, w in weights.items() if key in n])
-            for label, key in groups.items()
-        }
-
-    return read
+def targeted(experiment: str, model: nn.Module, kind: Penalty, eps: float) -> VillaniRegularizer:
+    """The regularizer over the phase-2 matrices, at lam 0 (set it after)."""
+    targets = "query_key" if experiment == "attention" else "lora"
+    return VillaniRegularizer(model, targets, kind, lam=0.0, eps=eps)
 
 
-def choose_lam(
-    kind: Penalty,
-    weights: list[torch.Tensor],
-    *,
-    rule: str,
-    s: float,
-    eps: float,
-    radius_factor: float,
-    penalty_fraction: float,
-    train_loss: float,
-) -> tuple[float, float]:
-    """(lam, target radius) for `rule`, from the targeted matrices at the start of phase 2.
-
-    "radius": the penalty alone (flat loss) puts the mode of each ||W||_F at `radius_factor`
-    times the root-mean-square start norm of the targeted matrices (all-zero ones, like
-    LoRA's B, excluded); lam is averaged over the matrices. "loss_fraction": the penalty at
-    the start is `penalty_fraction` of `train_loss` (the radius is then reported as 0).
-    """
-    if rule == "loss_fraction":
-        unit = sum(float(penalty(w.detach(), kind, 1.0, eps)) for w in weights)
-        return (penalty_fraction * train_loss / unit if unit > 0 else 0.0), 0.0
-    if rule != "radius":
-        raise ValueError(f"lam_rule must be 'radius' or 'loss_fraction', got {rule!r}.")
+def radius_lam(
+    kind: Penalty, weights: list[torch.Tensor], factor: float, s: float, eps: float
+) -> float:
+    """lam of the radius rule: the penalty alone (flat loss) at diffusion ``s`` puts the mode
+    of each ||W||_F at ``factor`` x the root-mean-square start norm of the matrices (all-zero
+    ones, like LoRA's B, left out of the norm); averaged over the matrices."""
     squared = [float(w.detach().pow(2).sum()) for w in weights]
     nonzero = [value for value in squared if value > 0]
-    radius = radius_factor * math.sqrt(sum(nonzero) / len(nonzero))
+    radius = factor * math.sqrt(sum(nonzero) / len(nonzero))
     lams = [lam_for_stationary_radius(kind, radius, w.numel(), s, eps) for w in weights]
-    return sum(lams) / len(lams), radius
+    return sum(lams) / len(lams)
 
 
-def langevin_phase(
-    model: nn.Module,
-    regularizer: VillaniRegularizer,
-    tracker: _Tracker,
-    train: DictDataset,
+def theory(
+    kind: Penalty, lam: float, numel: dict[str, int], s: float, lr: float, eps: float
+) -> tuple[dict[str, float], float]:
+    """(stationary radius per matrix, the longest radial relaxation time in steps); inf and
+    NaN where there is no penalty or no noise."""
+    if lam <= 0 or s <= 0:
+        return {name: math.inf for name in numel}, math.nan
+    radii = {name: stationary_radius(kind, lam, n, s, eps) for name, n in numel.items()}
+    longest = max(radial_relaxation_time(kind, lam, n, s, eps) for n in numel.values())
+    return radii, longest / lr
+
+
+def langevin_run(
+    experiment: str,
+    base: Transformer,
+    data: DarcyData,
     *,
-    steps: int,
-    lr: float,
+    kind: Penalty,
+    lam: float,
     s: float,
-    batch_size: int,
+    steps: int,
+    settings: dict[str, Any],
     seed: int,
-) -> None:
-    """Phase 2: only the trainable parameters (W_Q, W_K or LoRA factors) move, by Langevin."""
+) -> tuple[nn.Module, VillaniRegularizer, list[dict[str, Any]]]:
+    """Phase 2: only W_Q, W_K (or the LoRA factors) move, by Langevin at diffusion ``s`` on
+    loss + lam x penalty. Returns the model, its regularizer and the trace."""
+    model = phase2_model(experiment, base, int(settings["lora_rank"]), seed)
+    regularizer = targeted(experiment, model, kind, float(settings["power_eps"]))
+    regularizer.lam = lam
+    tracker = _Tracker(model, regularizer, data, int(settings["record_every"]))
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = Langevin(trainable, lr=lr, s=s, seed=seed)
     fit(
         model,
-        optimizer,
-        train,
+        Langevin(trainable, lr=float(settings["langevin_lr"]), s=s, seed=seed),
+        data.train,
         max_steps=steps,
-        batch_size=min(batch_size, len(train)),
+        batch_size=min(int(settings["langevin_batch_size"]), len(data.train)),
         task="regression",
         training_step=RegularizedStep("regression", regularizer),
         seed=seed,
@@ -200,6 +249,7 @@ def langevin_phase(
         progress=False,
         tensorboard=False,
     )
+    return model, regularizer, tracker.records
 
 
 def villani_rows(
@@ -229,109 +279,3 @@ def villani_rows(
     return villani_along_ray(
         potential, point, [r * scale for r in radii], s, probes=probes, generator=generator
     )
-
-
-def _prepare(experiment: str, base: Transformer, config: Config, seed: int) -> nn.Module:
-    """A copy of the pre-trained model with only the phase-2 parameters trainable."""
-    tokens, features = base.config.max_len, base.config.input_dim or 0
-    model = build_model(base.config.n_layers, config.d_model, tokens, features, seed)
-    model.load_state_dict(base.state_dict())
-    if experiment == "lora":
-        torch.manual_seed(seed)  # PEFT draws A at random
-        return add_query_key_lora(model, rank=config.lora_rank)  # freezes everything else
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(name.endswith(("q_proj.weight", "k_proj.weight")))
-    return model
-
-
-def run_experiment(
-    experiment: str, config: Config, seed: int, train: DictDataset, test: DictDataset, s: float
-) -> dict[str, Any]:
-    """Phase 1 once, then phase 2 from the same weights for each variant.
-
-    experiment "attention": one layer, W_Q and W_K train; "lora": `lora_layers` layers, the
-    PEFT LoRA factors on q/k train. Returns only numbers, strings, lists and dicts (a unit of
-    the cache; `stationary_radius` is inf without a penalty).
-    """
-    tokens, features = train.tensors["inputs"].shape[1:]
-    layers = 1 if experiment == "attention" else config.lora_layers
-    base = build_model(layers, config.d_model, tokens, features, seed)
-    pretrain(
-        base, train, config.pretrain_steps, config.pretrain_lr, config.pretrain_batch_size, seed
-    )
-    out: dict[str, Any] = {
-        "pretrained_test": evaluate(base, test, "regression"),
-        "traces": {},
-        "lam": {},
-        "target_radius": {},
-        "stationary_radius": {},
-        "villani": {},
-    }
-    targets = "query_key" if experiment == "attention" else "lora"
-    groups = (
-        {"query": "q_proj", "key": "k_proj"}
-        if experiment == "attention"
-        else {"lora_A": ".lora_A.", "lora_B": ".lora_B."}
-    )
-    train_loss = evaluate(base, train, "regression")["loss"]
-    for variant in config.variants:
-        model = _prepare(experiment, base, config, seed)
-        kind: Penalty = "power" if variant == "power" else "log"
-        regularizer = VillaniRegularizer(model, targets, kind, lam=0.0, eps=config.power_eps)
-        lam, radius = (
-            (0.0, 0.0)
-            if variant == "none"
-            else choose_lam(
-                kind,
-                list(regularizer.weights().values()),
-                rule=config.lam_rule,
-                s=s,
-                eps=config.power_eps,
-                radius_factor=config.radius_factor,
-                penalty_fraction=config.penalty_fraction,
-                train_loss=train_loss,
-            )
-        )
-        regularizer.lam = lam
-        reader = _norm_reader(regularizer, groups)
-        if experiment == "lora":
-            products = VillaniRegularizer(model, penalty=kind, lam=0.0, product=True)
-
-            def reader(
-                plain: Any = reader, products: VillaniRegularizer = products
-            ) -> dict[str, float]:
-                return {**plain(), "lora_BA": _total_norm(list(products.weights().values()))}
-
-        tracker = _Tracker(model, reader, train, test, config.record_every)
-        langevin_phase(
-            model,
-            regularizer,
-            tracker,
-            train,
-            steps=config.langevin_steps,
-            lr=config.langevin_lr,
-            s=s,
-            batch_size=config.langevin_batch_size,
-            seed=seed,
-        )
-        numel = next(iter(regularizer.weights().values())).numel()
-        stationary = float(stationary_radius(kind, lam, numel, s, config.power_eps))  # inf: none
-        for key, value in (
-            ("traces", tracker.records),
-            ("lam", lam),
-            ("target_radius", radius),
-            ("stationary_radius", stationary),
-        ):
-            out[key][variant] = value
-        if experiment == "attention":
-            out["villani"][variant] = villani_rows(
-                model,
-                regularizer,
-                train,
-                config.villani_radii,
-                s,
-                config.villani_probes,
-                config.villani_examples,
-                seed,
-            )
-    return out

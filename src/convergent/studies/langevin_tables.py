@@ -1,0 +1,124 @@
+"""Tables and notes of the ``langevin`` study, design 2, from its stored (JSON) data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from convergent.studies.claims import stored_number as number
+from convergent.studies.langevin_claims import phase2_table, temperature_rows
+
+
+def _pilot_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    pilot = data.get("pilot")
+    if not pilot:
+        return []
+    return [
+        {
+            "candidate": row["name"],
+            "train RMSE": number(row["train_rmse"]),
+            "validation RMSE": number(row["validation_rmse"]),
+            "validation / train": number(row["ratio"]),
+            "chosen": "yes" if row["name"] == pilot["chosen"] else "",
+        }
+        for row in pilot["rows"]
+    ]
+
+
+def _selection_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for experiment, penalties in data["selection"].items():
+        for penalty, record in penalties.items():
+            for point in record["grid"]:
+                rows.append(
+                    {
+                        "experiment": experiment,
+                        "penalty": penalty,
+                        "radius factor": number(point["radius_factor"]),
+                        "lam": number(point["lam"]),
+                        "validation RMSE (final)": number(point["validation_rmse"]),
+                        "selected": "yes"
+                        if number(point["radius_factor"]) == number(record["selected"])
+                        else "",
+                    }
+                )
+    return rows
+
+
+def _villani_rows(data: dict[str, Any], multiples: list[float]) -> list[dict[str, Any]]:
+    """Per variant, the Villani quantity at each multiple of that run's final ||(W_Q, W_K)||."""
+    first = data["runs"]["attention"][0].get("villani", {})
+    rows = []
+    for variant, points in first.items():
+        row: dict[str, Any] = {"variant": variant}
+        for multiple, point in zip(multiples, points, strict=True):
+            row[f"{multiple:g} x ||W|| (r = {number(point['radius']):.3g})"] = number(
+                point["villani"]
+            )
+        rows.append(row)
+    return rows
+
+
+def tables_of(data: dict[str, Any], config: Any) -> dict[str, list[dict[str, Any]]]:
+    """Pilot, temperatures, lam selection, phase 2 per temperature and variant, Villani."""
+    lr = float(config.langevin_lr)
+    calibration = data["calibration"]
+    tables = {
+        "Regime pilot (phase 1 only, selection seed; validation split)": _pilot_rows(data),
+        "Temperatures (s, the temperature s/2 in units of the averaged MSE, and the noise "
+        "variance each s implies)": temperature_rows(
+            data, int(calibration["examples"]), int(calibration["outputs"])
+        ),
+        "lam selection (selection seed, claim temperature; lowest final validation RMSE)": (
+            _selection_rows(data)
+        ),
+        "Phase 2 by temperature and variant (mean over seeds)": phase2_table(data, lr),
+        "Villani quantity ||grad V||^2 / s - Laplacian V along the ray through the final "
+        "(W_Q, W_K), bound temperature, first seed": _villani_rows(
+            data, list(config.villani_radii)
+        ),
+    }
+    return {title: rows for title, rows in tables.items() if rows}
+
+
+def notes_of(config: Any, data: dict[str, Any]) -> list[str]:
+    """How the regime, the temperatures, lam and the run lengths were set."""
+    regime = data["regime"]
+    s = data["temperatures"]
+    calibration = data["calibration"]
+    examples, outputs = int(calibration["examples"]), int(calibration["outputs"])
+    scale = number(data["labels_std"])
+    pilot = data.get("pilot")
+    if not pilot:
+        chosen = "set in the config (no pilot)"
+    elif pilot["fallback"]:
+        chosen = "chosen by the pilot: no candidate reached its criterion, the largest ratio"
+    else:
+        chosen = f"chosen by the pilot: {pilot['criterion']}"
+    notes = [
+        f"Regime: {regime['name']} ({chosen}); generated Darcy flow (darcy-gen, pool seed "
+        f"100): {examples} training fields, {config.validation_fields} validation fields, "
+        f"{config.test_fields} test fields generated with another seed.",
+        f"Temperatures: Langevin samples exp(-2 V / s), so s/2 is the temperature in units of "
+        f"V, the MSE averaged over {examples} fields x {outputs} values. hot s = 2/N = "
+        f"{number(s.get('hot', float('nan'))):.3g} (design 1); calibrated s = 4 sigma^2 / (N K) "
+        f"= {number(s.get('calibrated', float('nan'))):.3g} with sigma^2 = "
+        f"{number(data['noise_variance']):.4g}, the selection seed's phase-1 training MSE "
+        f"(the posterior of a Gaussian likelihood with that noise); cold = calibrated / "
+        f"{config.cold_factor:g}; zero = plain SGD on the same potential (the control).",
+        "lam is in loss units and the same at every temperature: the radius rule at the hot "
+        "s (the penalty alone would put the most likely ||W||_F at the selected factor x the "
+        "start norm), factor selected per experiment and penalty on the validation split at "
+        f"the claim temperature ({config.claim_temperature}) from {list(config.radius_factors)}."
+        " The unregularized variant has no parameter to tune; the Langevin step size "
+        f"({config.langevin_lr}) and batch ({config.langevin_batch_size}) are fixed for all.",
+        f"Run length: {config.langevin_steps} Langevin steps, except at the bound temperature "
+        f"({config.bound_temperature}), where every variant runs {config.relaxation_multiple:g}"
+        " radial relaxation times of the slowest penalized matrix "
+        "(`convergent.regularize.radial_relaxation_time`, linearized at the stationary radius),"
+        f" clamped to [{config.langevin_steps}, {config.max_langevin_steps}].",
+        f"RMSE is in standardized units unless marked raw (raw = standardized x {scale:.4g}, "
+        "the training labels' standard deviation); the gap is test RMSE - train RMSE.",
+    ]
+    if config.mode != "full":
+        notes.append(f"{config.mode} size: one seed, short runs; verdicts are previews.")
+    return notes

@@ -1,0 +1,154 @@
+"""The ``langevin`` study, design 2: config, the run-length rule, lam selection, a smoke run."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from convergent.regularize import (
+    lam_for_stationary_radius,
+    radial_relaxation_time,
+    stationary_radius,
+)
+from convergent.studies import VERDICTS, langevin_runs
+from convergent.studies import langevin as study
+from convergent.studies.common import write_study
+from convergent.studies.langevin import Config, run
+from convergent.studies.langevin_claims import claims_from_results
+from convergent.studies.langevin_pilot import PILOT_REGIMES, regime_named
+from tests.conftest import assert_drawn_figure
+
+
+def test_config_modes_and_bad_values():
+    smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
+    assert full.seeds == (0, 1, 2, 3, 4) and len(quick.seeds) == 1
+    assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
+    assert full.temperatures == ("hot", "calibrated", "cold", "zero")
+    assert full.selection_seed not in full.seeds
+    with pytest.raises(ValueError, match=r"selection_seed=0 is one of seeds=\(0,\)"):
+        Config(selection_seed=0)
+    with pytest.raises(ValueError, match="temperature 'warm' is not one of"):
+        Config(temperatures=("hot", "warm"))
+    with pytest.raises(ValueError, match=r"temperature 'calibrated' is not in temperatures"):
+        Config(temperatures=("hot",))
+    with pytest.raises(ValueError, match=r"radius_factors=\(1.0,\) is out of range"):
+        Config(radius_factors=(1.0,))
+    with pytest.raises(ValueError, match=r"langevin_steps=20 is out of range"):
+        Config(langevin_steps=20, max_langevin_steps=10)
+    with pytest.raises(ValueError, match="not a pilot candidate"):
+        regime_named("1 field")
+    assert regime_named(PILOT_REGIMES[0]["name"]) == PILOT_REGIMES[0]
+
+
+def test_theory_gives_the_stationary_radius_and_relaxation_in_steps():
+    lam = lam_for_stationary_radius("power", 2.0, 256, 0.01)
+    radii, steps = langevin_runs.theory("power", lam, {"a": 256, "b": 64}, 0.01, 0.02, 1.0)
+    assert radii["a"] == pytest.approx(2.0)
+    assert radii["b"] == pytest.approx(stationary_radius("power", lam, 64, 0.01))
+    slowest = max(radial_relaxation_time("power", lam, n, 0.01) for n in (256, 64))
+    assert steps == pytest.approx(slowest / 0.02)
+    # No penalty or no noise: no stationary radius, no relaxation.
+    radii, steps = langevin_runs.theory("log", 0.0, {"a": 256}, 0.01, 0.02, 1.0)
+    assert radii == {"a": math.inf} and math.isnan(steps)
+    assert math.isnan(langevin_runs.theory("log", lam, {"a": 256}, 0.0, 0.02, 1.0)[1])
+
+
+def test_bound_steps_cover_the_relaxation_multiple_within_the_clamp():
+    settings = {
+        "langevin_lr": 0.01,
+        "power_eps": 1.0,
+        "record_every": 50,
+        "relaxation_multiple": 5.0,
+        "langevin_steps": 100,
+        "max_langevin_steps": 100_000,
+    }
+    numel = {"q": 256, "k": 256}
+    lam = lam_for_stationary_radius("log", 3.0, 256, 0.01)
+    tau = radial_relaxation_time("log", lam, 256, 0.01) / 0.01
+    steps = langevin_runs.bound_steps({"log": lam}, numel, 0.01, settings)
+    assert steps % 50 == 0 and 5 * tau <= steps < 5 * tau + 50
+    assert (
+        langevin_runs.bound_steps(
+            {"log": lam}, numel, 0.01, {**settings, "max_langevin_steps": 200}
+        )
+        == 200
+    )
+    assert langevin_runs.bound_steps({}, numel, 0.01, settings) == 100
+
+
+def test_smoke_run_writes_report_json_and_figures(tmp_path):
+    config = Config.for_mode("smoke")
+    result = run(config, tmp_path, progress=False)
+    report = write_study(result, tmp_path)
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["data"]["design"] == 2
+    # The payload re-scores to the very claims the run made.
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+    assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
+    for figure in result.figures:
+        assert_drawn_figure(tmp_path / figure)
+    assert "Temperatures" in report.read_text()
+    data = payload["data"]
+    s = data["temperatures"]
+    examples = data["calibration"]["examples"]
+    assert s["hot"] == pytest.approx(2 / examples)
+    # calibrated_s with sigma^2 = the phase-1 training MSE, K = 256 values per field.
+    assert s["calibrated"] == pytest.approx(4 * data["noise_variance"] / (examples * 256))
+    assert s["cold"] == pytest.approx(s["calibrated"] / config.cold_factor) and s["zero"] == 0
+    for experiment in ("attention", "lora"):
+        (seed_run,) = data["runs"][experiment]
+        selected = data["selection"][experiment]
+        for record in selected.values():
+            best = min(record["grid"], key=lambda row: row["validation_rmse"])
+            assert record["selected"] == best["radius_factor"]
+        hot = seed_run["phase2"]["hot"]
+        # lam is set once, in loss units, and kept at every temperature.
+        for temperature, runs in seed_run["phase2"].items():
+            assert runs["none"]["lam"] == 0.0
+            for penalty in ("log", "power"):
+                assert runs[penalty]["lam"] == pytest.approx(hot[penalty]["lam"])
+                assert runs[penalty]["lam"] > 0
+            steps = config.langevin_steps
+            if temperature == "hot":
+                assert runs["none"]["steps"] == runs["log"]["steps"] >= steps
+            else:
+                assert runs["log"]["steps"] == steps
+            for variant in runs.values():
+                trace = variant["trace"]
+                assert trace[-1]["step"] == variant["steps"] and trace[0]["grad_rms"] is None
+                assert set(trace[-1]["norms"]) == set(variant["numel"])
+
+
+def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
+    config = replace(Config.for_mode("smoke"), temperatures=("hot", "calibrated"))
+    first = run(config, tmp_path, progress=False)
+    # temperatures, a selection per experiment, a final run per experiment (one seed)
+    assert len(list((tmp_path / "units").glob("*.pt"))) == 1 + 2 + 2
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached unit was computed again")
+
+    for name in ("final_runs", "select_lam", "temperatures"):
+        monkeypatch.setattr(study, name, refuse)
+    second = run(config, tmp_path, progress=False)
+    assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
+    assert any("5 unit(s) reused" in note and "0 computed" in note for note in second.notes)
+
+
+def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
+    config = replace(
+        Config.for_mode("smoke"),
+        temperatures=("hot", "calibrated"),
+        variants=("none", "log"),
+        langevin_steps=10,
+        record_every=5,
+    )
+    alone = run(config, tmp_path / "one", progress=False)
+    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+    assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
+        alone.data["runs"], sort_keys=True, default=str
+    )
+    assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]

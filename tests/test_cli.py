@@ -248,3 +248,17 @@ def test_seeds_skip_a_studys_selection_seed():
         config = study_config(name, "smoke", seeds=3)
         assert config.selection_seed == 0 and config.seeds == (1, 2, 3)
     assert study_config("residual", "smoke", seeds=2).seeds == (0, 1)
+
+
+def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
+    from convergent.cli import build_parser
+    from convergent.commands import prune
+
+    defaults = dict(prune.prune_hf_folder.__kwdefaults__)
+    monkeypatch.setattr(
+        prune.prune_hf_folder, "__kwdefaults__", {**defaults, "max_length": 77, "seed": 5}
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["prune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "tokens per example (default 77)" in text and "split seed (default 5)" in text

@@ -305,6 +305,8 @@ def _report(arguments: argparse.Namespace) -> int:
 
 
 def _add_prune(commands: argparse._SubParsersAction) -> None:
+    from .commands.prune import prune_hf_folder
+
     parser = commands.add_parser(
         "prune",
         help="one-shot magnitude pruning of a trained run or a Hugging Face model folder",
@@ -349,11 +351,29 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
     hugging_face.add_argument(
         "--examples", type=int, default=None, help="evaluate on this many validation examples"
     )
+    defaults = _keyword_defaults(prune_hf_folder)
     hugging_face.add_argument(
-        "--max-length", type=int, default=None, help="tokens per example (default 64)"
+        "--max-length",
+        type=int,
+        default=None,
+        help=f"tokens per example (default {defaults['max_length']})",
     )
-    hugging_face.add_argument("--seed", type=int, default=None, help="split seed (default 0)")
+    hugging_face.add_argument(
+        "--seed", type=int, default=None, help=f"split seed (default {defaults['seed']})"
+    )
     parser.set_defaults(handler=_prune)
+
+
+def _keyword_defaults(function: Any) -> dict[str, Any]:
+    """The defaults of ``function``'s parameters, so that help texts quote them from their one
+    definition."""
+    import inspect
+
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
 
 
 # Options of `prune` that only a Hugging Face folder takes: a run brings its own data.

@@ -69,6 +69,11 @@ def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path):
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
     text = results_section(tmp_path, relative_to=tmp_path)
     assert "took 12 s on 2 CPU cores to finish a resumed run (3 of 8 units" in text
+    payload["notes"] = ["8 unit(s) reused from /somewhere/units, 0 computed."]
+    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
+    assert "took 12 s on 2 CPU cores to assemble 8 units computed earlier" in results_section(
+        tmp_path, tmp_path
+    )
     payload["notes"] = ["0 unit(s) reused from /somewhere/units, 8 computed."]
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
     assert "took 12 s on 2 CPU cores; the report" in results_section(tmp_path, tmp_path)

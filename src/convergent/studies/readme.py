@@ -37,6 +37,11 @@ def _resumed(payload: dict) -> str:
         found = UNITS_NOTE.search(note)
         if found and int(found["reused"]) > 0:
             reused, computed = int(found["reused"]), int(found["computed"])
+            if computed == 0:
+                return (
+                    f" to assemble {reused} units computed earlier (their compute time is not "
+                    "in this figure)"
+                )
             return (
                 f" to finish a resumed run ({reused} of {reused + computed} units were computed "
                 "earlier and their time is not in this figure)"

@@ -21,6 +21,8 @@ from convergent.studies.descent_runs import denoising_score, dual_trajectory, ro
 from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
+# The design-1 full results, as committed before design 3 replaced them.
+DESIGN_1 = Path(__file__).parent / "data" / "descent_design1_results.json"
 
 
 def test_configs_for_every_mode():
@@ -188,8 +190,14 @@ def _t_interval(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values) - half, statistics.fmean(values) + half
 
 
-def test_committed_full_results_rescore_from_their_raw_numbers():
+def test_committed_design_3_results_rescore_to_their_stored_claims():
     payload = json.loads(COMMITTED.read_text())
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+    assert len(payload["config"]["seeds"]) == 5
+
+
+def test_design_1_results_rescore_from_their_raw_numbers():
+    payload = json.loads(DESIGN_1.read_text())
     claims = claims_from_results(payload)
     assert len(claims) == 7
     text, video = payload["data"]["text"], payload["data"]["video"]

@@ -23,7 +23,8 @@ from convergent.studies.langevin_claims import (
     temperature_rows,
 )
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
+# The design-1 full results, as committed before design 2 replaced them.
+COMMITTED = Path(__file__).resolve().parent / "data" / "langevin_design1_results.json"
 LR = 0.01
 S = {"hot": 0.01, "calibrated": 0.001, "cold": 1e-5, "zero": 0.0}
 SEEDS = (0, 1, 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from convergent.studies.common import write_study
 from convergent.studies.langevin import Config, run
 from convergent.studies.langevin_claims import claims_from_results
 from convergent.studies.langevin_pilot import PILOT_REGIMES, regime_named
+from convergent.studies.langevin_plots import plot_curves, plot_norms
 from tests.conftest import assert_drawn_figure
 
 
@@ -152,3 +154,22 @@ def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
         alone.data["runs"], sort_keys=True, default=str
     )
     assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
+
+
+def test_committed_design_2_results_rescore_and_plot(tmp_path):
+    payload = json.loads(COMMITTED.read_text())
+    assert payload["data"]["design"] == 2
+    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+    # The bound temperature's run length depends on each seed's start weights: the seeds'
+    # traces differ in length, and the figures must still draw.
+    hot = [run["phase2"]["hot"]["log"]["steps"] for run in payload["data"]["runs"]["lora"]]
+    assert len(set(hot)) > 1
+    config = Config.for_mode("full")
+    for name in (
+        *plot_norms(payload["data"], config, tmp_path),
+        *plot_curves(payload["data"], tmp_path),
+    ):
+        assert_drawn_figure(tmp_path / name)

@@ -16,8 +16,15 @@ LABELS = {"attention": "W_Q, W_K (1 layer)", "lora": "LoRA factors on q/k (2 lay
 
 
 def _band(axis: Any, steps: list[int], rows: list[list[float]], color: str, label: str) -> None:
-    """Mean over seeds as a line, min-max as a band (rows: one list of values per seed)."""
-    values = np.asarray(rows, dtype=np.float64)
+    """Mean over seeds as a line, min-max as a band (rows: one list of values per seed).
+
+    The bound temperature's run length depends on each seed's start weights (through the
+    relaxation time), so the seeds' traces may differ in length: the band covers the steps they
+    all reached (records are at the same multiples of record_every in every seed).
+    """
+    common = min(len(steps), *(len(row) for row in rows))
+    steps = steps[:common]
+    values = np.asarray([row[:common] for row in rows], dtype=np.float64)
     axis.plot(steps, values.mean(axis=0), color=color, label=label)
     if len(rows) > 1:
         axis.fill_between(steps, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
@@ -99,9 +106,10 @@ def plot_curves(data: dict[str, Any], out_dir: Path) -> list[str]:
                         ]
                         for run in seed_runs
                     ]
-                    mean = np.asarray(rows).mean(axis=0)
+                    common = min(len(row) for row in rows)
+                    mean = np.asarray([row[:common] for row in rows]).mean(axis=0)
                     label = f"{variant} {'test RMSE' if key == 'test_rmse' else 'gap'}"
-                    axis.plot(steps, mean, style, color=color, label=label)
+                    axis.plot(steps[:common], mean, style, color=color, label=label)
             s = float(data["temperatures"][temperature])
             axis.set_title(f"{temperature} (s = {s:.3g})", fontsize=9)
             axis.set_xlabel("Langevin step")

@@ -24,12 +24,9 @@ resumable `UnitCache`.
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,74 +36,49 @@ from convergent.studies.common import StudyResult, json_ready
 from convergent.studies.langevin_claims import claims_from_results
 from convergent.studies.langevin_config import VARIANTS, Config
 from convergent.studies.langevin_parts import DarcyData, darcy_pool, gradient_rms
-from convergent.studies.langevin_pilot import regime_named, run_pilot
+from convergent.studies.langevin_pilot import PILOT_OVERFIT, regime_named, run_pilot
 from convergent.studies.langevin_plots import plot_curves, plot_norms
 from convergent.studies.langevin_runs import EXPERIMENTS, final_runs, select_lam, temperatures
 from convergent.studies.langevin_tables import notes_of, tables_of
-from convergent.studies.units import UnitCache
+from convergent.studies.units import UnitCache, run_jobs, unit_session
 
 __all__ = ["VARIANTS", "Config", "claims_from_results", "gradient_rms", "run"]
 
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run the study; figures go into `out_dir` (the caller writes report.md / results.json)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
-        return _run(config, Path(out_dir), progress)
-    finally:
-        torch.set_num_threads(threads)
+    with unit_session("langevin", config, out_dir, config.threads, progress) as session:
+        return _run(config, *session)
 
 
-def _call(job: tuple[Callable[..., Any], tuple[Any, ...], int]) -> Any:
-    """Run one job in a worker (a top-level function, so that a process pool can call it)."""
-    function, arguments, threads = job
-    torch.set_num_threads(threads)
-    return function(*arguments)
+@dataclass(frozen=True)
+class Task:
+    """One unit of the study: ``function(*arguments)`` under the cache key ``key``."""
+
+    key: dict[str, Any]
+    function: Callable[..., Any]
+    arguments: tuple[Any, ...]
+    threads: int
+
+    def unit(self) -> dict[str, Any]:
+        return self.key
 
 
-def _run_units(
-    cache: UnitCache,
-    jobs: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]],
-    workers: int,
-    threads: int,
-    log: Callable[[str], None] | None,
-) -> list[Any]:
-    """Each (unit, function, arguments) job's value, from the cache or computed (in ``workers``
-    processes); each unit is stored as soon as it finishes, so an interruption loses only the
-    units in flight."""
-    values: list[Any] = [cache.get(unit) for unit, _, _ in jobs]
-    cache.hits += sum(value is not None for value in values)
-    pending = [index for index, value in enumerate(values) if value is None]
-    if workers > 1 and len(pending) > 1:
-        # Jobs are independent and deterministic: processes change nothing but the wall time.
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {
-                pool.submit(_call, (jobs[index][1], jobs[index][2], threads)): index
-                for index in pending
-            }
-            for future in as_completed(futures):
-                index = futures[future]
-                values[index] = cache.run(jobs[index][0], future.result)
-                if log is not None:
-                    log(f"langevin: {jobs[index][0]} done")
-    else:
-        for index in pending:
-            unit, function, arguments = jobs[index]
-            values[index] = cache.run(unit, functools.partial(function, *arguments))
-            if log is not None:
-                log(f"langevin: {unit} done")
-    return values
+def _compute(task: Task) -> Any:
+    """A task's value (a top-level function, so that a process pool can call it)."""
+    torch.set_num_threads(task.threads)
+    return task.function(*task.arguments)
 
 
-def _run(config: Config, out: Path, progress: bool) -> StudyResult:
+def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache) -> StudyResult:
     started = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    log = print if progress else None
     settings = json_ready(asdict(config))
-    cache = UnitCache(out / "units", "langevin", json_ready(config))
-    units = functools.partial(_run_units, cache, workers=config.workers, threads=config.threads)
+
+    def units(tasks: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]]) -> list:
+        jobs = [
+            Task(key, function, arguments, config.threads) for key, function, arguments in tasks
+        ]
+        return run_jobs(cache, jobs, _compute, config.workers, log)
 
     if config.regime is None:
         (pilot,) = units(
@@ -116,8 +88,7 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
                     run_pilot,
                     (config.pilot_steps, config.validation_fields, config.selection_seed, None),
                 )
-            ],
-            log=log,
+            ]
         )
         regime = regime_named(pilot["chosen"])
     else:
@@ -126,9 +97,7 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
         regime["train_fields"], config.validation_fields, config.test_fields
     )
     d_model = int(regime["d_model"])
-    (levels,) = units(
-        [({"part": "temperatures"}, temperatures, (settings, data, d_model))], log=log
-    )
+    (levels,) = units([({"part": "temperatures"}, temperatures, (settings, data, d_model))])
     selections = units(
         [
             (
@@ -137,8 +106,7 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
                 (e, settings, data, d_model, levels["s"]),
             )
             for e in EXPERIMENTS
-        ],
-        log=log,
+        ]
     )
     factors = {
         e: {k: v["selected"] for k, v in chosen.items()}
@@ -153,7 +121,7 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
         for seed in config.seeds
         for e in EXPERIMENTS
     ]
-    outcomes = units(jobs, log=log)
+    outcomes = units(jobs)
     runs: dict[str, list[Any]] = {e: [] for e in EXPERIMENTS}
     for (unit, _, _), outcome in zip(jobs, outcomes, strict=True):
         runs[str(unit["experiment"])].append(outcome)
@@ -188,8 +156,6 @@ def _run(config: Config, out: Path, progress: bool) -> StudyResult:
 
 def _overfit(pilot: dict[str, Any] | None, regime: dict[str, Any]) -> dict[str, Any]:
     """The chosen regime's pilot ratio and the declared minimum (NaN without a pilot)."""
-    from convergent.studies.langevin_pilot import PILOT_OVERFIT
-
     row = next((r for r in (pilot or {}).get("rows", []) if r["name"] == regime["name"]), None)
     return {
         "overfit_ratio": float(row["ratio"]) if row else float("nan"),

@@ -26,6 +26,7 @@ import math
 import statistics
 from typing import Any
 
+from convergent.regularize import PENALTIES
 from convergent.studies.claims import (
     Check,
     Claim,
@@ -38,7 +39,6 @@ from convergent.studies.claims import (
 from convergent.studies.langevin_measures import NOISE_CHECK, noise_check, noise_to_drift_ratio
 from convergent.studies.langevin_report import NORM_KEYS, NORM_LABELS, summarize_trace
 
-REGULARIZED = ("log", "power")
 TARGETS = {"attention": "W_Q and W_K", "lora": "the LoRA factors A and B"}
 # Below this the regularizer left the end norm within 10 % of the unregularized run's.
 ACTED_AT_MOST = 0.9
@@ -87,7 +87,7 @@ def claims_from_results(results: dict[str, Any]) -> list[Claim]:
     """
     config, data = results["config"], results["data"]
     variants = list(config["variants"])
-    regularized = [v for v in REGULARIZED if v in variants]
+    regularized = [v for v in PENALTIES if v in variants]
     growth, gap, tolerance = (
         float(config["growth_threshold"]),
         float(config["gap_threshold"]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from convergent.regularize import diffusion_radius
+from convergent.studies.langevin_measures import total_norm
 
 COLORS = {"none": "tab:red", "log": "tab:blue", "power": "tab:green"}
 LABELS = {"attention": "W_Q, W_K (1 layer)", "lora": "LoRA factors on q/k (2 layers)"}
@@ -28,10 +28,6 @@ def _band(axis: Any, steps: list[int], rows: list[list[float]], color: str, labe
     axis.plot(steps, values.mean(axis=0), color=color, label=label)
     if len(rows) > 1:
         axis.fill_between(steps, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
-
-
-def _total(record: dict[str, Any]) -> float:
-    return math.sqrt(sum(float(v) ** 2 for v in record["norms"].values()))
 
 
 def _worst_ratio(record: dict[str, Any], radii: dict[str, Any]) -> float:
@@ -54,7 +50,7 @@ def plot_norms(data: dict[str, Any], config: Any, out_dir: Path) -> list[str]:
         for variant, first in variants.items():
             steps = [int(r["step"]) for r in first["trace"]]
             traces = [run["phase2"][temperature][variant] for run in seed_runs]
-            totals = [[_total(r) for r in t["trace"]] for t in traces]
+            totals = [[total_norm(r["norms"]) for r in t["trace"]] for t in traces]
             _band(diffusion_axis, steps, totals, COLORS.get(variant, "black"), variant)
             if variant == "none":
                 numel = sum(int(n) for n in first["numel"].values())

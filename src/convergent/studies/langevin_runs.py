@@ -18,10 +18,10 @@ study's cache).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from convergent.optim.langevin import calibrated_s
-from convergent.regularize import Penalty
+from convergent.regularize import PENALTIES, Penalty
 from convergent.studies.langevin_parts import (
     DarcyData,
     langevin_run,
@@ -35,7 +35,6 @@ from convergent.studies.langevin_parts import (
 )
 
 EXPERIMENTS = ("attention", "lora")
-PENALTIES: tuple[Penalty, ...] = ("log", "power")
 
 
 def temperatures(settings: dict[str, Any], data: DarcyData, d_model: int) -> dict[str, Any]:
@@ -88,9 +87,10 @@ def select_lam(
     base = pretrained_model(experiment, data, d_model, settings, seed)
     claim_s = s[settings["claim_temperature"]]
     out: dict[str, Any] = {}
-    for kind in PENALTIES:
-        if kind not in settings["variants"]:
+    for name in PENALTIES:
+        if name not in settings["variants"]:
             continue
+        kind = cast(Penalty, name)
         rows = []
         for factor in settings["radius_factors"]:
             lam = _lam(experiment, base, kind, factor, s["hot"], settings, seed)

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .common import StudyResult, check_mode, json_ready
-from .residual_claims import Regime, claims_from_results
+from .residual_claims import claims_from_results, regimes_of
 from .residual_depth import (
     DepthRun,
     depth_run_to_dict,
@@ -47,7 +47,13 @@ from .residual_plots import (
     plot_spectra,
     plot_speed_against_ratio,
 )
-from .residual_tables import depth_gap_table, depth_table, regime_table, tuning_table
+from .residual_tables import (
+    depth_gap_table,
+    depth_table,
+    regime_table,
+    tuning_table,
+    worst_final_losses,
+)
 from .units import UnitCache
 
 __all__ = ["Config", "claims_from_results", "run"]
@@ -280,12 +286,7 @@ def select_step_size(rows: list[dict[str, Any]]) -> float:
     """One beta's tuned step size from its tuning rows (one per step size and selection seed):
     among the step sizes that diverged from no seed, the one whose worst final loss is lowest
     (ties: the smaller step); NaN when every step size diverged from some seed."""
-    worst: dict[float, float] = {}
-    for row in rows:
-        lost = row["diverged"] or not math.isfinite(row["final_loss"])
-        loss = math.inf if lost else float(row["final_loss"])
-        worst[row["lr"]] = max(worst.get(row["lr"], -math.inf), loss)
-    stable = [(loss, lr) for lr, loss in worst.items() if loss < math.inf]
+    stable = [(loss, lr) for lr, loss in worst_final_losses(rows).items() if loss < math.inf]
     return min(stable)[1] if stable else math.nan
 
 
@@ -414,21 +415,16 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
     result.data["one_layer_runs"] = [vars(run) for run in gd_runs]
     result.data["lr_tuning"] = tuning
     result.data["tuned_runs"] = [vars(run) for run in tuned_runs]
-    regimes: list[tuple[Regime, list[GradientDescentRun], str]] = []
-    stored = json_ready(result.data["one_layer_runs"])
-    for lr, steps in config.regimes:
-        chosen = [run for run in gd_runs if run.lr == lr and run.steps == steps]
-        regimes.append((Regime.of(json_ready(config), stored, lr, steps), chosen, f"lr{lr:g}"))
-    if tuned_runs:
-        regime = Regime.of(
-            json_ready(config), json_ready(result.data["tuned_runs"]), None, config.tuned_steps
-        )
-        regimes.append((regime, tuned_runs, "tuned"))
-    for regime, chosen, tag in regimes:
-        if tag == "tuned":
+    # The regimes as the claims see them, from the stored form (`regimes_of`).
+    for regime in regimes_of(json_ready(config), json_ready(result.data)):
+        if regime.lr is None:
+            chosen, tag = tuned_runs, "tuned"
             result.tables[
                 "(a) step size tuned per beta (worst training loss over the selection seeds)"
             ] = tuning_table(tuning, config.tuned_lrs)
+        else:
+            chosen = [r for r in gd_runs if r.lr == regime.lr and r.steps == regime.steps]
+            tag = f"lr{regime.lr:g}"
         result.tables[f"(a) one-layer Transformer on weather-hourly, {regime.name}"] = regime_table(
             regime, config.transient_fraction, config.envelope_tolerance, config.confidence
         )

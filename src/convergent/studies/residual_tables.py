@@ -58,6 +58,17 @@ def regime_table(
     return table
 
 
+def worst_final_losses(rows: Sequence[dict[str, Any]]) -> dict[float, float]:
+    """Step size -> its worst final training loss over the tuning rows (one per selection
+    seed); inf when a run diverged from any seed (a flagged or non-finite loss)."""
+    worst: dict[float, float] = {}
+    for row in rows:
+        lost = row["diverged"] or not np.isfinite(row["final_loss"])
+        loss = np.inf if lost else float(row["final_loss"])
+        worst[row["lr"]] = max(worst.get(row["lr"], -np.inf), loss)
+    return worst
+
+
 def tuning_table(rows: Sequence[dict[str, Any]], grid: Sequence[float]) -> list[dict[str, Any]]:
     """Per beta: each grid step size's worst final training loss over the selection seeds
     ("diverged" where some seed diverged) and the selected one, flagged on the grid's edge."""
@@ -65,12 +76,8 @@ def tuning_table(rows: Sequence[dict[str, Any]], grid: Sequence[float]) -> list[
     for beta in sorted({float(row["beta"]) for row in rows}):
         chosen = [row for row in rows if float(row["beta"]) == beta]
         entry: dict[str, Any] = {"beta": beta}
-        for lr in sorted({row["lr"] for row in chosen}):
-            trials = [row for row in chosen if row["lr"] == lr]
-            lost = any(row["diverged"] or not np.isfinite(row["final_loss"]) for row in trials)
-            entry[f"lr {lr:.4g}"] = (
-                "diverged" if lost else max(float(row["final_loss"]) for row in trials)
-            )
+        for lr, loss in sorted(worst_final_losses(chosen).items()):
+            entry[f"lr {lr:.4g}"] = "diverged" if loss == np.inf else loss
         selected = sorted({row["lr"] for row in chosen if row["selected"]})
         entry["selected lr"] = selected[0] if selected else "none (all diverged)"
         edge = bool(selected) and selected[0] in (min(grid), max(grid))

@@ -1,4 +1,4 @@
-"""The ``langevin`` study, design 2: config, the run-length rule, lam selection, a smoke run."""
+"""The ``langevin`` study, design 3: config, the run-length rule, lam selection, a smoke run."""
 
 from __future__ import annotations
 
@@ -28,12 +28,17 @@ def test_config_modes_and_bad_values():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
     assert full.seeds == (0, 1, 2, 3, 4) and len(quick.seeds) == 1
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
-    assert full.temperatures == ("hot", "calibrated", "cold", "zero")
+    assert full.temperatures == ("hot", "warm", "calibrated", "cold", "zero")
+    assert full.claim_temperatures == ("hot", "warm", "calibrated")
+    # Design 2 selected its grid's edge (4) everywhere: design 3's grid goes past it.
+    assert max(full.radius_factors) > 4
     assert full.selection_seed not in full.seeds
     with pytest.raises(ValueError, match=r"selection_seed=0 is one of seeds=\(0,\)"):
         Config(selection_seed=0)
-    with pytest.raises(ValueError, match="temperature 'warm' is not one of"):
-        Config(temperatures=("hot", "warm"))
+    with pytest.raises(ValueError, match="temperature 'tepid' is not one of"):
+        Config(temperatures=("hot", "tepid"))
+    with pytest.raises(ValueError, match="claim_temperatures includes 'zero'"):
+        Config(claim_temperatures=("zero",))
     with pytest.raises(ValueError, match=r"temperature 'calibrated' is not in temperatures"):
         Config(temperatures=("hot",))
     with pytest.raises(ValueError, match=r"radius_factors=\(1.0,\) is out of range"):
@@ -86,7 +91,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["data"]["design"] == 2
+    assert payload["data"]["design"] == 3
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
@@ -100,6 +105,12 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     # calibrated_s with sigma^2 = the phase-1 training MSE, K = 256 values per field.
     assert s["calibrated"] == pytest.approx(4 * data["noise_variance"] / (examples * 256))
     assert s["cold"] == pytest.approx(s["calibrated"] / config.cold_factor) and s["zero"] == 0
+    assert s["warm"] == pytest.approx(math.sqrt(s["hot"] * s["calibrated"]))
+    # The gap and accuracy claims at every claim temperature, each with the design-3 checks.
+    for temperature in config.claim_temperatures:
+        at = [c for c in result.claims if f"at the {temperature} temperature" in c.statement]
+        gated = [c for c in at if any("at s = 0" in check.name for check in c.checks)]
+        assert len(gated) == 2 * 3, temperature
     for experiment in ("attention", "lora"):
         (seed_run,) = data["runs"][experiment]
         selected = data["selection"][experiment]
@@ -125,7 +136,11 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
 
 
 def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
-    config = replace(Config.for_mode("smoke"), temperatures=("hot", "calibrated"))
+    config = replace(
+        Config.for_mode("smoke"),
+        temperatures=("hot", "calibrated"),
+        claim_temperatures=("hot", "calibrated"),
+    )
     first = run(config, tmp_path, progress=False)
     # temperatures, a selection per experiment, a final run per experiment (one seed)
     assert len(list((tmp_path / "units").glob("*.pt"))) == 1 + 2 + 2
@@ -144,6 +159,7 @@ def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
     config = replace(
         Config.for_mode("smoke"),
         temperatures=("hot", "calibrated"),
+        claim_temperatures=("calibrated",),
         variants=("none", "log"),
         langevin_steps=10,
         record_every=5,
@@ -156,11 +172,12 @@ def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
     assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]
 
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/langevin-full/results.json"
+# The design-2 full results, as committed before design 3 replaced them.
+DESIGN_2 = Path(__file__).resolve().parent / "data" / "langevin_design2_results.json"
 
 
-def test_committed_design_2_results_rescore_and_plot(tmp_path):
-    payload = json.loads(COMMITTED.read_text())
+def test_design_2_results_rescore_and_plot(tmp_path):
+    payload = json.loads(DESIGN_2.read_text())
     assert payload["data"]["design"] == 2
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     # The bound temperature's run length depends on each seed's start weights: the seeds'

@@ -3,7 +3,7 @@
 Frangi et al. (2026) claim that Langevin dynamics on attention's W_Q, W_K, with a light
 log-amplified or super-quadratic regularizer, converges; that without one the norms of W_Q
 and W_K grow without bound and the generalization gap creeps up; and that accuracy is about
-the same either way. Design 2 tests those claims on generated Darcy flow (``darcy-gen``):
+the same either way. Design 3 tests those claims on generated Darcy flow (``darcy-gen``):
 
 1. a pilot (phase 1 only, validation split) picks, from declared candidates, a training-set
    size and width where the model overfits (`langevin_pilot`);
@@ -11,11 +11,15 @@ the same either way. Design 2 tests those claims on generated Darcy flow (``darc
    pre-trained in full with AdamW (phase 1); then only W_Q and W_K (``attention``), or PEFT
    LoRA factors on q/k of a depth-2 model (``lora``), train under Langevin (phase 2) without a
    regularizer, with the log-amplified and with the super-quadratic penalty;
-3. phase 2 runs at four temperatures: design 1's hot s = 2 / N, the calibrated s of the
-   averaged MSE's posterior, a cold one and s = 0 (plain SGD: the control);
+3. phase 2 runs at five temperatures: design 1's hot s = 2 / N, the calibrated s of the
+   averaged MSE's posterior, warm (their geometric mean), a cold one and s = 0 (plain SGD: the
+   control);
 4. lam is in loss units, from the radius rule at the hot s with a factor selected on
    validation (`langevin_runs`); the bound temperature's runs last several radial relaxation
-   times, so "bounded" is tested against the stationary radius the theory gives.
+   times, so "bounded" is tested against the stationary radius the theory gives;
+5. the gap and accuracy claims are tested at the hot, warm and calibrated temperatures, each
+   gated by whether the noise changed the outcome against the same seed's s = 0 run and (for
+   the gap) whether phase 2 kept the phase-1 fit (`langevin_checks`).
 
 The claims and their checks are scored from the stored traces alone (`langevin_claims`);
 the pilot, the temperatures, each lam selection and each (experiment, seed) are units of the
@@ -127,7 +131,7 @@ def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache
         runs[str(unit["experiment"])].append(outcome)
     overfit = _overfit(pilot, regime)
     data_out = {
-        "design": 2,
+        "design": 3,
         "regime": {**regime, **overfit},
         "pilot": pilot,
         "labels_std": data.labels_std,

@@ -1,30 +1,36 @@
-"""The `langevin` study's claims (design 2), scored from a ``results.json`` payload alone.
+"""The `langevin` study's claims (designs 2 and 3), scored from a ``results.json`` payload alone.
 
-Design 2 tests each claim in its own form, at a declared temperature, in a regime that a
-phase-1 pilot showed can overfit (``data["regime"]``). Per experiment (``attention``: W_Q and
-W_K; ``lora``: the LoRA factors A and B) five claims, each with one number per seed (the runs
-of one seed share the pre-trained model, the data order and the noise draws):
+The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
+(``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
+and B) five claims, each with one number per seed (the runs of one seed share the pre-trained
+model, the data order and the noise draws):
 
 1. bounded, at ``bound_temperature``: max over log/power and the matrices of
    max(peak over the second half, upper end of the fitted asymptote's interval) / stationary
    radius - 1; holds if <= ``bound_tolerance``.
 2. grows, at the same temperature: the unregularized total norm's end / start - 1; holds if
    >= ``growth_threshold``.
-3. the gap does not creep up with a regularizer, at ``claim_temperature``: the larger gap
-   trend of log and power over the phase-1 test RMSE; holds if <= ``gap_margin``.
-4. the gap creeps up without one, at the same temperature: the unregularized gap trend over
-   the phase-1 test RMSE; holds if >= ``gap_margin``.
-5. accuracy not worse (one-sided), at the same temperature: the larger relative excess of the
-   final test RMSE with log or power over the unregularized run's; holds if <=
-   ``accuracy_margin``.
+3. the gap does not creep up with a regularizer: the larger gap trend of log and power over
+   the phase-1 test RMSE; holds if <= ``gap_margin``.
+4. the gap creeps up without one: the unregularized gap trend over the phase-1 test RMSE;
+   holds if >= ``gap_margin``.
+5. accuracy not worse (one-sided): the larger relative excess of the final test RMSE with log
+   or power over the unregularized run's; holds if <= ``accuracy_margin``.
+
+Design 2 tests 3-5 at one ``claim_temperature``; design 3 at each of ``claim_temperatures``.
 
 Manipulation checks: the runs lasted ``relaxation_multiple`` relaxation times (1); the
 regularizer acted, its end norm at most 0.9 of the unregularized run's (1, 3, 5); the noise
-acted, sqrt(lr s) / (lr RMS grad V) >= 0.1 on the unregularized run (1, 2); the regime can
-overfit, the pilot's validation / train RMSE at least its declared minimum (3, 4). A claim
-whose variant or temperature did not run is left out.
+acted, sqrt(lr s) / (lr RMS grad V) >= 0.1 on the unregularized run (1-4); the regime can
+overfit, the pilot's validation / train RMSE at least its declared minimum (3, 4). Design 3
+adds, for 3-5: the noise changed the outcome, the final test RMSE at s differing from the same
+seed's s = 0 run by at least ``outcome_moved`` of the phase-1 test RMSE in every variant the
+claim reads (design 2's calibrated runs matched s = 0 to 4 digits: its gap and accuracy claims
+were SGD's); and for 3-4: phase 2 kept the phase-1 fit, the final train RMSE at most
+``fit_kept`` x the phase-1 train RMSE in every variant read. A claim whose variant or
+temperature did not run is left out.
 
-Payloads without ``data["design"] == 2`` are scored by `langevin_claims_v1`.
+Payloads without ``data["design"]`` 2 or 3 are scored by `langevin_claims_v1`.
 """
 
 from __future__ import annotations
@@ -42,11 +48,21 @@ from convergent.studies.claims import (
     at_most,
     claim_from_seeds,
     format_number,
-    not_measured,
 )
 from convergent.studies.claims import stored_number as number
+from convergent.studies.langevin_checks import (
+    FIT_CHECK,
+    OUTCOME_CHECK,
+    OVERFIT_CHECK,
+    RUN_LENGTH_CHECK,
+    acted_check,
+    fit_kept_check,
+    noise_acted,
+    outcome_moved_check,
+    overfit_check,
+    run_length_check,
+)
 from convergent.studies.langevin_measures import (
-    NOISE_AT_LEAST,
     NOISE_CHECK,
     Bound,
     Experiment,
@@ -64,70 +80,10 @@ from convergent.studies.langevin_measures import (
     total_norm,
 )
 
-DESIGN = 2
+DESIGN = 3
+DESIGNS = (2, 3)
 TARGETS = v1.TARGETS
 ACTED_AT_MOST = v1.ACTED_AT_MOST
-RUN_LENGTH_CHECK = "run steps / radial relaxation steps (shortest over seeds and penalties)"
-OVERFIT_CHECK = "validation RMSE / train RMSE after phase 1 in the chosen regime (pilot)"
-
-
-def acted_check(experiment: Experiment, temperature: str) -> Check:
-    """The regularizer acted: the larger over penalties of the mean over seeds of
-    total end norm with it / without it."""
-    name = f"{v1.REGULARIZER_CHECK}, {temperature} temperature"
-    penalties = experiment.penalties(temperature)
-    if not penalties or not experiment.has(temperature, "none"):
-        return not_measured(name, at_most(ACTED_AT_MOST), "no unregularized or regularized run")
-    without = [total_end_norm(r) for r in experiment.records(temperature, "none")]
-    ratios = {
-        p: mean(
-            [
-                total_end_norm(r) / n
-                for r, n in zip(experiment.records(temperature, p), without, strict=True)
-            ]
-        )
-        for p in penalties
-    }
-    note = (
-        "a regularizer that leaves the end norm within 10 % of the unregularized run did not "
-        "act; " + ", ".join(f"{p} {ratio:.3f}" for p, ratio in ratios.items())
-    )
-    return Check(name, max(ratios.values()), at_most(ACTED_AT_MOST), note)
-
-
-def noise_acted(experiment: Experiment, temperature: str) -> Check:
-    """The noise acted on the unregularized run at ``temperature`` (`noise_check`)."""
-    if not experiment.has(temperature, "none"):
-        return not_measured(NOISE_CHECK, at_least(NOISE_AT_LEAST), "no unregularized run")
-    traces = [list(r["trace"]) for r in experiment.records(temperature, "none")]
-    return noise_check(traces, experiment.lr, experiment.temperatures[temperature])
-
-
-def run_length_check(experiment: Experiment, temperature: str, multiple: float) -> Check:
-    """The runs lasted ``multiple`` relaxation times: a bound tested before the norm can settle
-    says nothing."""
-    lengths = [
-        number(r["steps"]) / number(r["relaxation_steps"])
-        for p in experiment.penalties(temperature)
-        for r in experiment.records(temperature, p)
-    ]
-    if not lengths or not all(map(math.isfinite, lengths)):
-        return not_measured(RUN_LENGTH_CHECK, at_least(multiple), "no finite relaxation time")
-    note = f"the run lasts at least {multiple:g} relaxation times, so the norm can settle"
-    return Check(RUN_LENGTH_CHECK, min(lengths), at_least(multiple), note)
-
-
-def overfit_check(data: Mapping[str, Any]) -> Check:
-    """The regime can overfit (the pilot's ratio): else no gap can creep up."""
-    regime = data.get("regime")
-    if not regime:
-        return not_measured(OVERFIT_CHECK, at_least(1.0), "no pilot regime stored")
-    required = at_least(number(regime["overfit_required"]))
-    note = (
-        f"regime {regime['name']!r} ({regime['train_fields']} training fields, d_model "
-        f"{regime['d_model']}); without room to overfit the gap cannot creep up"
-    )
-    return Check(OVERFIT_CHECK, number(regime["overfit_ratio"]), required, note)
 
 
 def _fitted_asymptote(bound: Bound) -> float:
@@ -276,7 +232,11 @@ def gap_creeps_claim(
 
 
 def not_worse_claim(
-    experiment: Experiment, temperature: str, margin: float, labels_std: float, acted: Check
+    experiment: Experiment,
+    temperature: str,
+    margin: float,
+    labels_std: float,
+    checks: Sequence[Check],
 ) -> Claim:
     """Claim 5 (one-sided): with log or power the final test RMSE is at most ``margin`` above
     the unregularized run's, paired by seed."""
@@ -300,18 +260,27 @@ def not_worse_claim(
         _per_seed_worst(list(excess.values())),
         at_most(margin),
         unit="relative excess of the final test RMSE over none's (the larger of log and power)",
-        checks=[acted],
+        checks=checks,
         evidence=f"Mean final test RMSE, standardized (raw units): {shown}.",
         paired=True,
         extra={"relative_difference": excess},
     )
 
 
+def claim_temperatures(config: Mapping[str, Any], design: int) -> list[str]:
+    """Where the gap and accuracy claims are tested: design 2's one temperature, or design 3's
+    list."""
+    if design == 2:
+        return [str(config["claim_temperature"])]
+    return [str(name) for name in config["claim_temperatures"]]
+
+
 def experiment_claims(
     experiment: Experiment, config: Mapping[str, Any], data: Mapping[str, Any]
 ) -> list[Claim]:
     """Claims 1-5 of one experiment, leaving out those whose variant or temperature is missing."""
-    bound, claim = str(config["bound_temperature"]), str(config["claim_temperature"])
+    design = int(data["design"])
+    bound = str(config["bound_temperature"])
     overfit = overfit_check(data)
     claims: list[Claim] = []
     if experiment.penalties(bound):
@@ -326,23 +295,58 @@ def experiment_claims(
         claims.append(
             grows_claim(experiment, bound, growth_threshold, noise_acted(experiment, bound))
         )
-    margin = number(config["gap_margin"])
-    # The gap claims are about Langevin training: where its noise does not act, the run is
-    # plain SGD and they are untested.
-    if experiment.penalties(claim):
-        checks = [overfit, acted_check(experiment, claim), noise_acted(experiment, claim)]
-        claims.append(gap_bounded_claim(experiment, claim, margin, checks))
-    if experiment.has(claim, "none"):
-        checks = [overfit, noise_acted(experiment, claim)]
-        claims.append(gap_creeps_claim(experiment, claim, margin, checks))
-    if experiment.penalties(claim) and experiment.has(claim, "none"):
+    for claim in claim_temperatures(config, design):
+        claims.extend(gap_and_accuracy_claims(experiment, claim, config, data, overfit))
+    return claims
+
+
+def gap_and_accuracy_claims(
+    experiment: Experiment,
+    temperature: str,
+    config: Mapping[str, Any],
+    data: Mapping[str, Any],
+    overfit: Check,
+) -> list[Claim]:
+    """Claims 3-5 at one temperature. They are about Langevin training: where its noise does
+    not act (or, from design 3, does not change the outcome), the run is plain SGD and they are
+    untested."""
+    design, margin = int(data["design"]), number(config["gap_margin"])
+
+    def design_3_checks(variants: Sequence[str], gap: bool) -> list[Check]:
+        if design < 3:
+            return []
+        checks = [
+            outcome_moved_check(experiment, temperature, variants, number(config["outcome_moved"]))
+        ]
+        if gap:
+            checks.append(
+                fit_kept_check(experiment, temperature, variants, number(config["fit_kept"]))
+            )
+        return checks
+
+    penalties = experiment.penalties(temperature)
+    has_none = experiment.has(temperature, "none")
+    claims: list[Claim] = []
+    if penalties:
+        checks = [
+            overfit,
+            acted_check(experiment, temperature),
+            noise_acted(experiment, temperature),
+            *design_3_checks(penalties, gap=True),
+        ]
+        claims.append(gap_bounded_claim(experiment, temperature, margin, checks))
+    if has_none:
+        checks = [overfit, noise_acted(experiment, temperature), *design_3_checks(["none"], True)]
+        claims.append(gap_creeps_claim(experiment, temperature, margin, checks))
+    if penalties and has_none:
+        acted = acted_check(experiment, temperature)
         claims.append(
             not_worse_claim(
                 experiment,
-                claim,
+                temperature,
                 number(config["accuracy_margin"]),
                 number(data["labels_std"]),
-                acted_check(experiment, claim),
+                [acted, *design_3_checks(["none", *penalties], gap=False)],
             )
         )
     return claims
@@ -367,9 +371,9 @@ def experiments(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Expe
 
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim from ``results["config"]`` and ``results["data"]`` (JSON) alone; a payload
-    of design 1 (no ``data["design"] == 2``) is scored by `langevin_claims_v1`."""
+    of design 1 (no ``data["design"]`` in `DESIGNS`) is scored by `langevin_claims_v1`."""
     config, data = results["config"], results["data"]
-    if data.get("design") != DESIGN:
+    if data.get("design") not in DESIGNS:
         return v1.claims_from_results(dict(results))
     return [
         claim for e in experiments(config, data) for claim in experiment_claims(e, config, data)
@@ -378,12 +382,20 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
 
 __all__ = [
     "DESIGN",
+    "DESIGNS",
+    "FIT_CHECK",
     "NOISE_CHECK",
+    "OUTCOME_CHECK",
+    "OVERFIT_CHECK",
+    "RUN_LENGTH_CHECK",
     "Experiment",
     "acted_check",
+    "claim_temperatures",
     "claims_from_results",
+    "fit_kept_check",
     "noise_check",
     "noise_to_drift_ratio",
+    "outcome_moved_check",
     "overfit_check",
     "phase2_table",
     "relative_gap_trends",

@@ -1,4 +1,4 @@
-"""The ``langevin`` study's settings (design 2)."""
+"""The ``langevin`` study's settings (design 3)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,21 @@ from convergent.studies.common import check_mode
 VARIANTS = ("none", "log", "power")
 # The temperature grid, hottest first. "hot" is design 1's s = 2 / N; "calibrated" samples the
 # Gaussian-likelihood posterior of the averaged MSE (`convergent.optim.calibrated_s`, sigma^2 =
-# the phase-1 fit's training MSE); "cold" is calibrated / COLD_FACTOR; "zero" is s = 0, plain
-# SGD on the same potential (the control).
-TEMPERATURES = ("hot", "calibrated", "cold", "zero")
+# the phase-1 fit's training MSE); "warm" is their geometric mean (design 3: design 2's
+# calibrated runs matched s = 0 to 4 digits, and hot ruined the fit, so the claims had no
+# temperature where the noise acted without wrecking the model); "cold" is calibrated /
+# COLD_FACTOR; "zero" is s = 0, plain SGD on the same potential (the control).
+TEMPERATURES = ("hot", "warm", "calibrated", "cold", "zero")
 COLD_FACTOR = 100.0
 # lam in loss units, from the radius rule at the hot temperature: the penalty alone would put the
-# most likely ||W||_F at this multiple of the start norm. Declared before any design-2 run;
-# selected per experiment and penalty on the validation split.
-RADIUS_FACTORS = (1.5, 2.0, 4.0)
+# most likely ||W||_F at this multiple of the start norm. Selected per experiment and penalty on
+# the validation split. Design 2's grid stopped at 4, which was selected everywhere (its edge);
+# design 3 extends it to 16 before any design-3 run.
+RADIUS_FACTORS = (1.5, 2.0, 4.0, 8.0, 16.0)
+# The gap and accuracy claims are tested at each of these temperatures, each verdict gated by
+# its own manipulation checks (a claim is about Langevin training: it is untested where the
+# noise does not change the outcome, or where phase 2 loses the phase-1 fit).
+CLAIM_TEMPERATURES = ("hot", "warm", "calibrated")
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,8 @@ class Config:
             through the final (W_Q, W_K) at the bound temperature (first seed).
         bound_temperature: where "bounded" and "grows" are tested (the noise must dominate
             the loss there for the stationary radius to apply).
-        claim_temperature: where the gap and accuracy claims are tested.
+        selection_temperature: where lam is selected on the validation split.
+        claim_temperatures: where the gap and accuracy claims are tested (each on its own).
         bound_tolerance: "bounded": the norm at most this fraction above the stationary radius.
         relaxation_multiple: the bound temperature's runs last this many relaxation times.
         growth_threshold: "grows": the unregularized end norm at least this fraction above
@@ -55,6 +63,12 @@ class Config:
             phase-1 test RMSE (and "does not creep up": at most).
         accuracy_margin: "not worse": the regularized final test RMSE at most this fraction
             above the unregularized one (one-sided).
+        outcome_moved: manipulation check of the gap and accuracy claims: the final test RMSE
+            at the claim's s differs from the same seed's s = 0 run by at least this fraction
+            of the phase-1 test RMSE (in every variant the claim reads; mean over seeds).
+        fit_kept: manipulation check of the gap claims: the final train RMSE at most this
+            multiple of the phase-1 train RMSE (in every variant the claim reads; mean over
+            seeds): a gap cannot be said to creep up while the training error climbs.
         workers: processes for the (experiment, seed) jobs (results do not depend on it).
         threads: torch CPU threads per process.
         variants: which of `VARIANTS` run.
@@ -85,12 +99,15 @@ class Config:
     villani_probes: int = 4
     villani_examples: int = 128
     bound_temperature: str = "hot"
-    claim_temperature: str = "calibrated"
+    selection_temperature: str = "calibrated"
+    claim_temperatures: tuple[str, ...] = CLAIM_TEMPERATURES
     bound_tolerance: float = 0.1
     relaxation_multiple: float = 5.0
     growth_threshold: float = 0.05
     gap_margin: float = 0.02
     accuracy_margin: float = 0.05
+    outcome_moved: float = 0.01
+    fit_kept: float = 1.25
     threads: int = 1
     workers: int = 1
     variants: tuple[str, ...] = field(default=VARIANTS)
@@ -107,11 +124,16 @@ class Config:
         for name in self.temperatures:
             if name not in TEMPERATURES:
                 raise ValueError(f"temperature {name!r} is not one of {TEMPERATURES}.")
-        for name in (self.bound_temperature, self.claim_temperature):
+        for name in (self.bound_temperature, self.selection_temperature, *self.claim_temperatures):
             if name not in self.temperatures:
                 raise ValueError(
                     f"temperature {name!r} is not in temperatures={self.temperatures}."
                 )
+        if "zero" in self.claim_temperatures:
+            raise ValueError(
+                "claim_temperatures includes 'zero', the s = 0 control the claims are measured "
+                "against; allowed are the temperatures with s > 0."
+            )
         for variant in self.variants:
             if variant not in VARIANTS:
                 raise ValueError(f"variant {variant!r} is not one of {VARIANTS}.")

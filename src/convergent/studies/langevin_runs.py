@@ -1,13 +1,14 @@
-"""The ``langevin`` study's jobs (design 2): temperatures, lam selection, the final runs.
+"""The ``langevin`` study's jobs (design 3): temperatures, lam selection, the final runs.
 
 Each job is a top-level function of plain arguments (the config as a dict, the data), so that
 a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the
 study's cache).
 
 1. `temperatures`: phase 1 on the selection seed (attention model); sigma^2 = its training
-   MSE; s for "hot" (2 / N), "calibrated" (`calibrated_s`), "cold" and "zero".
+   MSE; s for "hot" (2 / N), "warm" (the geometric mean of hot and calibrated), "calibrated"
+   (`calibrated_s`), "cold" and "zero".
 2. `select_lam` (per experiment): phase 1 on the selection seed, then for each penalty and
-   radius factor a phase-2 run at the claim temperature; the factor with the lowest final
+   radius factor a phase-2 run at the selection temperature; the factor with the lowest final
    validation RMSE is selected (ties: the smaller factor).
 3. `final_runs` (per experiment and seed): phase 1, then every temperature x variant. lam is
    in loss units, set once by the radius rule at the hot s with the selected factor and kept at
@@ -46,6 +47,7 @@ def temperatures(settings: dict[str, Any], data: DarcyData, d_model: int) -> dic
     calibrated = calibrated_s(fitted["train_mse"], examples, outputs)
     levels = {
         "hot": 2.0 / examples,
+        "warm": math.sqrt(2.0 / examples * calibrated),
         "calibrated": calibrated,
         "cold": calibrated / float(settings["cold_factor"]),
         "zero": 0.0,
@@ -85,7 +87,7 @@ def select_lam(
     """Per penalty: the radius-factor grid's final validation RMSEs and the selected factor."""
     seed = int(settings["selection_seed"])
     base = pretrained_model(experiment, data, d_model, settings, seed)
-    claim_s = s[settings["claim_temperature"]]
+    selection_s = s[settings["selection_temperature"]]
     out: dict[str, Any] = {}
     for name in PENALTIES:
         if name not in settings["variants"]:
@@ -100,7 +102,7 @@ def select_lam(
                 data,
                 kind=kind,
                 lam=lam,
-                s=claim_s,
+                s=selection_s,
                 steps=int(settings["langevin_steps"]),
                 settings=settings,
                 seed=seed,

@@ -223,6 +223,7 @@ class _RecordingCompiled:
         for theta, grad in zip(thetas, grads, strict=True):
             assert theta.is_contiguous() and grad.is_contiguous() and theta.numel() >= 2
             self.shapes.append(tuple(theta.shape))
+        options.pop("polynomial")  # float64 here: never the polynomial
         _fast.foreach_horst_step(thetas, grads, exp_avgs, exp_avg_sqs, steps, flags, **options)
 
 

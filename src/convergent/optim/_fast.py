@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -23,13 +24,19 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "CHUNK_TENSORS",
     "COMPILE_MIN_NUMEL",
+    "POLYNOMIAL_EXPONENT_LIMIT",
     "FastPathOwner",
+    "adam_ratio_bound",
     "compiled_ham_step",
     "compiled_horst_step",
     "compiler_unavailable_reason",
+    "exp_polynomial",
     "fall_back",
     "foreach_horst_step",
+    "horst_exponent_bound",
+    "polynomial_exp_allowed",
     "use_compiled",
 ]
 
@@ -93,13 +100,39 @@ def foreach_horst_step(
     torch._foreach_mul_(halves, exponents)
 
 
-def _horst_kernel(
+# A compiled call steps this many tensors (or the rest): one call per tensor pays the
+# compiled function's dispatch and guards each time, one call per group would compile a graph
+# as large as the model (minutes for a few hundred tensors).
+CHUNK_TENSORS = 16
+# |exponent| at most this: exp by its degree-5 Taylor polynomial (`exp_polynomial`), whose
+# truncation error there is below |x|^6 / 720 * e^|x| < 2^-33, far under float32 rounding.
+POLYNOMIAL_EXPONENT_LIMIT = 1.0 / 16.0
+
+
+def exp_polynomial(x: Tensor) -> Tensor:
+    """exp(x) by its Taylor polynomial of degree 5 (Horner): five fused multiply-adds instead
+    of a vectorized exp, for |x| <= `POLYNOMIAL_EXPONENT_LIMIT` only."""
+    return 1 + x * (1 + x * (0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120)))))
+
+
+def polynomial_exp_allowed(dtype: torch.dtype, exponent_bounds: Sequence[float]) -> bool:
+    """Whether exp may be `exp_polynomial` for tensors of ``dtype`` whose exponents are bounded
+    by ``exponent_bounds``: float32 and narrower only (its 2^-33 error is no float64 round-off)
+    and every bound within `POLYNOMIAL_EXPONENT_LIMIT`."""
+    return dtype != torch.float64 and all(
+        bound <= POLYNOMIAL_EXPONENT_LIMIT for bound in exponent_bounds
+    )
+
+
+def _adamw_mirror_body(
     theta: Tensor,
     grad: Tensor,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     scalars: Tensor,
-    clamped: bool = True,
+    clamped: bool,
+    polynomial: bool,
+    gradient_exponent: bool,
 ) -> None:  # pragma: no mutate block (torch.compile cannot trace mutmut's trampolines)
     # scalars are a tensor, not Python floats, so that a new lr or step count is not a recompile.
     (
@@ -125,12 +158,73 @@ def _horst_kernel(
         / (torch.sqrt(new_exp_avg_sq) + eps * bias_correction2_sqrt)
     )
     half = theta * decay - direction
-    exponent = torch.sign(half) * direction * negative_alpha + negative_lr_beta
-    if clamped:  # a constant while tracing: two compiled kernels, with and without the clamp
+    # HORST's exponent reads the Adam direction u, HAM's the raw gradient (its negative_alpha
+    # then carries the learning rate).
+    moved = grad if gradient_exponent else direction
+    exponent = torch.sign(half) * moved * negative_alpha + negative_lr_beta
+    if clamped:  # constants while tracing: one compiled graph per combination
         exponent = torch.clamp(exponent, -clamp, clamp)
+    factor = exp_polynomial(exponent) if polynomial else torch.exp(exponent)
     exp_avg.copy_(new_exp_avg)
     exp_avg_sq.copy_(new_exp_avg_sq)
-    theta.copy_(half * torch.exp(exponent))
+    theta.copy_(half * factor)
+
+
+def _adamw_mirror_kernel(
+    thetas: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    scalars: Tensor,
+    clamped: bool = True,
+    polynomial: bool = False,
+    gradient_exponent: bool = False,
+) -> None:  # pragma: no mutate block
+    for index, theta in enumerate(thetas):
+        _adamw_mirror_body(
+            theta,
+            grads[index],
+            exp_avgs[index],
+            exp_avg_sqs[index],
+            scalars[index],
+            clamped,
+            polynomial,
+            gradient_exponent,
+        )
+
+
+def horst_exponent_bound(
+    ratio_bound: float,
+    step: float,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    alpha: float,
+    beta: float,
+) -> float:
+    """An upper bound on |exponent| of HORST's mirror step for one tensor.
+
+    With R >= max |m| / sqrt(v) over the tensor (`adam_ratio_bound`), the direction obeys
+    |u| = lr / (1 - beta1^t) * |m| / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+        <= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * R,
+    so |alpha * sign * u + lr * beta| <= alpha * that + lr * |beta|.
+    """
+    scale = lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
+    return abs(alpha) * scale * ratio_bound + lr * abs(beta)
+
+
+def adam_ratio_bound(previous: float, beta1: float, beta2: float) -> float:
+    """A bound on max |m_t| / sqrt(v_t) after one more Adam moment update, from one on the
+    moments before it (0 for fresh, zero moments).
+
+    m_t = beta1 m + (1 - beta1) g and v_t >= max(beta2 v, (1 - beta2) g^2) give
+    |m_t| / sqrt(v_t) <= beta1 / sqrt(beta2) * previous + (1 - beta1) / sqrt(1 - beta2),
+    whatever the gradient; it holds for betas that change between steps too.
+    """
+    if beta2 <= 0 or beta2 >= 1:
+        return float("inf")
+    return beta1 / beta2**0.5 * previous + (1 - beta1) / (1 - beta2) ** 0.5
 
 
 _compiled_kernels: dict[tuple[Any, ...], Callable[..., None]] = {}
@@ -174,8 +268,16 @@ def compiled_horst_step(
     alpha: float,
     beta: float,
     exponent_clamp: float | None,
+    polynomial: bool = False,
+    gradient_exponent: bool = False,
 ) -> str | None:
-    """The HORST step in place, one compiled pass per tensor.
+    """The HORST step in place, compiled, `CHUNK_TENSORS` tensors per call.
+
+    Args:
+        polynomial: exp by `exp_polynomial`; only where every mirrored tensor's exponent is
+            known to stay within `POLYNOMIAL_EXPONENT_LIMIT` (`horst_exponent_bound`).
+        gradient_exponent: the mirror exponent reads the raw gradient, not the Adam direction:
+            AdamW followed by HAM's mirror step (alpha is then HAM's lr * alpha, beta its beta).
 
     Returns:
         None when the compiled kernel ran; otherwise why it could not be compiled (nothing
@@ -183,33 +285,48 @@ def compiled_horst_step(
 
     Tensors must be contiguous with at least two elements (the caller routes the rest to
     the reference). A non-mirrored tensor gets alpha = beta = 0 and no clamp, so its factor
-    is exp(0) = 1 exactly.
+    is exactly 1.
     """
     clamped = exponent_clamp is not None
-    kernel = _compiled(("horst", clamped), functools.partial(_horst_kernel, clamped=clamped))
+    key = ("adamw mirror", clamped, polynomial, gradient_exponent)
+    kernel = _compiled(
+        key,
+        functools.partial(
+            _adamw_mirror_kernel,
+            clamped=clamped,
+            polynomial=polynomial,
+            gradient_exponent=gradient_exponent,
+        ),
+    )
     clamp = float("inf") if exponent_clamp is None else exponent_clamp
-    cache: dict[tuple[float, bool, torch.device], Tensor] = {}
+    rows = [
+        [
+            1 - lr * weight_decay,
+            1 - beta1,
+            beta2,
+            1 - beta2,
+            lr / (1 - beta1**step),
+            (1 - beta2**step) ** 0.5,
+            eps,
+            -alpha if flag else 0.0,
+            -lr * beta if flag else 0.0,
+            clamp if flag else float("inf"),
+        ]
+        for step, flag in zip(steps, mirror_flags, strict=True)
+    ]
     calls = []
-    for theta, grad, exp_avg, exp_avg_sq, step, flag in zip(
-        thetas, grads, exp_avgs, exp_avg_sqs, steps, mirror_flags, strict=True
-    ):
-        key = (step, flag, theta.device)
-        if key not in cache:
-            values = [
-                1 - lr * weight_decay,
-                1 - beta1,
-                beta2,
-                1 - beta2,
-                lr / (1 - beta1**step),
-                (1 - beta2**step) ** 0.5,
-                eps,
-                -alpha if flag else 0.0,
-                -lr * beta if flag else 0.0,
-                clamp if flag else float("inf"),
-            ]
-            cache[key] = torch.tensor(values, dtype=torch.float64, device=theta.device)
-        flat = (theta.view(-1), grad.view(-1), exp_avg.view(-1), exp_avg_sq.view(-1))
-        calls.append((*flat, cache[key]))
+    for start in range(0, len(thetas), CHUNK_TENSORS):
+        chunk = slice(start, start + CHUNK_TENSORS)
+        device = thetas[start].device
+        calls.append(
+            (
+                [theta.view(-1) for theta in thetas[chunk]],
+                [grad.view(-1) for grad in grads[chunk]],
+                [exp_avg.view(-1) for exp_avg in exp_avgs[chunk]],
+                [exp_avg_sq.view(-1) for exp_avg_sq in exp_avg_sqs[chunk]],
+                torch.tensor(rows[chunk], dtype=torch.float64, device=device),
+            )
+        )
     return _run_compiled(kernel, calls)
 
 
@@ -243,22 +360,38 @@ def compiled_ham_step(
     return _run_compiled(kernel, calls)
 
 
+# Compiled graphs per kernel before dynamo gives up (its default is 8): each chunk length,
+# dtype and device of a kernel is one graph, and a model with many parameter groups has many.
+RECOMPILE_LIMIT = 64
+
+
 def _compiled(key: tuple[Any, ...], function: Callable[..., None]) -> Callable[..., None]:
-    """`function` compiled once per key (dynamic shapes, one graph)."""
+    """`function` compiled once per key (dynamic shapes), on a code object of its own: dynamo
+    counts recompiles per code object, and one key's graphs must not use up another's."""
     if key not in _compiled_kernels:
-        _compiled_kernels[key] = torch.compile(function, dynamic=True, fullgraph=True)
+        base = function.func if isinstance(function, functools.partial) else function
+        code = base.__code__.replace(co_name=f"{base.__name__}_{len(_compiled_kernels)}")
+        own: Callable[..., None] = types.FunctionType(
+            code, base.__globals__, code.co_name, base.__defaults__
+        )
+        if isinstance(function, functools.partial):
+            own = functools.partial(own, *function.args, **function.keywords)
+        _compiled_kernels[key] = torch.compile(own, dynamic=True, fullgraph=True)
     return _compiled_kernels[key]
 
 
-def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Tensor, ...]]) -> str | None:
+def _run_compiled(kernel: Callable[..., None], calls: Sequence[tuple[Any, ...]]) -> str | None:
     """Runs `kernel` on each argument tuple; the reason if the first call fails to compile."""
-    for index, arguments in enumerate(calls):
-        try:
-            kernel(*arguments)
-        except Exception as error:
-            if index > 0:
-                raise  # compiled once already: a real error, not a missing compiler
-            return f"torch.compile failed ({type(error).__name__}: {error})".splitlines()[0]
+    import torch._dynamo.config as dynamo_config
+
+    with dynamo_config.patch(recompile_limit=RECOMPILE_LIMIT):
+        for index, arguments in enumerate(calls):
+            try:
+                kernel(*arguments)
+            except Exception as error:
+                if index > 0:
+                    raise  # compiled once already: a real error, not a missing compiler
+                return f"torch.compile failed ({type(error).__name__}: {error})".splitlines()[0]
     return None
 
 

@@ -12,6 +12,7 @@ FSDP do.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -22,6 +23,7 @@ from convergent.optim import _sharding
 __all__ = [
     "NONFINITE_OPTIONS",
     "Nonfinite",
+    "abs_maxima",
     "check_nonfinite_option",
     "first_nonfinite",
     "parameter_name",
@@ -50,32 +52,46 @@ def check_nonfinite_option(value: Any) -> None:
 def first_nonfinite(tensors: list[Tensor]) -> int | None:
     """The index of the first tensor holding a NaN or an infinity, or None.
 
-    One read of each tensor (its sum, which a NaN or an infinity makes non-finite) and one
-    synchronization per device. A sum that overflows counts too: in float32 that needs
-    entries near 1e31, where a step is hopeless anyway; 16-bit tensors sum in float32.
+    One read of each tensor and one synchronization per device (`abs_maxima`).
     """
+    maxima = abs_maxima(tensors)
+    bad = [index for index, value in enumerate(maxima) if not math.isfinite(value)]
+    return bad[0] if bad else None
+
+
+def abs_maxima(tensors: list[Tensor]) -> list[float]:
+    """max |x| of each tensor (0 for an empty one), NaN or inf where it holds a NaN or an
+    infinity: one read per tensor (its min and max, which both propagate NaN), one
+    synchronization per device. The optimizers' guard, which also bounds their exponents."""
     by_device: dict[torch.device, list[int]] = {}
     for index, tensor in enumerate(tensors):
         by_device.setdefault(tensor.device, []).append(index)
-    bad: list[int] = []
+    maxima = [0.0] * len(tensors)
     for indices in by_device.values():
-        sums = torch.stack([_wide_sum(tensors[index]) for index in indices])
-        finite = sums.isfinite()
-        if not bool(finite.all()):
-            bad.append(indices[int((~finite).nonzero()[0])])
-    return min(bad) if bad else None
+        extremes = [_extremes(tensors[index]) for index in indices]
+        low = torch.stack([pair[0] for pair in extremes]).double()
+        high = torch.stack([pair[1] for pair in extremes]).double()
+        # maximum propagates NaN.
+        values = torch.maximum(low.abs(), high.abs()).tolist()
+        for index, value in zip(indices, values, strict=True):
+            maxima[index] = value
+    return maxima
 
 
-def _wide_sum(tensor: Tensor) -> Tensor:
+def _extremes(tensor: Tensor) -> tuple[Tensor, Tensor]:
     if tensor.layout == torch.sparse_coo:  # a base optimizer under HAM may take sparse grads
         tensor = tensor._values()
     elif tensor.layout != torch.strided:
         tensor = tensor.values()
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
-    if tensor.dtype == torch.float64:
-        return tensor.sum()
-    return tensor.sum(dtype=torch.float32).double()
+    if tensor.numel() == 0:
+        zero = torch.zeros((), dtype=tensor.dtype, device=tensor.device)
+        return zero, zero
+    if not tensor.is_floating_point():
+        tensor = tensor.double()  # integer gradients are finite; aminmax needs a float here
+    low, high = torch.aminmax(tensor)
+    return low, high
 
 
 def parameter_name(group: dict[str, Any], group_index: int, param_index: int) -> str:
@@ -88,7 +104,10 @@ def parameter_name(group: dict[str, Any], group_index: int, param_index: int) ->
 
 
 def skip_for_nonfinite_gradient(
-    optimizer_name: str, param_groups: list[dict[str, Any]], nonfinite: Nonfinite
+    optimizer_name: str,
+    param_groups: list[dict[str, Any]],
+    nonfinite: Nonfinite,
+    maxima: dict[int, float] | None = None,
 ) -> bool:
     """Whether this step must be skipped because a gradient is NaN or infinite.
 
@@ -99,6 +118,8 @@ def skip_for_nonfinite_gradient(
         optimizer_name: names the optimizer in the error ("HORST", "HAM", "Langevin").
         param_groups: the optimizer's param groups.
         nonfinite: "raise" or "skip".
+        maxima: if given, filled with id(param) -> max |grad| over this rank's part (the
+            read the guard makes anyway; a compiled step bounds its exponent with it).
 
     Returns:
         True when some gradient is not finite and `nonfinite` is "skip"; False when all are
@@ -115,9 +136,12 @@ def skip_for_nonfinite_gradient(
             if param.grad is not None:
                 grads.append(param.grad)
                 places.append((group_index, param_index))
-    bad = _sharding.agree_on_first(
-        first_nonfinite([_sharding.local(grad) for grad in grads]), grads
-    )
+    local_maxima = abs_maxima([_sharding.local(grad) for grad in grads])
+    if maxima is not None:
+        for (group_index, param_index), value in zip(places, local_maxima, strict=True):
+            maxima[id(param_groups[group_index]["params"][param_index])] = value
+    found = [index for index, value in enumerate(local_maxima) if not math.isfinite(value)]
+    bad = _sharding.agree_on_first(found[0] if found else None, grads)
     if bad is None:
         return False
     if nonfinite == "skip":

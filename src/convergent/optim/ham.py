@@ -11,10 +11,17 @@ optimizer, and HAM's state_dict is the base optimizer's (its groups also carry "
 
 Gradients are checked before the base step: a NaN or an infinity raises, or with
 nonfinite="skip" neither step runs (the base optimizer's state is untouched).
+
+Around `torch.optim.AdamW` (no amsgrad, maximize, capturable or differentiable), the compiled
+implementation runs AdamW's update and the mirror step in one pass over each tensor, writing
+AdamW's own state (step, exp_avg, exp_avg_sq) as AdamW would; `fused_steps` counts those
+steps. exp is then, for float32 and narrower, the degree-5 polynomial where the guard's
+max |grad| proves lr * (alpha * |grad| + beta) <= 1/16.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -31,6 +38,15 @@ from convergent.optim._nonfinite import (
 from convergent.optim._validation import check_nonnegative, check_optional_bool
 
 _IMPLEMENTATIONS = ("auto", "foreach", "compiled")
+# AdamW options the one-pass kernel does not implement: with any of them the base steps alone.
+_ADAMW_FLAGS_WITHOUT_FUSION = ("amsgrad", "maximize", "capturable", "differentiable")
+
+
+def _scalar_dtype() -> torch.dtype:
+    """The dtype torch.optim.AdamW gives its CPU step counter (float64 under a float64
+    default dtype)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
 
 __all__ = ["HAM"]
 
@@ -78,6 +94,7 @@ class HAM(Optimizer):
         self.implementation = implementation
         # Which path ran the mirror step on how many tensors, and why "compiled" fell back.
         self.tensor_steps = {"foreach": 0, "compiled": 0}
+        self.fused_steps = 0
         self.fallback_reason: str | None = None
         if not isinstance(base_optimizer, Optimizer):
             raise TypeError(
@@ -134,8 +151,12 @@ class HAM(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if skip_for_nonfinite_gradient("HAM", self.param_groups, self.nonfinite):
+        maxima: dict[int, float] = {}
+        if skip_for_nonfinite_gradient("HAM", self.param_groups, self.nonfinite, maxima):
             self.skipped_steps += 1
+            return loss
+        if self._fused_adamw_step(maxima):
+            self.fused_steps += 1
             return loss
         if closure is None:
             self.base_optimizer.step()
@@ -145,6 +166,122 @@ class HAM(Optimizer):
             for group in self.param_groups:
                 self._mirror_group(group)
         return loss
+
+    def _fused_adamw_step(self, maxima: dict[int, float]) -> bool:
+        """AdamW and the mirror step in one compiled pass per tensor, if the base is a plain
+        `torch.optim.AdamW` and every tensor can take it; False (nothing changed) otherwise."""
+        if type(self.base_optimizer) is not torch.optim.AdamW:
+            return False
+        plans = []
+        for group in self.param_groups:
+            if any(group.get(flag) for flag in _ADAMW_FLAGS_WITHOUT_FUSION):
+                return False
+            params = [param for param in group["params"] if param.grad is not None]
+            for param in params:
+                grad = cast(Tensor, param.grad)
+                if (
+                    param.numel() < 2
+                    or param.is_complex()
+                    or grad.layout != torch.strided
+                    or not param.is_contiguous()
+                    or not grad.is_contiguous()
+                    or _sharding.local(param) is not param  # DTensor: the base steps it
+                ):
+                    return False
+            plans.append((group, params))
+        if not _fast.use_compiled(self, [p for _, params in plans for p in params], "HAM"):
+            return False
+        with torch.no_grad():
+            for index, (group, params) in enumerate(plans):
+                if not params or self._fused_group(group, params, maxima):
+                    continue
+                if index == 0:
+                    return False  # nothing changed: the caller takes the base step
+                # Earlier groups are stepped: finish the rest with AdamW's own function.
+                for rest, rest_params in plans[index:]:
+                    self._adamw_then_mirror(rest, rest_params)
+                break
+        return True
+
+    def _adamw_then_mirror(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        """AdamW's update (torch's functional form) and then the mirror step, for one group."""
+        states = [self.base_optimizer.state[param] for param in params]
+        self._initial_state(group, params)
+        torch.optim.adamw.adamw(
+            [param.detach() for param in params],
+            [cast(Tensor, param.grad) for param in params],
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            [],
+            [state["step"] for state in states],
+            amsgrad=False,
+            beta1=float(group["betas"][0]),
+            beta2=float(group["betas"][1]),
+            lr=float(group["lr"]),
+            weight_decay=float(group["weight_decay"]),
+            eps=float(group["eps"]),
+            maximize=False,
+        )
+        self._mirror_group(group)
+
+    def _initial_state(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        """AdamW's state for parameters without one, as torch.optim.AdamW creates it (so that
+        training can resume there)."""
+        for param in params:
+            state = self.base_optimizer.state[param]
+            if len(state) == 0:
+                state["step"] = (
+                    torch.zeros((), dtype=torch.float32, device=param.device)
+                    if group.get("fused")
+                    else torch.tensor(0.0, dtype=_scalar_dtype())
+                )
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+    def _fused_group(
+        self, group: dict[str, Any], params: list[Tensor], maxima: dict[int, float]
+    ) -> bool:
+        lr, (beta1, beta2) = float(group["lr"]), (float(b) for b in group["betas"])
+        alpha, beta = float(group["ham_alpha"]), float(group["ham_beta"])
+        mirror = group["ham_mirror"]
+        flags = [param.ndim >= 2 if mirror is None else bool(mirror) for param in params]
+        self._initial_state(group, params)
+        steps = [float(self.base_optimizer.state[param]["step"]) + 1 for param in params]
+        # HAM's exponent is lr * (-alpha * sign(w) * grad - beta), bounded by the guard's read.
+        polynomial = _fast.polynomial_exp_allowed(
+            params[0].dtype,
+            [
+                lr * (alpha * maxima.get(id(param), math.inf) + beta)
+                for param, flag in zip(params, flags, strict=True)
+                if flag
+            ],
+        )
+        states = [self.base_optimizer.state[param] for param in params]
+        failure = _fast.compiled_horst_step(
+            [param.detach() for param in params],
+            [cast(Tensor, param.grad) for param in params],
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            steps,
+            flags,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            eps=float(group["eps"]),
+            weight_decay=float(group["weight_decay"]),
+            alpha=lr * alpha,
+            beta=beta,
+            exponent_clamp=None,
+            polynomial=polynomial,
+            gradient_exponent=True,
+        )
+        if failure is not None:
+            _fast.fall_back(self, failure, "HAM")
+            return False
+        for state in states:
+            state["step"] += 1
+        self.tensor_steps["compiled"] += sum(flags)
+        return True
 
     def _mirror_group(self, group: dict[str, Any]) -> None:
         alpha, beta, lr = float(group["ham_alpha"]), float(group["ham_beta"]), float(group["lr"])

@@ -11,10 +11,16 @@ never changes a weight's sign; zero weights do not stay zero, because S moves th
 
 A step whose gradients hold a NaN or an infinity raises, or with nonfinite="skip" changes
 nothing (weights, moments, step counts) and is counted in `skipped_steps`.
+
+On float32 and narrower tensors, the compiled path evaluates exp by a degree-5 polynomial
+where a bound proves every exponent of the step small (|x| <= 1/16, `_fast.POLYNOMIAL_EXPONENT_LIMIT`): each tensor's state keeps a
+bound on max |m| / sqrt(v) (``"adam_ratio_bound"``, updated by `_fast.adam_ratio_bound`),
+which bounds |u| and so the exponent. Otherwise, and on the other paths, it calls exp.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -44,6 +50,21 @@ __all__ = ["HORST", "first_nonfinite"]
 
 Implementation = Literal["auto", "reference", "foreach", "compiled"]
 _IMPLEMENTATIONS = ("auto", "reference", "foreach", "compiled")
+# The per-tensor state key of the bound on max |m| / sqrt(v) (a float; see `_fast`).
+RATIO_BOUND = "adam_ratio_bound"
+
+
+def measured_ratio_bound(exp_avg: Tensor, exp_avg_sq: Tensor) -> float:
+    """max |m| / sqrt(v) over a tensor's moments (0 where both are 0, inf where only v is):
+    the bound's start for moments loaded without one (from torch.optim.AdamW, say)."""
+    if exp_avg.numel() == 0:
+        return 0.0
+    magnitude = exp_avg.abs().double()
+    root = exp_avg_sq.double().sqrt()
+    zero = torch.zeros((), dtype=torch.float64, device=root.device)
+    unbounded = torch.where(magnitude == 0, zero, torch.full_like(zero, math.inf))
+    ratio = torch.where(root > 0, magnitude / root.clamp_min(1e-300), unbounded)
+    return float(ratio.max())
 
 
 class HORST(Optimizer):
@@ -208,6 +229,7 @@ class HORST(Optimizer):
             "exponent_clamp": group["exponent_clamp"],
         }
         steps: list[float] = []
+        exponent_bounds: list[float] = []
         for param in params:
             state = self.state[param]
             if len(state) == 0:
@@ -215,8 +237,23 @@ class HORST(Optimizer):
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
                 state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state[RATIO_BOUND] = 0.0
+            elif RATIO_BOUND not in state:  # loaded from AdamW or an older HORST: measure it
+                state[RATIO_BOUND] = measured_ratio_bound(state["exp_avg"], state["exp_avg_sq"])
             state["step"] += 1
             steps.append(float(state["step"]))
+            state[RATIO_BOUND] = _fast.adam_ratio_bound(float(state[RATIO_BOUND]), beta1, beta2)
+            exponent_bounds.append(
+                _fast.horst_exponent_bound(
+                    state[RATIO_BOUND],
+                    steps[-1],
+                    lr=lr,
+                    beta1=beta1,
+                    beta2=beta2,
+                    alpha=options["alpha"],
+                    beta=options["beta"],
+                )
+            )
         flags = [
             param.ndim >= 2 if group["mirror"] is None else group["mirror"] for param in params
         ]
@@ -265,7 +302,12 @@ class HORST(Optimizer):
                 [flags[i] for i in indices],
             )
             if compilable:
-                failure = _fast.compiled_horst_step(*arguments, **options)
+                clamp = math.inf if group["exponent_clamp"] is None else group["exponent_clamp"]
+                polynomial = _fast.polynomial_exp_allowed(
+                    thetas[indices[0]].dtype,
+                    [min(exponent_bounds[i], float(clamp)) for i in indices if flags[i]],
+                )
+                failure = _fast.compiled_horst_step(*arguments, **options, polynomial=polynomial)
                 if failure is None:
                     self.tensor_steps["compiled"] += len(indices)
                     continue

@@ -24,7 +24,7 @@ from .dual import (
     lagrangian,
 )
 from .multipliers import Multipliers, ResilientRelaxation
-from .sampling import inverse_probability_losses, sample_layers
+from .sampling import inverse_probability_losses, sample_layers, sample_tokens
 
 __all__ = [
     "CADENCES",
@@ -42,4 +42,5 @@ __all__ = [
     "lagrangian",
     "resolve_alpha",
     "sample_layers",
+    "sample_tokens",
 ]

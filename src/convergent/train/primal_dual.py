@@ -27,6 +27,7 @@ from ..constrained import (
     inverse_probability_losses,
     lagrangian,
     sample_layers,
+    sample_tokens,
 )
 from ..losses import IGNORE_INDEX, check_task, losses_from_hidden_states, task_loss
 from ..models import unwrap_model
@@ -51,6 +52,10 @@ class PrimalDualStep:
         full_pass_batch_size: batch size of that measurement.
         layers_per_step: read out only this many of the layers 0..L-1 per step (plus L) and
             use the unbiased inverse-probability estimate; None reads out all of them.
+        token_fraction: task "lm" only: read out the layers 0..L-1 at this share of the
+            target tokens, drawn afresh each step (the same tokens for every layer), for an
+            unbiased estimate of their losses (`convergent.constrained.sample_tokens`); the
+            last layer stays exact. None reads out every token.
         seed: seeds the layer draws (identical on every process).
         readout: the shared head ``readout(hidden_state, attention_mask)``; the model's own
             ``readout`` by default.
@@ -66,10 +71,20 @@ class PrimalDualStep:
         full_pass_data: Dataset[Any] | None = None,
         full_pass_batch_size: int = 256,
         layers_per_step: int | None = None,
+        token_fraction: float | None = None,
         seed: int = 0,
         readout: Callable[..., torch.Tensor] | None = None,
     ) -> None:
         self.task = check_task(task)
+        if token_fraction is not None:
+            if self.task != "lm":
+                raise ValueError(
+                    f"token_fraction is {token_fraction} for task {task!r}; it applies to task "
+                    "'lm' only (pooled heads mix every token)"
+                )
+            if not 0 < token_fraction <= 1:
+                raise ValueError(f"token_fraction is {token_fraction}; it must be in (0, 1]")
+        self.token_fraction = token_fraction
         if dual.num_constraints != constraints.num_constraints:
             raise ValueError(
                 f"{dual.num_constraints} multipliers for {constraints.num_constraints} "
@@ -93,6 +108,7 @@ class PrimalDualStep:
         self.average = SlackAverage(num_layers)
         self.steps = 0
         self.draws = 0
+        self.token_draws = 0
         self.last_result: PrimalDualResult | None = None
 
     @property
@@ -135,15 +151,42 @@ class PrimalDualStep:
         drawn = self._draw_layers()
         inner_layers = list(range(self.num_layers)) if drawn is None else drawn[:-1]
         mask = inputs.get("attention_mask")
-        inner = losses_from_hidden_states(
-            readout, output.hidden_states, labels, self.task, mask, inner_layers
-        )
+        if self.token_fraction is None:
+            inner = losses_from_hidden_states(
+                readout, output.hidden_states, labels, self.task, mask, inner_layers
+            )
+        else:
+            inner = self._sampled_token_losses(readout, output.hidden_states, labels, inner_layers)
         # f_L comes from the model's own logits: one readout fewer than reading out layer L.
         last = task_loss(output.logits, labels, self.task).reshape(1)
         losses = torch.cat([inner, last])
         if drawn is not None:
             losses = inverse_probability_losses(losses, drawn, self.num_layers, len(inner_layers))
         return losses, drawn, output
+
+    def _sampled_token_losses(
+        self,
+        readout: Callable[..., torch.Tensor],
+        hidden_states: Any,
+        labels: torch.Tensor,
+        layers: list[int],
+    ) -> torch.Tensor:
+        """Each layer's mean next-token loss over this step's sampled target tokens."""
+        assert self.token_fraction is not None
+        # A stream apart from the layer draws' (seed * 1_000_003 + draws).
+        stream = (self.seed * 1_000_003 + self.token_draws) ^ (0x5EED << 32)
+        generator = torch.Generator().manual_seed(stream)
+        self.token_draws += 1
+        chosen = sample_tokens(labels, self.token_fraction, generator, IGNORE_INDEX)
+        targets = labels.reshape(-1)[chosen].reshape(1, -1)
+        losses = []
+        for layer in layers:
+            hidden = hidden_states[layer]
+            rows = hidden.reshape(-1, hidden.shape[-1])[chosen].unsqueeze(0)  # [1, k, d]
+            losses.append(task_loss(readout(rows, None), targets, "lm"))
+        if not losses:
+            return labels.new_zeros(0, dtype=torch.float32)
+        return torch.stack(losses)
 
     def loss(
         self, model: nn.Module, batch: dict[str, torch.Tensor]
@@ -207,6 +250,7 @@ class PrimalDualStep:
             "average": self.average.state_dict(),
             "steps": self.steps,
             "draws": self.draws,
+            "token_draws": self.token_draws,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -215,6 +259,7 @@ class PrimalDualStep:
         self.average.load_state_dict(state["average"])
         self.steps = int(state["steps"])
         self.draws = int(state["draws"])
+        self.token_draws = int(state.get("token_draws", 0))
 
 
 @torch.no_grad()
@@ -289,6 +334,7 @@ def descent_step(
     multiplier_init: float = 0.0,
     full_pass_data: Dataset[Any] | None = None,
     layers_per_step: int | None = None,
+    token_fraction: float | None = None,
     seed: int = 0,
     readout: Callable[..., torch.Tensor] | None = None,
 ) -> PrimalDualStep:
@@ -307,7 +353,9 @@ def descent_step(
         multiplier_init: initial lambda.
         full_pass_data: the dataset for cadence ``"epoch"``.
         layers_per_step: sample this many of the layers 0..L-1 per step (unbiased estimate).
-        seed: seeds the layer draws.
+        token_fraction: task "lm": read out the layers 0..L-1 at this share of the target
+            tokens (unbiased estimate; the last layer stays exact).
+        seed: seeds the layer and token draws.
         readout: the shared head ``readout(hidden_state, attention_mask)``; the model's
             ``readout`` by default.
     """
@@ -320,6 +368,7 @@ def descent_step(
         DualCadence(cadence, interval if cadence != "step" else 1),
         full_pass_data=full_pass_data,
         layers_per_step=layers_per_step,
+        token_fraction=token_fraction,
         seed=seed,
         readout=readout,
     )

@@ -239,7 +239,9 @@ class HORST(Optimizer):
                 state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state[RATIO_BOUND] = 0.0
             elif RATIO_BOUND not in state:  # loaded from AdamW or an older HORST: measure it
-                state[RATIO_BOUND] = measured_ratio_bound(state["exp_avg"], state["exp_avg_sq"])
+                state[RATIO_BOUND] = measured_ratio_bound(
+                    _sharding.local(state["exp_avg"]), _sharding.local(state["exp_avg_sq"])
+                )
             state["step"] += 1
             steps.append(float(state["step"]))
             state[RATIO_BOUND] = _fast.adam_ratio_bound(float(state[RATIO_BOUND]), beta1, beta2)

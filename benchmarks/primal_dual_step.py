@@ -171,5 +171,6 @@ def main() -> None:
         token_fraction=share,
     )
 
+
 if __name__ == "__main__":
     main()

@@ -399,14 +399,14 @@ def _prune(arguments: argparse.Namespace) -> int:
         chosen = {name: value for name, value in given.items() if value is not None}
         summary = prune_hf_folder(arguments.path, sparsities, **chosen, **options)
     else:
-        given = [
+        flags = [
             f"--{name.replace('_', '-')}"
             for name in HF_ONLY
             if getattr(arguments, name) is not None
         ]
-        if given and arguments.path.exists():  # a missing path gets its own error
+        if flags and arguments.path.exists():  # a missing path gets its own error
             raise UserError(
-                f"{', '.join(given)} apply only to Hugging Face model folders; the run at "
+                f"{', '.join(flags)} apply only to Hugging Face model folders; the run at "
                 f"{arguments.path} is evaluated on its own data and validation split"
             )
         summary = prune_run(arguments.path, sparsities, **options)

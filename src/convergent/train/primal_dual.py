@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from ..chunked_cross_entropy import chunked_linear_cross_entropy
 from ..constrained import (
     DescentConstraints,
     DualAscent,
@@ -40,6 +41,18 @@ def _inner(model: nn.Module) -> Any:
     return unwrap_model(model)
 
 
+def _linear_head(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
+    """(final_norm, head) of a model whose readout is head(final_norm(h)) per token."""
+    inner = _inner(model)
+    norm, head = getattr(inner, "final_norm", None), getattr(inner, "head", None)
+    if not isinstance(norm, nn.Module) or not isinstance(head, nn.Linear):
+        raise ValueError(
+            f"logit_chunk_tokens needs a model whose readout is head(final_norm(h)) with a "
+            f"linear head; {type(inner).__name__} has none"
+        )
+    return norm, head
+
+
 class PrimalDualStep:
     """A :class:`~convergent.train.steps.TrainingStep` for descent-constrained training.
 
@@ -56,6 +69,10 @@ class PrimalDualStep:
             target tokens, drawn afresh each step (the same tokens for every layer), for an
             unbiased estimate of their losses (`convergent.constrained.sample_tokens`); the
             last layer stays exact. None reads out every token.
+        logit_chunk_tokens: task "lm" with a model whose readout is ``head(final_norm(h))``
+            (`convergent.models.Transformer`): the inner layers' losses by
+            `convergent.chunked_cross_entropy`, never holding more than this many tokens'
+            logits at once; None computes each layer's logits whole.
         seed: seeds the layer draws (identical on every process).
         readout: the shared head ``readout(hidden_state, attention_mask)``; the model's own
             ``readout`` by default.
@@ -72,10 +89,17 @@ class PrimalDualStep:
         full_pass_batch_size: int = 256,
         layers_per_step: int | None = None,
         token_fraction: float | None = None,
+        logit_chunk_tokens: int | None = None,
         seed: int = 0,
         readout: Callable[..., torch.Tensor] | None = None,
     ) -> None:
         self.task = check_task(task)
+        if logit_chunk_tokens is not None and (self.task != "lm" or logit_chunk_tokens < 1):
+            raise ValueError(
+                f"logit_chunk_tokens is {logit_chunk_tokens} for task {task!r}; it must be "
+                ">= 1, for task 'lm'"
+            )
+        self.logit_chunk_tokens = logit_chunk_tokens
         if token_fraction is not None:
             if self.task != "lm":
                 raise ValueError(
@@ -151,12 +175,12 @@ class PrimalDualStep:
         drawn = self._draw_layers()
         inner_layers = list(range(self.num_layers)) if drawn is None else drawn[:-1]
         mask = inputs.get("attention_mask")
-        if self.token_fraction is None:
+        if self.token_fraction is None and self.logit_chunk_tokens is None:
             inner = losses_from_hidden_states(
                 readout, output.hidden_states, labels, self.task, mask, inner_layers
             )
         else:
-            inner = self._sampled_token_losses(readout, output.hidden_states, labels, inner_layers)
+            inner = self._token_losses(model, readout, output.hidden_states, labels, inner_layers)
         # f_L comes from the model's own logits: one readout fewer than reading out layer L.
         last = task_loss(output.logits, labels, self.task).reshape(1)
         losses = torch.cat([inner, last])
@@ -164,26 +188,46 @@ class PrimalDualStep:
             losses = inverse_probability_losses(losses, drawn, self.num_layers, len(inner_layers))
         return losses, drawn, output
 
-    def _sampled_token_losses(
+    def _token_losses(
         self,
+        model: nn.Module,
         readout: Callable[..., torch.Tensor],
         hidden_states: Any,
         labels: torch.Tensor,
         layers: list[int],
     ) -> torch.Tensor:
-        """Each layer's mean next-token loss over this step's sampled target tokens."""
-        assert self.token_fraction is not None
-        # A stream apart from the layer draws' (seed * 1_000_003 + draws).
-        stream = (self.seed * 1_000_003 + self.token_draws) ^ (0x5EED << 32)
-        generator = torch.Generator().manual_seed(stream)
-        self.token_draws += 1
-        chosen = sample_tokens(labels, self.token_fraction, generator, IGNORE_INDEX)
-        targets = labels.reshape(-1)[chosen].reshape(1, -1)
+        """Each layer's mean next-token loss over this step's sampled target tokens (all of
+        them without ``token_fraction``), chunked through the head with ``logit_chunk_tokens``."""
+        flat = labels.reshape(-1)
+        if self.token_fraction is None:
+            chosen = (flat != IGNORE_INDEX).nonzero().reshape(-1)
+        else:
+            # A stream apart from the layer draws' (seed * 1_000_003 + draws).
+            stream = (self.seed * 1_000_003 + self.token_draws) ^ (0x5EED << 32)
+            generator = torch.Generator().manual_seed(stream)
+            self.token_draws += 1
+            chosen = sample_tokens(labels, self.token_fraction, generator, IGNORE_INDEX)
+        targets = flat[chosen]
+        head = _linear_head(model) if self.logit_chunk_tokens is not None else None
         losses = []
         for layer in layers:
             hidden = hidden_states[layer]
-            rows = hidden.reshape(-1, hidden.shape[-1])[chosen].unsqueeze(0)  # [1, k, d]
-            losses.append(task_loss(readout(rows, None), targets, "lm"))
+            rows = hidden.reshape(-1, hidden.shape[-1])[chosen]  # [k, d]
+            if head is None:
+                losses.append(task_loss(readout(rows.unsqueeze(0), None), targets, "lm"))
+            else:
+                norm, linear = head
+                assert self.logit_chunk_tokens is not None
+                losses.append(
+                    chunked_linear_cross_entropy(
+                        norm(rows),
+                        linear.weight,
+                        linear.bias,
+                        targets,
+                        chunk_tokens=self.logit_chunk_tokens,
+                        ignore_index=IGNORE_INDEX,
+                    )
+                )
         if not losses:
             return labels.new_zeros(0, dtype=torch.float32)
         return torch.stack(losses)
@@ -335,6 +379,7 @@ def descent_step(
     full_pass_data: Dataset[Any] | None = None,
     layers_per_step: int | None = None,
     token_fraction: float | None = None,
+    logit_chunk_tokens: int | None = None,
     seed: int = 0,
     readout: Callable[..., torch.Tensor] | None = None,
 ) -> PrimalDualStep:
@@ -355,6 +400,7 @@ def descent_step(
         layers_per_step: sample this many of the layers 0..L-1 per step (unbiased estimate).
         token_fraction: task "lm": read out the layers 0..L-1 at this share of the target
             tokens (unbiased estimate; the last layer stays exact).
+        logit_chunk_tokens: task "lm": the inner layers' losses chunked through the head.
         seed: seeds the layer and token draws.
         readout: the shared head ``readout(hidden_state, attention_mask)``; the model's
             ``readout`` by default.
@@ -369,6 +415,7 @@ def descent_step(
         full_pass_data=full_pass_data,
         layers_per_step=layers_per_step,
         token_fraction=token_fraction,
+        logit_chunk_tokens=logit_chunk_tokens,
         seed=seed,
         readout=readout,
     )

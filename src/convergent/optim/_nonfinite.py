@@ -54,9 +54,11 @@ def first_nonfinite(tensors: list[Tensor]) -> int | None:
 
     One read of each tensor and one synchronization per device (`abs_maxima`).
     """
-    maxima = abs_maxima(tensors)
-    bad = [index for index, value in enumerate(maxima) if not math.isfinite(value)]
-    return bad[0] if bad else None
+    return _first_not_finite(abs_maxima(tensors))
+
+
+def _first_not_finite(values: list[float]) -> int | None:
+    return next((index for index, value in enumerate(values) if not math.isfinite(value)), None)
 
 
 def abs_maxima(tensors: list[Tensor]) -> list[float]:
@@ -140,8 +142,7 @@ def skip_for_nonfinite_gradient(
     if maxima is not None:
         for (group_index, param_index), value in zip(places, local_maxima, strict=True):
             maxima[id(param_groups[group_index]["params"][param_index])] = value
-    found = [index for index, value in enumerate(local_maxima) if not math.isfinite(value)]
-    bad = _sharding.agree_on_first(found[0] if found else None, grads)
+    bad = _sharding.agree_on_first(_first_not_finite(local_maxima), grads)
     if bad is None:
         return False
     if nonfinite == "skip":

@@ -205,8 +205,8 @@ class HAM(Optimizer):
 
     def _adamw_then_mirror(self, group: dict[str, Any], params: list[Tensor]) -> None:
         """AdamW's update (torch's functional form) and then the mirror step, for one group."""
-        states = [self.base_optimizer.state[param] for param in params]
         self._initial_state(group, params)
+        states = [self.base_optimizer.state[param] for param in params]
         torch.optim.adamw.adamw(
             [param.detach() for param in params],
             [cast(Tensor, param.grad) for param in params],

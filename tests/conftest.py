@@ -154,3 +154,26 @@ def tiny_lora_model() -> Any:
             if ".lora_B." in name:
                 parameter.normal_(0, 0.5)
     return model
+
+
+def assert_same_claims(rescored: Any, committed: Any, rel: float = 1e-6, where: str = "") -> None:
+    """Committed claims, re-scored: verdicts, texts and structure equal; numbers equal within
+    ``rel`` (a least-squares fit moves in its last digits between numpy/scipy releases)."""
+    import math
+
+    if isinstance(committed, dict):
+        assert isinstance(rescored, dict) and rescored.keys() == committed.keys(), where
+        for key in committed:
+            assert_same_claims(rescored[key], committed[key], rel, f"{where}.{key}")
+    elif isinstance(committed, list):
+        assert isinstance(rescored, list) and len(rescored) == len(committed), where
+        for index, (new, old) in enumerate(zip(rescored, committed, strict=True)):
+            assert_same_claims(new, old, rel, f"{where}[{index}]")
+    elif isinstance(committed, float) and not isinstance(rescored, bool):
+        assert isinstance(rescored, int | float), f"{where}: {rescored!r} is not a number"
+        same_nan = math.isnan(committed) and math.isnan(rescored)
+        assert same_nan or math.isclose(rescored, committed, rel_tol=rel, abs_tol=1e-12), (
+            f"{where}: {rescored!r} != {committed!r}"
+        )
+    else:
+        assert rescored == committed, f"{where}: {rescored!r} != {committed!r}"

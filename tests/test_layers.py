@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"models"},
     {"data"},
-    {"losses"},
+    {"losses", "chunked_cross_entropy"},
     {"optim", "sparse", "constrained", "regularize"},
     {"diagnostics"},
     {"train"},

@@ -1,7 +1,8 @@
-"""The ``langevin`` study, design 3: config, the run-length rule, lam selection, a smoke run."""
+"""The ``langevin`` study, design 4: config, the run-length rule, lam selection, a smoke run."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from dataclasses import replace
@@ -21,7 +22,7 @@ from convergent.studies.langevin import Config, run
 from convergent.studies.langevin_claims import claims_from_results
 from convergent.studies.langevin_pilot import PILOT_REGIMES, regime_named
 from convergent.studies.langevin_plots import plot_curves, plot_norms
-from tests.conftest import assert_drawn_figure
+from tests.conftest import assert_drawn_figure, assert_same_claims
 
 
 def test_config_modes_and_bad_values():
@@ -43,11 +44,37 @@ def test_config_modes_and_bad_values():
         Config(temperatures=("hot",))
     with pytest.raises(ValueError, match=r"radius_factors=\(1.0,\) is out of range"):
         Config(radius_factors=(1.0,))
+    with pytest.raises(ValueError, match=r"selection_tolerance=1.0 is out of range"):
+        Config(selection_tolerance=1.0)
+    with pytest.raises(ValueError, match=r"selection_tolerance=-0.1 is out of range"):
+        Config(selection_tolerance=-0.1)
     with pytest.raises(ValueError, match=r"langevin_steps=20 is out of range"):
         Config(langevin_steps=20, max_langevin_steps=10)
     with pytest.raises(ValueError, match="not a pilot candidate"):
         regime_named("1 field")
     assert regime_named(PILOT_REGIMES[0]["name"]) == PILOT_REGIMES[0]
+
+
+def _grid(rmses: list[float]) -> list[dict[str, float]]:
+    factors = (1.5, 2.0, 4.0, 8.0, 16.0)
+    return [{"radius_factor": f, "validation_rmse": r} for f, r in zip(factors, rmses, strict=True)]
+
+
+def test_selection_takes_the_strongest_penalty_within_the_tolerance_of_the_best():
+    # Design 3's LoRA/log selection grid: flat from factor 2 on.
+    lora = _grid([0.106987, 0.106515, 0.106079, 0.106009, 0.105997])
+    # best 0.105997; x 1.005 = 0.1065270, so 0.106515 (factor 2) is within, 0.106987 is not.
+    assert langevin_runs.selected_factor(lora, 0.005) == 2.0
+    assert langevin_runs.selected_factor(lora, 0.0) == 16.0  # design 3's rule: the best point
+    assert langevin_runs.selected_factor(lora, 0.01) == 1.5  # 0.106987 <= 0.1070570
+    # Attention/log: a clear minimum at 8; 16 is within 0.5 % but is the lighter penalty.
+    attention = _grid([0.222155, 0.164478, 0.127209, 0.124454, 0.12494])
+    assert langevin_runs.selected_factor(attention, 0.005) == 8.0
+    # A diverged run is never selected, nor does it move the best.
+    diverged = _grid([float("nan"), float("inf"), 0.2, 0.1, 0.1004])
+    assert langevin_runs.selected_factor(diverged, 0.005) == 8.0
+    with pytest.raises(ValueError, match="every radius factor's validation RMSE is NaN"):
+        langevin_runs.selected_factor(_grid([float("nan")] * 5), 0.005)
 
 
 def test_theory_gives_the_stationary_radius_and_relaxation_in_steps():
@@ -91,7 +118,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["data"]["design"] == 3
+    assert payload["data"]["design"] == 4
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
@@ -179,7 +206,7 @@ DESIGN_2 = Path(__file__).resolve().parent / "data" / "langevin_design2_results.
 def test_design_2_results_rescore_and_plot(tmp_path):
     payload = json.loads(DESIGN_2.read_text())
     assert payload["data"]["design"] == 2
-    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+    assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])
     # The bound temperature's run length depends on each seed's start weights: the seeds'
     # traces differ in length, and the figures must still draw.
     hot = [run["phase2"]["hot"]["log"]["steps"] for run in payload["data"]["runs"]["lora"]]
@@ -190,3 +217,14 @@ def test_design_2_results_rescore_and_plot(tmp_path):
         *plot_curves(payload["data"], tmp_path),
     ):
         assert_drawn_figure(tmp_path / name)
+
+
+# The design-3 full results, as committed before design 4 (the selection rule) replaced them.
+DESIGN_3 = Path(__file__).resolve().parent / "data" / "langevin_design3_results.json.gz"
+
+
+def test_design_3_results_rescore_to_their_committed_claims():
+    payload = json.loads(gzip.decompress(DESIGN_3.read_bytes()))
+    assert payload["data"]["design"] == 3
+    assert "selection_tolerance" not in payload["config"]
+    assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])

@@ -3,7 +3,7 @@
 Frangi et al. (2026) claim that Langevin dynamics on attention's W_Q, W_K, with a light
 log-amplified or super-quadratic regularizer, converges; that without one the norms of W_Q
 and W_K grow without bound and the generalization gap creeps up; and that accuracy is about
-the same either way. Design 3 tests those claims on generated Darcy flow (``darcy-gen``):
+the same either way. Design 4 tests those claims on generated Darcy flow (``darcy-gen``):
 
 1. a pilot (phase 1 only, validation split) picks, from declared candidates, a training-set
    size and width where the model overfits (`langevin_pilot`);
@@ -15,7 +15,8 @@ the same either way. Design 3 tests those claims on generated Darcy flow (``darc
    averaged MSE's posterior, warm (their geometric mean), a cold one and s = 0 (plain SGD: the
    control);
 4. lam is in loss units, from the radius rule at the hot s with a factor selected on
-   validation (`langevin_runs`); the bound temperature's runs last several radial relaxation
+   validation: the strongest penalty within a declared tolerance of the best validation RMSE
+   (`langevin_runs`; the one difference from design 3, which took the best point); the bound temperature's runs last several radial relaxation
    times, so "bounded" is tested against the stationary radius the theory gives;
 5. the gap and accuracy claims are tested at the hot, warm and calibrated temperatures, each
    gated by whether the noise changed the outcome against the same seed's s = 0 run and (for
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 
 from convergent.studies.common import StudyResult, json_ready
-from convergent.studies.langevin_claims import claims_from_results
+from convergent.studies.langevin_claims import DESIGN, claims_from_results
 from convergent.studies.langevin_config import VARIANTS, Config
 from convergent.studies.langevin_parts import DarcyData, darcy_pool, gradient_rms
 from convergent.studies.langevin_pilot import PILOT_OVERFIT, regime_named, run_pilot
@@ -131,7 +132,7 @@ def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache
         runs[str(unit["experiment"])].append(outcome)
     overfit = _overfit(pilot, regime)
     data_out = {
-        "design": 3,
+        "design": DESIGN,
         "regime": {**regime, **overfit},
         "pilot": pilot,
         "labels_std": data.labels_std,

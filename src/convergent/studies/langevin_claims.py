@@ -1,4 +1,4 @@
-"""The `langevin` study's claims (designs 2 and 3), scored from a ``results.json`` payload alone.
+"""The `langevin` study's claims (designs 2 to 4), scored from a ``results.json`` payload alone.
 
 The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
 (``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
@@ -17,7 +17,8 @@ model, the data order and the noise draws):
 5. accuracy not worse (one-sided): the larger relative excess of the final test RMSE with log
    or power over the unregularized run's; holds if <= ``accuracy_margin``.
 
-Design 2 tests 3-5 at one ``claim_temperature``; design 3 at each of ``claim_temperatures``.
+Design 2 tests 3-5 at one ``claim_temperature``; designs 3 and 4 at each of
+``claim_temperatures`` (design 4 differs from 3 only in how lam is selected).
 
 Manipulation checks: the runs lasted ``relaxation_multiple`` relaxation times (1); the
 regularizer acted, its end norm at most 0.9 of the unregularized run's (1, 3, 5); the noise
@@ -30,7 +31,7 @@ were SGD's); and for 3-4: phase 2 kept the phase-1 fit, the final train RMSE at 
 ``fit_kept`` x the phase-1 train RMSE in every variant read. A claim whose variant or
 temperature did not run is left out.
 
-Payloads without ``data["design"]`` 2 or 3 are scored by `langevin_claims_v1`.
+Payloads without ``data["design"]`` in `DESIGNS` are scored by `langevin_claims_v1`.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ from convergent.studies.langevin_measures import (
     total_norm,
 )
 
-DESIGN = 3
-DESIGNS = (2, 3)
+DESIGN = 4
+DESIGNS = (2, 3, 4)
 TARGETS = v1.TARGETS
 ACTED_AT_MOST = v1.ACTED_AT_MOST
 

@@ -1,4 +1,4 @@
-"""The ``langevin`` study's jobs (design 3): temperatures, lam selection, the final runs.
+"""The ``langevin`` study's jobs (design 4): temperatures, lam selection, the final runs.
 
 Each job is a top-level function of plain arguments (the config as a dict, the data), so that
 a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the
@@ -8,8 +8,9 @@ study's cache).
    MSE; s for "hot" (2 / N), "warm" (the geometric mean of hot and calibrated), "calibrated"
    (`calibrated_s`), "cold" and "zero".
 2. `select_lam` (per experiment): phase 1 on the selection seed, then for each penalty and
-   radius factor a phase-2 run at the selection temperature; the factor with the lowest final
-   validation RMSE is selected (ties: the smaller factor).
+   radius factor a phase-2 run at the selection temperature; the smallest factor (the strongest
+   penalty) whose final validation RMSE is within ``selection_tolerance`` of the grid's best is
+   selected (`selected_factor`; design 3 took the best point).
 3. `final_runs` (per experiment and seed): phase 1, then every temperature x variant. lam is
    in loss units, set once by the radius rule at the hot s with the selected factor and kept at
    every temperature. The bound temperature's runs last ``relaxation_multiple`` radial
@@ -114,10 +115,26 @@ def select_lam(
                     "validation_rmse": trace[-1]["validation_rmse"],
                 }
             )
-        finite = [row for row in rows if math.isfinite(row["validation_rmse"])]
-        best = min(finite, key=lambda row: (row["validation_rmse"], row["radius_factor"]))
-        out[kind] = {"grid": rows, "selected": best["radius_factor"]}
+        tolerance = float(settings["selection_tolerance"])
+        out[kind] = {
+            "grid": rows,
+            "selected": selected_factor(rows, tolerance),
+            "tolerance": tolerance,
+        }
     return out
+
+
+def selected_factor(rows: list[dict[str, float]], tolerance: float) -> float:
+    """The smallest ``radius_factor`` among ``rows`` whose ``validation_rmse`` is at most
+    (1 + tolerance) x the lowest finite one (a NaN or infinite RMSE is never selected)."""
+    finite = [row for row in rows if math.isfinite(row["validation_rmse"])]
+    if not finite:
+        raise ValueError(
+            "every radius factor's validation RMSE is NaN or infinite; no factor can be selected."
+        )
+    best = min(row["validation_rmse"] for row in finite)
+    within = [row for row in finite if row["validation_rmse"] <= best * (1.0 + tolerance)]
+    return float(min(row["radius_factor"] for row in within))
 
 
 def bound_steps(lams: dict[Penalty, float], numel: dict[str, int], s: float, settings: dict) -> int:

@@ -1,4 +1,4 @@
-"""Tables and notes of the ``langevin`` study, design 2, from its stored (JSON) data."""
+"""Tables and notes of the ``langevin`` study, designs 2 to 4, from its stored (JSON) data."""
 
 from __future__ import annotations
 
@@ -36,12 +36,19 @@ def _selection_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                         "radius factor": number(point["radius_factor"]),
                         "lam": number(point["lam"]),
                         "validation RMSE (final)": number(point["validation_rmse"]),
-                        "selected": "yes"
-                        if number(point["radius_factor"]) == number(record["selected"])
-                        else "",
+                        "selected": _selected_mark(point, record),
                     }
                 )
     return rows
+
+
+def _selected_mark(point: dict[str, Any], record: dict[str, Any]) -> str:
+    """ "yes" for the selected factor, "yes (grid edge)" where it is the grid's end."""
+    factor = number(point["radius_factor"])
+    if factor != number(record["selected"]):
+        return ""
+    factors = [number(p["radius_factor"]) for p in record["grid"]]
+    return "yes (grid edge)" if factor in (min(factors), max(factors)) else "yes"
 
 
 def _villani_rows(data: dict[str, Any], multiples: list[float]) -> list[dict[str, Any]]:
@@ -113,7 +120,10 @@ def notes_of(config: Any, data: dict[str, Any]) -> list[str]:
         "lam is in loss units and the same at every temperature: the radius rule at the hot "
         "s (the penalty alone would put the most likely ||W||_F at the selected factor x the "
         "start norm), factor selected per experiment and penalty on the validation split at "
-        f"the {config.selection_temperature} temperature from {list(config.radius_factors)}."
+        f"the {config.selection_temperature} temperature from {list(config.radius_factors)}: "
+        "the smallest factor (the strongest penalty) whose final validation RMSE is within "
+        f"{config.selection_tolerance:.1%} of the grid's best (design 4; design 3 took the "
+        "best point, which for LoRA was the lightest penalty on a flat curve)."
         " The unregularized variant has no parameter to tune; the Langevin step size "
         f"({config.langevin_lr}) and batch ({config.langevin_batch_size}) are fixed for all.",
         f"Run length: {config.langevin_steps} Langevin steps, except at the bound temperature "

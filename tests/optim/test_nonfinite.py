@@ -276,6 +276,17 @@ def test_first_nonfinite_finds_the_first_bad_tensor():
     assert first_nonfinite([torch.zeros(0), torch.tensor([float("-inf")])]) == 1
 
 
+def test_first_nonfinite_tells_an_overflowing_sum_from_a_bad_entry():
+    # float32 max is about 3.4e38: these sums overflow although every entry is finite.
+    overflowing = torch.tensor([3e38, 3e38, -1.0])
+    cancelling = torch.tensor([float("inf"), 1.0, float("-inf")])  # its sum is NaN
+    assert first_nonfinite([overflowing, torch.ones(2)]) is None
+    assert first_nonfinite([overflowing, cancelling]) == 1
+    assert first_nonfinite([cancelling, overflowing]) == 0
+    assert first_nonfinite([overflowing, torch.tensor([1.0, float("nan")]), cancelling]) == 1
+    assert first_nonfinite([torch.arange(3), torch.tensor([float("inf")])]) == 1  # integers
+
+
 def test_first_nonfinite_reads_sparse_and_complex_gradients():
     sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, float("nan")], (4,))
     assert first_nonfinite([torch.ones(2), sparse]) == 1

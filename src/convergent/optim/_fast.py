@@ -232,7 +232,15 @@ _compiled_kernels: dict[tuple[Any, ...], Callable[..., None]] = {}
 
 def compiler_unavailable_reason(device: torch.device) -> str | None:
     """Why torch.compile cannot build a fused step on `device` (from the installation alone),
-    or None if it should. A compile that fails anyway is reported by the step functions."""
+    or None if it should. A compile that fails anyway is reported by the step functions.
+
+    Asked on every step: the answer is kept per device type (finding a C++ compiler on PATH
+    costs several file-system lookups)."""
+    return _compiler_unavailable_reason(device.type)
+
+
+@functools.cache
+def _compiler_unavailable_reason(device_type: str) -> str | None:
     if not hasattr(torch, "compile"):
         return "this torch has no torch.compile"
     try:
@@ -242,9 +250,9 @@ def compiler_unavailable_reason(device: torch.device) -> str | None:
             return "torch.compile does not support this Python"
     except Exception as error:  # pragma: no cover - depends on the installation
         return f"torch._dynamo failed to import ({error})"
-    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+    if device_type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
         return "no C++ compiler was found"
-    if device.type == "cuda":
+    if device_type == "cuda":
         from torch.utils._triton import has_triton
 
         if not has_triton():

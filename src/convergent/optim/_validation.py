@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,11 +54,24 @@ def check_optional_bool(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be None (automatic), True or False, got {value!r}.")
 
 
-def check_gradient(name: str, param: Tensor, grad: Tensor) -> None:
-    """Raises for gradients the optimizers do not support: sparse, complex, or non-float."""
+def check_gradient(name: str | Callable[[], str], param: Tensor, grad: Tensor) -> None:
+    """Raises for gradients the optimizers do not support: sparse, complex, or non-float.
+
+    ``name`` may be a function giving the name: it is called only to word an error (an
+    optimizer checks every parameter on every step, and most steps raise nothing).
+    """
+    if grad.layout == torch.strided and param.is_floating_point() and not grad.is_complex():
+        return  # is_floating_point is False for a complex parameter
+    named = name() if callable(name) else name
     if grad.is_sparse or grad.layout != torch.strided:
         raise TypeError(
-            f"{name} has a sparse gradient; only dense (strided) gradients are supported."
+            f"{named} has a sparse gradient; only dense (strided) gradients are supported."
+        )
+    if torch.is_complex(param) or torch.is_complex(grad):
+        raise TypeError(f"{named} is complex; only real floating-point parameters are supported.")
+    if not param.is_floating_point():
+        raise TypeError(
+            f"{named} has dtype {param.dtype}; only floating-point parameters are supported."
         )
     if torch.is_complex(param) or torch.is_complex(grad):
         raise TypeError(f"{name} is complex; only real floating-point parameters are supported.")

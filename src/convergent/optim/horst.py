@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -201,7 +202,9 @@ class HORST(Optimizer):
             for param_index, param in enumerate(group["params"]):
                 if param.grad is None:
                     continue
-                check_gradient(parameter_name(group, group_index, param_index), param, param.grad)
+                check_gradient(
+                    partial(parameter_name, group, group_index, param_index), param, param.grad
+                )
                 params.append(param)
                 grads.append(param.grad)
             batches.append((group, params, grads))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Literal, cast
 
 import torch
@@ -323,7 +324,9 @@ class Langevin(Optimizer):
             for param_index, param in enumerate(group["params"]):
                 if param.grad is None:
                     continue
-                check_gradient(parameter_name(group, group_index, param_index), param, param.grad)
+                check_gradient(
+                    partial(parameter_name, group, group_index, param_index), param, param.grad
+                )
                 params.append(param)
             batches.append((group, params))
         if skip_for_nonfinite_gradient("Langevin", self.param_groups, self.nonfinite):

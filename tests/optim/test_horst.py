@@ -204,7 +204,7 @@ def test_exponent_clamp_bounds_the_multiplicative_factor():
         ({"exponent_clamp": 0.0}, "exponent_clamp must be None or a number > 0"),
         ({"maximize": True}, "maximize=False only"),
         ({"implementation": "fast"}, "implementation must be one of"),
-        ({"nonfinite": "ignore"}, "nonfinite must be one of"),
+        ({"nonfinite": "warn"}, "nonfinite must be one of"),
     ],
 )
 def test_bad_hyperparameters_name_the_parameter_and_range(kwargs, message):

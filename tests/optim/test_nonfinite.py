@@ -208,9 +208,9 @@ def test_unnamed_parameters_are_named_by_group_and_index_before_any_group_moves(
     assert isinstance(raised.value, FloatingPointError)
     assert _same_weights(weights, _weights(model))  # group 0 did not step either
     with pytest.raises(
-        ValueError, match=r"nonfinite must be one of \('raise', 'skip'\), got 'ignore'\."
+        ValueError, match=r"nonfinite must be one of \('raise', 'skip', 'ignore'\), got 'warn'\."
     ):
-        build(model.parameters(), nonfinite="ignore")
+        build(model.parameters(), nonfinite="warn")
 
 
 def test_ham_evaluates_the_closure_once_and_checks_it_before_the_base_step():
@@ -296,3 +296,21 @@ def test_first_nonfinite_reads_sparse_and_complex_gradients():
     complex_grad = torch.tensor([1 + 1j, complex(0.0, float("inf"))])
     assert first_nonfinite([complex_grad]) == 0
     assert first_nonfinite([torch.ones(3, dtype=torch.complex64)]) is None
+
+
+@pytest.mark.parametrize("build", BUILDERS)
+def test_ignore_checks_nothing_and_the_bad_value_reaches_the_weights(build):
+    """nonfinite="ignore" is torch.optim's behaviour: the step runs, the tensor with the bad
+    entry turns NaN or infinite, the others step as they would have, nothing is counted."""
+    model, clean = _model(), _model()
+    optimizer = build(model.parameters(), nonfinite="ignore")
+    reference = build(clean.parameters(), nonfinite="ignore")
+    _set_grads(model, 0, float("nan"))
+    _set_grads(clean, 0)
+    optimizer.step()
+    reference.step()
+    assert optimizer.skipped_steps == 0
+    after, expected = _weights(model), _weights(clean)
+    assert not torch.isfinite(after[2]).all()  # "2.weight" held the NaN
+    for index in (0, 1, 3):  # elementwise updates: the other tensors do not see it
+        torch.testing.assert_close(after[index], expected[index], rtol=0, atol=0)

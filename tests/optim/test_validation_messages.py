@@ -81,8 +81,8 @@ def _run(optimizer, params, steps: int):
         ({"implementation": "fast"}, ValueError,
          r"^implementation must be one of \('auto', 'reference', 'foreach', 'compiled'\), "
          r"got 'fast'\.$"),
-        ({"nonfinite": "ignore"}, ValueError,
-         r"^nonfinite must be one of \('raise', 'skip'\), got 'ignore'\.$"),
+        ({"nonfinite": "warn"}, ValueError,
+         r"^nonfinite must be one of \('raise', 'skip', 'ignore'\), got 'warn'\.$"),
         ({"mirror_map": "hyperbolic"}, TypeError, r"^mirror_map must be a MirrorMap, got str\.$"),
         ({"mirror_map": EuclideanMap(), "implementation": "foreach"}, ValueError,
          r"^implementation='foreach' supports HyperbolicEntropyMap\(0\.0\) only\.$"),

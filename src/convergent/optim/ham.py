@@ -71,7 +71,9 @@ class HAM(Optimizer):
             the parameter (by name if the base optimizer was given named parameters) before
             the base step; "skip": neither the base step nor the mirror step runs (no weight
             or base-optimizer state changes) and the step is counted in `skipped_steps`,
-            which `state_dict` keeps. Under a process group all ranks decide together.
+            which `state_dict` keeps. Under a process group all ranks decide together;
+            "ignore": no check, as in torch.optim (for a loop that checks already; a NaN then
+            reaches the weights and the state).
     """
 
     def __init__(

@@ -102,7 +102,9 @@ class HORST(Optimizer):
         nonfinite: "raise" (default): a NaN or infinite gradient raises a ValueError naming
             the parameter, before anything changes; "skip": the whole step is skipped (no
             weight, moment or step count changes) and counted in `skipped_steps`, which
-            `state_dict` keeps. Under a process group all ranks decide together.
+            `state_dict` keeps. Under a process group all ranks decide together; "ignore": no
+            check, as in torch.optim (for a loop that checks already; a NaN then reaches the
+            weights and the state).
         maximize: must be False.
     """
 

@@ -24,7 +24,12 @@ from .dual import (
     lagrangian,
 )
 from .multipliers import Multipliers, ResilientRelaxation
-from .sampling import inverse_probability_losses, sample_layers, sample_tokens
+from .sampling import (
+    check_token_fraction,
+    inverse_probability_losses,
+    sample_layers,
+    sample_tokens,
+)
 
 __all__ = [
     "CADENCES",
@@ -36,6 +41,7 @@ __all__ = [
     "ResilientRelaxation",
     "SlackAverage",
     "check_layer_losses",
+    "check_token_fraction",
     "descent_slacks",
     "dual_metrics",
     "inverse_probability_losses",

@@ -39,6 +39,12 @@ def sample_layers(num_layers: int, count: int, generator: torch.Generator) -> li
     return [*sorted(int(i) for i in drawn), num_layers]
 
 
+def check_token_fraction(fraction: float) -> None:
+    """Raises unless ``fraction`` (the share of target tokens read out) is in (0, 1]."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"token_fraction is {fraction}; it must be in (0, 1].")
+
+
 def sample_tokens(labels: torch.Tensor, fraction: float, generator: torch.Generator,
                   ignore_index: int) -> torch.Tensor:  # fmt: skip
     """Flat indices of ceil(fraction * n) of the n target tokens of ``labels`` (those not
@@ -50,8 +56,7 @@ def sample_tokens(labels: torch.Tensor, fraction: float, generator: torch.Genera
         generator: the random source (a CPU generator).
         ignore_index: the label of positions without a target.
     """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"token_fraction is {fraction}; it must be in (0, 1]")
+    check_token_fraction(fraction)
     targets = (labels.reshape(-1) != ignore_index).nonzero().reshape(-1).cpu()
     count = max(1, math.ceil(fraction * targets.numel())) if targets.numel() else 0
     drawn = targets[torch.randperm(targets.numel(), generator=generator)[:count]]

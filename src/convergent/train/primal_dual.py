@@ -24,6 +24,7 @@ from ..constrained import (
     DualCadence,
     PrimalDualResult,
     SlackAverage,
+    check_token_fraction,
     dual_metrics,
     inverse_probability_losses,
     lagrangian,
@@ -106,8 +107,7 @@ class PrimalDualStep:
                     f"token_fraction is {token_fraction} for task {task!r}; it applies to task "
                     "'lm' only (pooled heads mix every token)"
                 )
-            if not 0 < token_fraction <= 1:
-                raise ValueError(f"token_fraction is {token_fraction}; it must be in (0, 1]")
+            check_token_fraction(token_fraction)
         self.token_fraction = token_fraction
         if dual.num_constraints != constraints.num_constraints:
             raise ValueError(

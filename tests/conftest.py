@@ -169,11 +169,15 @@ def assert_same_claims(rescored: Any, committed: Any, rel: float = 1e-6, where: 
         assert isinstance(rescored, list) and len(rescored) == len(committed), where
         for index, (new, old) in enumerate(zip(rescored, committed, strict=True)):
             assert_same_claims(new, old, rel, f"{where}[{index}]")
-    elif isinstance(committed, float) and not isinstance(rescored, bool):
-        assert isinstance(rescored, int | float), f"{where}: {rescored!r} is not a number"
+    elif isinstance(committed, float):
+        # a float stays a float (JSON writes 2.0 as 2.0): a verdict turned number, or a number
+        # turned flag, fails here
+        assert type(rescored) is float, f"{where}: {rescored!r} is not a float"
         same_nan = math.isnan(committed) and math.isnan(rescored)
-        assert same_nan or math.isclose(rescored, committed, rel_tol=rel, abs_tol=1e-12), (
+        assert same_nan or math.isclose(rescored, committed, rel_tol=rel, abs_tol=0.0), (
             f"{where}: {rescored!r} != {committed!r}"
         )
     else:
-        assert rescored == committed, f"{where}: {rescored!r} != {committed!r}"
+        assert type(rescored) is type(committed) and rescored == committed, (
+            f"{where}: {rescored!r} != {committed!r}"
+        )

@@ -87,8 +87,11 @@ def test_resume_needs_the_same_stream_count_and_then_repeats_the_noise():
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)
     assert sorted(saved["noise"]["generators"]) == ["cpu", "cpu#stream-1"]
+    one_stream = Langevin(split, lr=0.3, s=1.0, seed=0)
     with pytest.raises(ValueError, match=r"noise_streams=2, this optimizer has noise_streams=1"):
-        Langevin(split, lr=0.1, s=1.0, seed=0).load_state_dict(saved)
+        one_stream.load_state_dict(saved)
+    # nothing was loaded: the groups and the counters are the optimizer's own
+    assert one_stream.param_groups[0]["lr"] == 0.3 and one_stream.state == {}
     resumed = Langevin(split, lr=0.1, s=1.0, seed=0, noise_streams=2)
     resumed.load_state_dict(saved)
     run(resumed, split, 2)
@@ -110,3 +113,24 @@ def test_noise_blocks_do_not_change_the_numbers(streams, monkeypatch):
     got = _noise_of_one_step(sizes, streams, implementation="foreach")
     for noise, expected in zip(got, _expected(sizes, streams), strict=True):
         torch.testing.assert_close(noise, expected, rtol=0, atol=0)
+
+
+def _step_in_child(queue) -> None:
+    params = [torch.nn.Parameter(torch.zeros(BIG))]
+    params[0].grad = torch.zeros_like(params[0])
+    Langevin(params, lr=1.0, s=1.0, seed=7, noise_streams=2).step()
+    queue.put(params[0].detach().numpy().copy())  # plain pickling, no shared memory
+
+
+def test_a_forked_child_draws_with_its_own_threads():
+    import multiprocessing
+
+    _noise_of_one_step([BIG], 2)  # the parent's pool exists now
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_step_in_child, args=(queue,))
+    child.start()
+    got = queue.get(timeout=60)  # a child waiting on the parent's threads would hang here
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    torch.testing.assert_close(torch.from_numpy(got), _expected([BIG], 2)[0], rtol=0, atol=0)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from convergent.optim import HAM, HORST, Langevin, _fast, first_nonfinite
+from convergent.optim._nonfinite import abs_maxima
 
 _NO_COMPILER = _fast.compiler_unavailable_reason(torch.device("cpu"))
 _compiled = pytest.mark.skipif(_NO_COMPILER is not None, reason=f"no compiler: {_NO_COMPILER}")
@@ -285,6 +286,8 @@ def test_first_nonfinite_tells_an_overflowing_sum_from_a_bad_entry():
     assert first_nonfinite([cancelling, overflowing]) == 0
     assert first_nonfinite([overflowing, torch.tensor([1.0, float("nan")]), cancelling]) == 1
     assert first_nonfinite([torch.arange(3), torch.tensor([float("inf")])]) == 1  # integers
+    maxima = abs_maxima([torch.arange(-5, 3), torch.zeros(0), overflowing])
+    assert maxima == pytest.approx([5.0, 0.0, 3e38], rel=1e-7)  # 3e38 rounded to float32
 
 
 def test_first_nonfinite_reads_sparse_and_complex_gradients():

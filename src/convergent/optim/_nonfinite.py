@@ -101,24 +101,34 @@ def abs_maxima(tensors: list[Tensor]) -> list[float]:
     return maxima
 
 
-def _dense_values(tensor: Tensor) -> Tensor:
-    """The stored values of ``tensor`` as a real floating-point tensor (zero if empty)."""
+def _stored_values(tensor: Tensor) -> Tensor:
+    """The stored values of ``tensor``, real: a sparse tensor's values, a complex one's parts."""
     if tensor.layout == torch.sparse_coo:  # a base optimizer under HAM may take sparse grads
         tensor = tensor._values()
     elif tensor.layout != torch.strided:
         tensor = tensor.values()
     if tensor.is_complex():
         tensor = torch.view_as_real(tensor)
-    if not tensor.is_floating_point():
-        # integer gradients are finite; the reductions need a float here
-        return torch.zeros((), dtype=torch.float64, device=tensor.device)
-    if tensor.numel() == 0:
-        return torch.zeros((), dtype=tensor.dtype, device=tensor.device)
     return tensor
 
 
+def _dense_values(tensor: Tensor) -> Tensor:
+    """What the finiteness screen sums: the stored values, or a float zero for an integer
+    tensor (always finite) and an empty one."""
+    values = _stored_values(tensor)
+    if not values.is_floating_point() or values.numel() == 0:
+        return torch.zeros((), dtype=torch.float64, device=values.device)
+    return values
+
+
 def _extremes(tensor: Tensor) -> tuple[Tensor, Tensor]:
-    low, high = torch.aminmax(_dense_values(tensor))
+    values = _stored_values(tensor)
+    if values.numel() == 0:
+        zero = torch.zeros((), dtype=torch.float64, device=values.device)
+        return zero, zero
+    if not values.is_floating_point():
+        values = values.double()  # integer gradients are finite; aminmax needs a float here
+    low, high = torch.aminmax(values)
     return low, high
 
 

@@ -73,9 +73,3 @@ def check_gradient(name: str | Callable[[], str], param: Tensor, grad: Tensor) -
         raise TypeError(
             f"{named} has dtype {param.dtype}; only floating-point parameters are supported."
         )
-    if torch.is_complex(param) or torch.is_complex(grad):
-        raise TypeError(f"{name} is complex; only real floating-point parameters are supported.")
-    if not param.is_floating_point():
-        raise TypeError(
-            f"{name} has dtype {param.dtype}; only floating-point parameters are supported."
-        )

@@ -123,7 +123,8 @@ def notes_of(config: Any, data: dict[str, Any]) -> list[str]:
         f"the {config.selection_temperature} temperature from {list(config.radius_factors)}: "
         "the smallest factor (the strongest penalty) whose final validation RMSE is within "
         f"{config.selection_tolerance:.1%} of the grid's best (design 4; design 3 took the "
-        "best point, which for LoRA was the lightest penalty on a flat curve)."
+        "best point, which for LoRA was the lightest penalty on a nearly flat curve; this "
+        "rule and its tolerance were chosen after design 3's grids and verdicts were seen)."
         " The unregularized variant has no parameter to tune; the Langevin step size "
         f"({config.langevin_lr}) and batch ({config.langevin_batch_size}) are fixed for all.",
         f"Run length: {config.langevin_steps} Langevin steps, except at the bound temperature "

@@ -27,7 +27,8 @@ from tests.conftest import assert_drawn_figure, assert_same_claims
 
 def test_config_modes_and_bad_values():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    assert full.seeds == (0, 1, 2, 3, 4) and len(quick.seeds) == 1
+    # design 5's seeds are unseen by designs 3 and 4 (which reported 0-4)
+    assert full.seeds == (5, 6, 7, 8, 9) and len(quick.seeds) == 1
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
     assert full.temperatures == ("hot", "warm", "calibrated", "cold", "zero")
     assert full.claim_temperatures == ("hot", "warm", "calibrated")
@@ -118,7 +119,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["data"]["design"] == 4
+    assert payload["data"]["design"] == 5
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
@@ -223,8 +224,15 @@ def test_design_2_results_rescore_and_plot(tmp_path):
 DESIGN_3 = Path(__file__).resolve().parent / "data" / "langevin_design3_results.json.gz"
 
 
-def test_design_3_results_rescore_to_their_committed_claims():
-    payload = json.loads(gzip.decompress(DESIGN_3.read_bytes()))
-    assert payload["data"]["design"] == 3
-    assert "selection_tolerance" not in payload["config"]
+# The design-4 full results, as committed before design 5 (the null for "bounded") replaced
+# them; their "bounded" claims keep the peak criterion (no penalty-only chains were run).
+DESIGN_4 = Path(__file__).resolve().parent / "data" / "langevin_design4_results.json.gz"
+
+
+@pytest.mark.parametrize("design", [3, 4])
+def test_earlier_full_results_rescore_to_their_committed_claims(design):
+    path = {3: DESIGN_3, 4: DESIGN_4}[design]
+    payload = json.loads(gzip.decompress(path.read_bytes()))
+    assert payload["data"]["design"] == design
+    assert ("selection_tolerance" in payload["config"]) == (design == 4)
     assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])

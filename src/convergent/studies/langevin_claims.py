@@ -1,4 +1,4 @@
-"""The `langevin` study's claims (designs 2 to 4), scored from a ``results.json`` payload alone.
+"""The `langevin` study's claims (designs 2 to 5), scored from a ``results.json`` payload alone.
 
 The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
 (``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
@@ -17,8 +17,10 @@ model, the data order and the noise draws):
 5. accuracy not worse (one-sided): the larger relative excess of the final test RMSE with log
    or power over the unregularized run's; holds if <= ``accuracy_margin``.
 
-Design 2 tests 3-5 at one ``claim_temperature``; designs 3 and 4 at each of
-``claim_temperatures`` (design 4 differs from 3 only in how lam is selected).
+Design 2 tests 3-5 at one ``claim_temperature``; designs 3 to 5 at each of
+``claim_temperatures`` (design 4 differs from 3 only in how lam is selected). Design 5 scores
+claim 1 against the penalty-only chain of the same seed (`langevin_null`): the statistic
+minus the chain's, at most ``bound_tolerance``.
 
 Manipulation checks: the runs lasted ``relaxation_multiple`` relaxation times (1); the
 regularizer acted, its end norm at most 0.9 of the unregularized run's (1, 3, 5); the noise
@@ -80,9 +82,10 @@ from convergent.studies.langevin_measures import (
     total_end_norm,
     total_norm,
 )
+from convergent.studies.langevin_null import has_nulls, null_bounded_claim
 
-DESIGN = 4
-DESIGNS = (2, 3, 4)
+DESIGN = 5
+DESIGNS = (2, 3, 4, 5)
 TARGETS = v1.TARGETS
 ACTED_AT_MOST = v1.ACTED_AT_MOST
 
@@ -290,7 +293,11 @@ def experiment_claims(
             acted_check(experiment, bound),
             noise_acted(experiment, bound),
         ]
-        claims.append(bounded_claim(experiment, bound, number(config["bound_tolerance"]), checks))
+        tolerance = number(config["bound_tolerance"])
+        if design >= 5 and has_nulls(experiment.runs, experiment.penalties(bound)):
+            claims.append(null_bounded_claim(experiment, bound, tolerance, checks))
+        else:
+            claims.append(bounded_claim(experiment, bound, tolerance, checks))
     if experiment.has(bound, "none"):
         growth_threshold = number(config["growth_threshold"])
         claims.append(

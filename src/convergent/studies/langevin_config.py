@@ -1,4 +1,4 @@
-"""The ``langevin`` study's settings (design 4)."""
+"""The ``langevin`` study's settings (design 5)."""
 
 from __future__ import annotations
 
@@ -190,7 +190,9 @@ class Config:
         if mode == "full":
             return cls(
                 mode=mode,
-                seeds=(0, 1, 2, 3, 4),
+                # Design 5's seeds are new: designs 3 and 4 reported seeds 0-4, and design 5's
+                # criterion was set after their numbers were seen.
+                seeds=(5, 6, 7, 8, 9),
                 pilot_steps=2000,
                 test_fields=4000,
                 pretrain_steps=2000,

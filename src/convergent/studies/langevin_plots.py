@@ -1,4 +1,4 @@
-"""Figures of the ``langevin`` study, designs 2 and 3 (``matplotlib.figure.Figure``, never pyplot)."""
+"""Figures of the ``langevin`` study, designs 2 to 5 (``matplotlib.figure.Figure``, never pyplot)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,19 @@ def plot_norms(data: dict[str, Any], config: Any, out_dir: Path) -> list[str]:
                 continue
             ratios = [[_worst_ratio(r, t["stationary_radius"]) for r in t["trace"]] for t in traces]
             _band(bound_axis, steps, ratios, COLORS.get(variant, "black"), variant)
+            if all(variant in (run.get("null") or {}) for run in seed_runs):  # design 5
+                nulls = [run["null"][variant] for run in seed_runs]
+                null_ratios = [
+                    [_worst_ratio(r, n["stationary_radius"]) for r in n["trace"]] for n in nulls
+                ]
+                common = min(len(steps), *(len(row) for row in null_ratios))
+                bound_axis.plot(
+                    steps[:common],
+                    np.mean([row[:common] for row in null_ratios], axis=0),
+                    color=COLORS.get(variant, "black"),
+                    linestyle=":",
+                    label=f"{variant}: penalty alone (the null)",
+                )
         bound_axis.axhline(1.0, color="black", linewidth=1, label="stationary radius")
         bound_axis.axhline(
             1.0 + config.bound_tolerance, color="grey", linestyle="--", label="tolerance"

@@ -1,4 +1,4 @@
-"""The ``langevin`` study's jobs (design 4): temperatures, lam selection, the final runs.
+"""The ``langevin`` study's jobs (design 5): temperatures, lam selection, the final runs.
 
 Each job is a top-level function of plain arguments (the config as a dict, the data), so that
 a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the
@@ -15,6 +15,8 @@ study's cache).
    in loss units, set once by the radius rule at the hot s with the selected factor and kept at
    every temperature. The bound temperature's runs last ``relaxation_multiple`` radial
    relaxation times of the slowest matrix (clamped to [langevin_steps, max_langevin_steps]).
+   Design 5 adds, per penalty, the penalty-only chain of the bound temperature's run
+   (`langevin_null`), the null its "bounded" statistic is measured against.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, cast
 
 from convergent.optim.langevin import calibrated_s
 from convergent.regularize import PENALTIES, Penalty
+from convergent.studies.langevin_null import null_runs
 from convergent.studies.langevin_parts import (
     DarcyData,
     langevin_run,
@@ -218,4 +221,6 @@ def final_runs(
                     seed,
                 )
         out["phase2"][temperature] = runs
+    bound = str(settings["bound_temperature"])
+    out["null"] = null_runs(out["phase2"][bound], s[bound], settings, seed)
     return out

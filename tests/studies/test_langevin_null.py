@@ -1,0 +1,99 @@
+"""Design 5 of the langevin claims: "bounded" measured against the penalty-only chain.
+
+The chain is checked against the Euler-Maruyama rule written out here (the log penalty's
+gradient by hand, the noise from torch generators seeded as `Langevin` documents); the claim on
+the synthetic payload of the design-2 and design-3 tests, with answers worked out here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from convergent.studies.langevin_claims import claims_from_results
+from convergent.studies.langevin_null import NULL_SEED_OFFSET, penalty_chain
+from tests.studies.test_langevin_claims_v2 import MATRICES, SEEDS, by_name
+from tests.studies.test_langevin_claims_v3 import design_3
+
+
+def test_the_chain_is_langevin_on_the_penalty_alone():
+    lam, s, lr, steps, every = 0.3, 0.05, 0.01, 30, 10
+    numel, start = {"a": 5, "b": 3}, {"a": 1.5, "b": 0.5}
+    trace = penalty_chain("log", lam, start, numel, s=s, lr=lr, steps=steps, every=every,
+                          eps=1.0, seed=4)  # fmt: skip
+    # the start: a random direction (generator seeded 4, matrices in order) at each length
+    generator = torch.Generator().manual_seed(4)
+    weights = {}
+    for name, count in numel.items():
+        direction = torch.randn(count, generator=generator, dtype=torch.float64)
+        weights[name] = direction * (start[name] / direction.norm())
+    # the steps: W <- W - lr * grad(lam ||W||^2 log(1 + ||W||^2)) + sqrt(lr s) xi, xi from
+    # Langevin's CPU generator (seeded 4), drawn per matrix in order
+    noise = torch.Generator().manual_seed(4)
+    expected = [{name: float(w.norm()) for name, w in weights.items()}]
+    for step in range(1, steps + 1):
+        for name, w in weights.items():
+            q = float(w.square().sum())
+            grad = lam * (2 * math.log1p(q) + 2 * q / (1 + q)) * w
+            xi = torch.randn(w.shape, generator=noise, dtype=torch.float64)
+            weights[name] = w - lr * grad + math.sqrt(lr * s) * xi
+        if step % every == 0:
+            expected.append({name: float(w.norm()) for name, w in weights.items()})
+    assert [record["step"] for record in trace] == [0, 10, 20, 30]
+    for record, norms in zip(trace, expected, strict=True):
+        assert record["norms"] == pytest.approx(norms, rel=1e-12)
+
+
+def design_5(null_scale: float) -> dict:
+    """The design-3 payload as design 5, each seed's null for log and power its own bound run
+    with every norm times ``null_scale``."""
+    results = design_3()
+    results["data"]["design"] = 5
+    for experiment in MATRICES:
+        for run in results["data"]["runs"][experiment]:
+            run["null"] = {}
+            for penalty in ("log", "power"):
+                record = copy.deepcopy(run["phase2"]["hot"][penalty])
+                for entry in record["trace"]:
+                    entry["norms"] = {m: v * null_scale for m, v in entry["norms"].items()}
+                run["null"][penalty] = {
+                    "trace": record["trace"],
+                    "stationary_radius": record["stationary_radius"],
+                }
+    return results
+
+
+def test_a_run_that_matches_its_null_is_bounded_whatever_its_peak():
+    claims = claims_from_results(design_5(1.0))
+    for experiment in MATRICES:
+        bounded = by_name(claims, experiment)["bounded"]
+        assert "exceed the same statistic of the penalty alone" in bounded.statement
+        assert list(bounded.per_seed) == [0.0] * len(SEEDS)
+        assert bounded.effect == 0.0
+
+
+def test_the_effect_is_the_run_statistic_minus_the_nulls():
+    # Design 4's claim (no nulls) gives each seed's run statistic e; a null with every norm
+    # scaled by c has peak and asymptote scaled by c, so its statistic is c (1 + e) - 1 and
+    # the difference (1 - c)(1 + e) (the larger of log and power: both are the same here).
+    old = design_3()
+    old["data"]["design"] = 4
+    scale = 0.8
+    new = claims_from_results(design_5(scale))
+    for experiment in MATRICES:
+        run = by_name(claims_from_results(old), experiment)["bounded"].per_seed
+        got = by_name(new, experiment)["bounded"].per_seed
+        expected = [(1 - scale) * (1 + e) for e in run]
+        assert list(got) == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_null_seed_is_the_runs_plus_a_fixed_offset():
+    # a chain's noise is its own but reproducible: the same seed gives the same chain
+    options = {"s": 0.02, "lr": 0.01, "steps": 20, "every": 10, "eps": 1.0}
+    one = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET, **options)
+    two = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET, **options)
+    other = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET + 1, **options)
+    assert one == two and one != other

@@ -3,10 +3,11 @@
 Designs 2 to 4 judged "bounded" by each matrix's peak norm over the second half of phase 2 (and
 the upper end of a saturating fit's asymptote), over the penalty's stationary radius r: at most
 10 % above it. Run in the theory's own setting (Langevin on the penalty alone, with the run's
-lam, s, step size, length, start norms and record spacing), that statistic reads +0.18 to
-+0.25 for the log penalty on LoRA's 64-entry matrices and +0.11 to +0.16 for the power one
-(5 seeds): a norm's stationary spread is about r / sqrt(2 n), and the peak of some fifteen
-records over eight matrices lies about two spreads up. The criterion could not pass where the
+lam, s, step size, length, start norms and record spacing), that statistic reads +0.16 to
++0.23 for the log penalty on LoRA's 64-entry matrices and +0.11 to +0.22 for the power one
+(design 4's five seeds; ``python examples/langevin_bound_null.py``): a norm's stationary
+spread is about r / sqrt(2 n), and the peak of some fifteen records over eight matrices lies
+about two spreads up. The criterion could not pass where the
 theory holds exactly. Design 5 measures each run against that chain, same seed: the effect is
 the run's statistic minus the chain's, and "bounded" holds if it is at most the tolerance.
 """

@@ -62,11 +62,8 @@ def first_nonfinite(tensors: list[Tensor]) -> int | None:
     can overflow their sum (a float16 gradient of 40,000 entries of 100 does). A sum is one
     reduction per element where min and max are two: the guard reads faster.
     """
-    by_device: dict[torch.device, list[int]] = {}
-    for index, tensor in enumerate(tensors):
-        by_device.setdefault(tensor.device, []).append(index)
     suspects: list[int] = []
-    for indices in by_device.values():
+    for indices in _indices_by_device(tensors):
         sums = torch.stack([_dense_values(tensors[index]).sum() for index in indices])
         finite = torch.isfinite(sums).tolist()
         suspects.extend(index for index, ok in zip(indices, finite, strict=True) if not ok)
@@ -78,6 +75,14 @@ def first_nonfinite(tensors: list[Tensor]) -> int | None:
     return None if bad is None else suspects[bad]
 
 
+def _indices_by_device(tensors: list[Tensor]) -> list[list[int]]:
+    """The tensors' indices grouped by device, in order: one synchronization per group."""
+    by_device: dict[torch.device, list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        by_device.setdefault(tensor.device, []).append(index)
+    return list(by_device.values())
+
+
 def _first_not_finite(values: list[float]) -> int | None:
     return next((index for index, value in enumerate(values) if not math.isfinite(value)), None)
 
@@ -85,12 +90,10 @@ def _first_not_finite(values: list[float]) -> int | None:
 def abs_maxima(tensors: list[Tensor]) -> list[float]:
     """max |x| of each tensor (0 for an empty one), NaN or inf where it holds a NaN or an
     infinity: one read per tensor (its min and max, which both propagate NaN), one
-    synchronization per device. The optimizers' guard, which also bounds their exponents."""
-    by_device: dict[torch.device, list[int]] = {}
-    for index, tensor in enumerate(tensors):
-        by_device.setdefault(tensor.device, []).append(index)
+    synchronization per device. HAM's guard, whose maxima also bound its exponent, and the
+    confirmation of `first_nonfinite`'s suspects."""
     maxima = [0.0] * len(tensors)
-    for indices in by_device.values():
+    for indices in _indices_by_device(tensors):
         extremes = [_extremes(tensors[index]) for index in indices]
         low = torch.stack([pair[0] for pair in extremes]).double()
         high = torch.stack([pair[1] for pair in extremes]).double()

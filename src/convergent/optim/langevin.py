@@ -262,7 +262,7 @@ class Langevin(Optimizer):
         self.noise_streams = noise_streams
         self.implementation: Implementation = implementation
         self._generators: dict[str, torch.Generator] = {}
-        # Noise scratch, one per (device, dtype), as large as the largest tensor; not state.
+        # Noise scratch, one per (device, dtype), as large as the largest noise block; not state.
         self._scratch_buffers: dict[tuple[torch.device, torch.dtype], Tensor] = {}
         if generator is not None:
             self._generators[_device_key(generator.device)] = generator
@@ -340,16 +340,15 @@ class Langevin(Optimizer):
             )
             generator.set_state(generator_state.cpu())
 
-    def _scratch(self, param: Tensor, numel: int | None = None) -> Tensor:
-        """A buffer shaped like `param` (or flat, of ``numel`` elements), a view of one
+    def _scratch(self, param: Tensor, numel: int) -> Tensor:
+        """``numel`` elements of ``param``'s device and dtype, flat: a view of one
         per-(device, dtype) scratch tensor."""
-        size = param.numel() if numel is None else numel
         key = (param.device, param.dtype)
         buffer = self._scratch_buffers.get(key)
-        if buffer is None or buffer.numel() < size:
-            buffer = torch.empty(size, dtype=param.dtype, device=param.device)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=param.dtype, device=param.device)
             self._scratch_buffers[key] = buffer
-        return buffer[:size] if numel is not None else buffer[:size].view(param.shape)
+        return buffer[:numel]
 
     def _fill_noise(self, outs: list[Tensor], shards: list[bool]) -> None:
         """Fills each of ``outs`` (contiguous) with N(0, 1) noise, tensor by tensor.
@@ -471,9 +470,9 @@ class Langevin(Optimizer):
                 state["step"] += 1
                 square_avgs.append(_sharding.local(state["square_avg"]))
         if self.implementation == "foreach" and not group["preconditioned"] and s > 0:
-            # Gradient step for all tensors at once, then the noise one tensor at a time through
-            # a reused scratch buffer: no fresh parameter-sized allocation (and page faults) per
-            # step, and the generator is consumed exactly as the reference's per-tensor draws.
+            # Gradient step for all tensors at once, then the noise block by block through a
+            # reused scratch buffer: no fresh parameter-sized allocation (and page faults) per
+            # step, and the generators are consumed exactly as the reference's per-tensor draws.
             _foreach_langevin(params, grads, None, None, lr, 0.0, alpha, eps)
             self._add_noise(params, sharded, math.sqrt(lr * s))
             return

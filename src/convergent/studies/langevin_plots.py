@@ -10,13 +10,23 @@ from matplotlib.figure import Figure
 
 from convergent.regularize import diffusion_radius
 from convergent.studies.langevin_measures import total_norm
+from convergent.studies.langevin_null import has_nulls
 
 COLORS = {"none": "tab:red", "log": "tab:blue", "power": "tab:green"}
 LABELS = {"attention": "W_Q, W_K (1 layer)", "lora": "LoRA factors on q/k (2 layers)"}
 
 
-def _band(axis: Any, steps: list[int], rows: list[list[float]], color: str, label: str) -> None:
-    """Mean over seeds as a line, min-max as a band (rows: one list of values per seed).
+def _band(
+    axis: Any,
+    steps: list[int],
+    rows: list[list[float]],
+    color: str,
+    label: str,
+    linestyle: str = "-",
+    band: bool = True,
+) -> None:
+    """Mean over seeds as a line, min-max as a band (rows: one list of values per seed; no
+    band with ``band=False``).
 
     The bound temperature's run length depends on each seed's start weights (through the
     relaxation time), so the seeds' traces may differ in length: the band covers the steps they
@@ -25,8 +35,8 @@ def _band(axis: Any, steps: list[int], rows: list[list[float]], color: str, labe
     common = min(len(steps), *(len(row) for row in rows))
     steps = steps[:common]
     values = np.asarray([row[:common] for row in rows], dtype=np.float64)
-    axis.plot(steps, values.mean(axis=0), color=color, label=label)
-    if len(rows) > 1:
+    axis.plot(steps, values.mean(axis=0), color=color, label=label, linestyle=linestyle)
+    if band and len(rows) > 1:
         axis.fill_between(steps, values.min(axis=0), values.max(axis=0), color=color, alpha=0.15)
 
 
@@ -60,19 +70,13 @@ def plot_norms(data: dict[str, Any], config: Any, out_dir: Path) -> list[str]:
                 continue
             ratios = [[_worst_ratio(r, t["stationary_radius"]) for r in t["trace"]] for t in traces]
             _band(bound_axis, steps, ratios, COLORS.get(variant, "black"), variant)
-            if all(variant in (run.get("null") or {}) for run in seed_runs):  # design 5
+            if has_nulls(seed_runs, [variant]):  # design 5
                 nulls = [run["null"][variant] for run in seed_runs]
                 null_ratios = [
                     [_worst_ratio(r, n["stationary_radius"]) for r in n["trace"]] for n in nulls
                 ]
-                common = min(len(steps), *(len(row) for row in null_ratios))
-                bound_axis.plot(
-                    steps[:common],
-                    np.mean([row[:common] for row in null_ratios], axis=0),
-                    color=COLORS.get(variant, "black"),
-                    linestyle=":",
-                    label=f"{variant}: penalty alone (the null)",
-                )
+                _band(bound_axis, steps, null_ratios, COLORS.get(variant, "black"),
+                      f"{variant}: penalty alone (the null)", linestyle=":", band=False)  # fmt: skip
         bound_axis.axhline(1.0, color="black", linewidth=1, label="stationary radius")
         bound_axis.axhline(
             1.0 + config.bound_tolerance, color="grey", linestyle="--", label="tolerance"

@@ -1,4 +1,4 @@
-"""Design 5 of the langevin claims: "bounded" measured against the penalty-only chain.
+"""Designs 5 and 6 of the langevin claims: "bounded" measured against the penalty-only chain.
 
 The chain is checked against the Euler-Maruyama rule written out here (the log penalty's
 gradient by hand, the noise from torch generators seeded as `Langevin` documents); the claim on
@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from convergent.studies.langevin_claims import claims_from_results
-from convergent.studies.langevin_null import NULL_SEED_OFFSET, penalty_chain
+from convergent.studies.langevin_null import (
+    NULL_CRITERION_CHECK,
+    NULL_SEED_OFFSET,
+    joint_excess,
+    penalty_chain,
+)
 from tests.studies.test_langevin_claims_v2 import MATRICES, SEEDS, by_name
 from tests.studies.test_langevin_claims_v3 import design_3
 
@@ -97,3 +102,53 @@ def test_the_null_seed_is_the_runs_plus_a_fixed_offset():
     two = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET, **options)
     other = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET + 1, **options)
     assert one == two and one != other
+
+
+def test_the_joint_statistic_of_a_falling_curve_is_its_second_half_peak():
+    # a curve that ends below its start has no asymptote fit (the peak decides): the joint norm
+    # sqrt(a^2 + b^2) over sqrt(ra^2 + rb^2), its largest value from step 20 on, minus 1
+    a, b = [3.0, 2.0, 1.9, 2.2, 1.0], [4.0, 1.0, 1.5, 0.4, 0.5]
+    record = {
+        "trace": [
+            {"step": 10 * i, "norms": {"a": x, "b": y}}
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+        ],
+        "stationary_radius": {"a": 1.5, "b": 2.0},
+    }
+    expected = (
+        max(math.hypot(x, y) for x, y in zip(a[2:], b[2:], strict=True)) / math.hypot(1.5, 2.0) - 1
+    )
+    assert joint_excess(record) == pytest.approx(expected, rel=1e-12)
+
+
+def design_6(null_scale: float) -> dict:
+    results = design_5(null_scale)
+    results["data"]["design"] = 6
+    return results
+
+
+def test_design_6_scores_the_run_alone_and_checks_the_criterion_on_the_chain():
+    base = claims_from_results(design_6(1.0))
+    scale = 0.9
+    scaled = claims_from_results(design_6(scale))
+    for experiment in MATRICES:
+        one, other = by_name(base, experiment)["bounded"], by_name(scaled, experiment)["bounded"]
+        assert "joint norm" in one.statement
+        # the effect is the run's own statistic: the chain does not enter it
+        assert list(one.per_seed) == list(other.per_seed)
+        runs = one.extra["joint_excess"]
+        assert list(one.per_seed) == [
+            max(pair) for pair in zip(runs["log"], runs["power"], strict=True)
+        ]
+        # the chain's statistic, every norm x c: peak and asymptote scale by c
+        check = {c.name: c for c in other.checks}[NULL_CRITERION_CHECK]
+        expected = max(scale * (1 + e) - 1 for values in runs.values() for e in values)
+        assert check.value == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_chain_that_fails_the_criterion_leaves_the_claim_untested():
+    for experiment in MATRICES:
+        bounded = by_name(claims_from_results(design_6(3.0)), experiment)["bounded"]
+        check = {c.name: c for c in bounded.checks}[NULL_CRITERION_CHECK]
+        assert check.passed is False
+        assert bounded.verdict == "untested"

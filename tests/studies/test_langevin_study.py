@@ -27,8 +27,8 @@ from tests.conftest import assert_drawn_figure, assert_same_claims
 
 def test_config_modes_and_bad_values():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    # design 5's seeds are unseen by designs 3 and 4 (which reported 0-4)
-    assert full.seeds == (5, 6, 7, 8, 9) and len(quick.seeds) == 1
+    # design 6's seeds are unseen by designs 3 and 4 (which reported 0-4) and 5 (5-9)
+    assert full.seeds == (10, 11, 12, 13, 14) and len(quick.seeds) == 1
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
     assert full.temperatures == ("hot", "warm", "calibrated", "cold", "zero")
     assert full.claim_temperatures == ("hot", "warm", "calibrated")
@@ -119,7 +119,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["data"]["design"] == 5
+    assert payload["data"]["design"] == 6
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
@@ -229,10 +229,39 @@ DESIGN_3 = Path(__file__).resolve().parent / "data" / "langevin_design3_results.
 DESIGN_4 = Path(__file__).resolve().parent / "data" / "langevin_design4_results.json.gz"
 
 
+# The design-5 full results, as committed before design 6 (the joint norm for "bounded")
+# replaced them; their "bounded" claims are each matrix's statistic minus the chain's.
+DESIGN_5 = Path(__file__).resolve().parent / "data" / "langevin_design5_results.json.gz"
+
+
 @pytest.mark.parametrize("design", [3, 4])
 def test_earlier_full_results_rescore_to_their_committed_claims(design):
     path = {3: DESIGN_3, 4: DESIGN_4}[design]
     payload = json.loads(gzip.decompress(path.read_bytes()))
     assert payload["data"]["design"] == design
-    assert ("selection_tolerance" in payload["config"]) == (design == 4)
+    assert ("selection_tolerance" in payload["config"]) == (design >= 4)
     assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])
+
+
+def test_design_5_results_rescore_except_where_a_fit_was_not_identified():
+    payload = json.loads(gzip.decompress(DESIGN_5.read_bytes()))
+    assert payload["data"]["design"] == 5
+    rescored = [c.to_json() for c in claims_from_results(payload)]
+    committed = payload["claims"]
+    # LoRA's "bounded" claim went through saturating fits of flat, noisy 64-entry curves whose
+    # asymptotes are not identified (6e4 r on seed 9, 12 r in seed 6's chain): their values move
+    # in the fourth digit between BLAS builds, which is why design 6 fits the joint norm.
+    lora = [
+        i
+        for i, c in enumerate(committed)
+        if c["statement"].startswith("lora: with a light") and "stay bounded" in c["statement"]
+    ]
+    assert len(lora) == 1
+    (index,) = lora
+    assert_same_claims(
+        rescored[:index] + rescored[index + 1 :], committed[:index] + committed[index + 1 :]
+    )
+    new, old = rescored[index], committed[index]
+    assert new["verdict"] == old["verdict"] == "inconclusive"
+    assert new["per_seed"][-1] > 1e4 and old["per_seed"][-1] > 1e4
+    assert new["per_seed"][:-1] == pytest.approx(old["per_seed"][:-1], rel=1e-3)

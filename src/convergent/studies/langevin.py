@@ -3,7 +3,7 @@
 Frangi et al. (2026) claim that Langevin dynamics on attention's W_Q, W_K, with a light
 log-amplified or super-quadratic regularizer, converges; that without one the norms of W_Q
 and W_K grow without bound and the generalization gap creeps up; and that accuracy is about
-the same either way. Design 5 tests those claims on generated Darcy flow (``darcy-gen``):
+the same either way. Design 6 tests those claims on generated Darcy flow (``darcy-gen``):
 
 1. a pilot (phase 1 only, validation split) picks, from declared candidates, a training-set
    size and width where the model overfits (`langevin_pilot`);
@@ -17,8 +17,10 @@ the same either way. Design 5 tests those claims on generated Darcy flow (``darc
 4. lam is in loss units, from the radius rule at the hot s with a factor selected on
    validation: the strongest penalty within a declared tolerance of the best validation RMSE
    (`langevin_runs`; design 3 took the best point); the bound temperature's runs last several
-   radial relaxation times, and "bounded" is tested against the penalty alone run by the same
-   chain (`langevin_null`; designs 2 to 4 tested it against the stationary radius alone);
+   radial relaxation times, and "bounded" is tested on the matrices' joint norm against the
+   joint stationary radius, gated by the penalty alone run by the same chain passing the same
+   criterion (`langevin_null`; design 5 took each matrix's statistic minus the chain's, designs
+   2 to 4 each matrix's against its radius alone);
 5. the gap and accuracy claims are tested at the hot, warm and calibrated temperatures, each
    gated by whether the noise changed the outcome against the same seed's s = 0 run and (for
    the gap) whether phase 2 kept the phase-1 fit (`langevin_checks`).

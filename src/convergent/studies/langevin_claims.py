@@ -1,4 +1,4 @@
-"""The `langevin` study's claims (designs 2 to 5), scored from a ``results.json`` payload alone.
+"""The `langevin` study's claims (designs 2 to 6), scored from a ``results.json`` payload alone.
 
 The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
 (``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
@@ -20,7 +20,9 @@ model, the data order and the noise draws):
 Design 2 tests 3-5 at one ``claim_temperature``; designs 3 to 5 at each of
 ``claim_temperatures`` (design 4 differs from 3 only in how lam is selected). Design 5 scores
 claim 1 against the penalty-only chain of the same seed (`langevin_null`): the statistic
-minus the chain's, at most ``bound_tolerance``.
+minus the chain's, at most ``bound_tolerance``. Design 6 scores it on the matrices' joint norm
+(`langevin_null.joint_excess`, at most ``bound_tolerance``), gated by the same statistic of the
+chains being within the tolerance too.
 
 Manipulation checks: the runs lasted ``relaxation_multiple`` relaxation times (1); the
 regularizer acted, its end norm at most 0.9 of the unregularized run's (1, 3, 5); the noise
@@ -82,10 +84,10 @@ from convergent.studies.langevin_measures import (
     total_end_norm,
     total_norm,
 )
-from convergent.studies.langevin_null import has_nulls, null_bounded_claim
+from convergent.studies.langevin_null import has_nulls, joint_bounded_claim, null_bounded_claim
 
-DESIGN = 5
-DESIGNS = (2, 3, 4, 5)
+DESIGN = 6
+DESIGNS = (2, 3, 4, 5, 6)
 TARGETS = v1.TARGETS
 ACTED_AT_MOST = v1.ACTED_AT_MOST
 
@@ -294,7 +296,9 @@ def experiment_claims(
             noise_acted(experiment, bound),
         ]
         tolerance = number(config["bound_tolerance"])
-        if design >= 5 and has_nulls(experiment.runs, experiment.penalties(bound)):
+        if design >= 6:
+            claims.append(joint_bounded_claim(experiment, bound, tolerance, checks))
+        elif design == 5 and has_nulls(experiment.runs, experiment.penalties(bound)):
             claims.append(null_bounded_claim(experiment, bound, tolerance, checks))
         else:
             claims.append(bounded_claim(experiment, bound, tolerance, checks))

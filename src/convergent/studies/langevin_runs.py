@@ -1,4 +1,4 @@
-"""The ``langevin`` study's jobs (design 5): temperatures, lam selection, the final runs.
+"""The ``langevin`` study's jobs (designs 5 and 6): temperatures, lam selection, the final runs.
 
 Each job is a top-level function of plain arguments (the config as a dict, the data), so that
 a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the

@@ -393,3 +393,18 @@ def test_quick_run(tmp_path):
     assert all(check.value is not None for claim in result.claims for check in claim.checks)
     payload = json.loads((tmp_path / "results.json").read_text())
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+
+
+def test_part_a_on_two_workers_matches_one(tmp_path):
+    config = replace(Config.for_mode("smoke"), run_depth=False, regimes=((0.1, 8),), tuned_steps=8)
+    alone = run(config, tmp_path / "one", progress=False)
+    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+
+    def without_seconds(runs: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in runs]
+
+    for key in ("one_layer_runs", "tuned_runs"):
+        assert without_seconds(parallel.data[key]) == without_seconds(alone.data[key])
+    assert parallel.data["lr_tuning"] == alone.data["lr_tuning"]
+    with pytest.raises(ValueError, match="workers=0 is out of range"):
+        replace(config, workers=0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -54,7 +55,7 @@ from .residual_tables import (
     tuning_table,
     worst_final_losses,
 )
-from .units import UnitCache
+from .units import UnitCache, run_jobs
 
 __all__ = ["Config", "claims_from_results", "run"]
 
@@ -108,6 +109,7 @@ class Config:
         max_length: tokens per sentence.
         train_examples, validation_examples: rt-sentences subset sizes.
         run_depth: run part (b) at all.
+        workers: processes for part (a)'s runs, one thread each (results do not depend on it).
     """
 
     mode: str = "quick"
@@ -136,6 +138,7 @@ class Config:
     train_examples: int = 2000
     validation_examples: int = 256
     run_depth: bool = True
+    workers: int = 1
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -181,6 +184,7 @@ class Config:
             "depth_steps",
             "depth_batch_size",
             "tuning_steps",
+            "workers",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is out of range; it must be >= 1.")
@@ -218,8 +222,9 @@ class Config:
                 depth_steps=200,
                 train_examples=8000,
                 validation_examples=1000,
+                workers=min(2, os.cpu_count() or 1),
             )
-        return cls(mode="quick")
+        return cls(mode="quick", workers=min(2, os.cpu_count() or 1))
 
     @property
     def resolved_init_std(self) -> float:
@@ -241,45 +246,92 @@ def _limited_threads(count: int) -> Any:
     return _Threads()
 
 
-def _one_layer_unit(
-    config: Config,
-    units: UnitCache,
-    weather: Callable[[], tuple[torch.Tensor, torch.Tensor, int]],
-    log: Callable[[str], None] | None,
-    *,
-    part: str,
-    lr: float,
-    steps: int,
-    beta: float,
-    seed: int,
-) -> GradientDescentRun:
-    """One cached full-batch GD run; the data subset is loaded only if it has to be computed."""
+@dataclass(frozen=True)
+class OneLayerJob:
+    """One full-batch GD run of part (a): its cache key and what `train_one_beta` needs."""
 
-    def compute() -> dict[str, Any]:
-        inputs, labels, _ = weather()
+    part: str
+    lr: float
+    steps: int
+    beta: float
+    seed: int
+    window: int
+    examples: int
+    d_model: int
+    d_ff: int
+    init_std: float
+    spectra_every: int
+
+    def unit(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "lr": float(self.lr),
+            "steps": int(self.steps),
+            "beta": float(self.beta),
+            "seed": int(self.seed),
+        }
+
+
+@functools.cache
+def _weather(window: int, examples: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The part (a) training windows (data seed 0), loaded once per process."""
+    return weather_subset(window, examples, 0)
+
+
+def _train_one_layer(job: OneLayerJob) -> dict[str, Any]:
+    """A part (a) run as a dict, on one thread: the one-layer model's matrices are tiny, and
+    threads would only add overhead (a top-level function, so a process pool can call it)."""
+    with _limited_threads(1):
+        inputs, labels, _ = _weather(job.window, job.examples)
         run = train_one_beta(
             inputs,
             labels,
+            job.beta,
+            job.seed,
+            window=job.window,
+            d_model=job.d_model,
+            d_ff=job.d_ff,
+            init_std=job.init_std,
+            steps=job.steps,
+            lr=job.lr,
+            spectra_every=job.spectra_every,
+        )
+    return run_to_dict(run)
+
+
+def _one_layer_batch(
+    config: Config,
+    units: UnitCache,
+    log: Callable[[str], None] | None,
+    runs: list[tuple[str, float, int, float, int]],
+) -> list[GradientDescentRun]:
+    """The (part, lr, steps, beta, seed) runs, cached, pending ones on ``config.workers``
+    processes (the values do not depend on how many)."""
+    jobs = [
+        OneLayerJob(
+            part,
+            lr,
+            steps,
             beta,
             seed,
-            window=config.window,
-            d_model=config.d_model,
-            d_ff=config.d_ff,
-            init_std=config.resolved_init_std,
-            steps=steps,
-            lr=lr,
-            spectra_every=config.spectra_every,
+            config.window,
+            config.examples,
+            config.d_model,
+            config.d_ff,
+            config.resolved_init_std,
+            config.spectra_every,
         )
-        return run_to_dict(run)
-
-    unit = {"part": part, "lr": float(lr), "steps": int(steps), "beta": float(beta)}
-    run = GradientDescentRun(**units.run({**unit, "seed": int(seed)}, compute))
-    if log is not None:
-        log(
-            f"{part} lr={lr:g} beta={beta} seed={seed}: loss {run.losses[0]:.4f} -> "
-            f"{run.losses[-1]:.4f} in {run.seconds:.1f} s"
-        )
-    return run
+        for part, lr, steps, beta, seed in runs
+    ]
+    values = run_jobs(units, jobs, _train_one_layer, config.workers)
+    out = [GradientDescentRun(**value) for value in values]
+    for job, run in zip(jobs, out, strict=True):
+        if log is not None:
+            log(
+                f"{job.part} lr={job.lr:g} beta={job.beta} seed={job.seed}: loss "
+                f"{run.losses[0]:.4f} -> {run.losses[-1]:.4f} in {run.seconds:.1f} s"
+            )
+    return out
 
 
 def select_step_size(rows: list[dict[str, Any]]) -> float:
@@ -297,55 +349,49 @@ def _one_layer_runs(
 
     One cached unit per (regime, seed, beta), per tuning (lr, beta) and per tuned (seed, beta).
     """
-    weather = functools.cache(lambda: weather_subset(config.window, config.examples, 0))
-    run_unit = functools.partial(_one_layer_unit, config, units, weather, log)
-    runs, tuning, tuned = [], [], []
-    # The one-layer model's matrices are tiny: one thread avoids pure threading overhead.
-    with _limited_threads(1):
-        for lr, steps in config.regimes:
-            for seed in config.seeds:
-                for beta in config.betas:
-                    runs.append(
-                        run_unit(part="one_layer", lr=lr, steps=steps, beta=beta, seed=seed)
-                    )
-        for beta in config.betas if config.tuned_lrs else ():
-            rows = []
-            for lr in config.tuned_lrs:
-                for selection_seed in config.selection_seeds:
-                    trial = run_unit(
-                        part="lr_tuning",
-                        lr=lr,
-                        steps=config.tuning_steps,
-                        beta=beta,
-                        seed=selection_seed,
-                    )
-                    rows.append(
-                        {
-                            "beta": float(beta),
-                            "lr": float(lr),
-                            "seed": int(selection_seed),
-                            "final_loss": float(trial.losses[-1]),
-                            "diverged": bool(trial.diverged),
-                        }
-                    )
-            selected = select_step_size(rows)
-            for row in rows:
-                row["selected"] = row["lr"] == selected
-            tuning += rows
-            if not math.isfinite(selected):
-                if log is not None:
-                    log(f"beta={beta}: every tuning run diverged; no tuned runs")
-                continue
-            for seed in config.seeds:
-                tuned.append(
-                    run_unit(
-                        part="one_layer_tuned",
-                        lr=selected,
-                        steps=config.tuned_steps,
-                        beta=beta,
-                        seed=seed,
-                    )
-                )
+    fixed = [
+        ("one_layer", lr, steps, beta, seed)
+        for lr, steps in config.regimes
+        for seed in config.seeds
+        for beta in config.betas
+    ]
+    trials = [
+        ("lr_tuning", lr, config.tuning_steps, beta, selection_seed)
+        for beta in (config.betas if config.tuned_lrs else ())
+        for lr in config.tuned_lrs
+        for selection_seed in config.selection_seeds
+    ]
+    # The fixed regimes and the tuning trials are independent: one batch for the workers.
+    done = _one_layer_batch(config, units, log, fixed + trials)
+    runs = done[: len(fixed)]
+    tuning: list[dict[str, Any]] = []
+    selected_lrs: dict[float, float] = {}
+    for beta in config.betas if config.tuned_lrs else ():
+        rows = [
+            {
+                "beta": float(beta),
+                "lr": float(lr),
+                "seed": int(seed),
+                "final_loss": float(trial.losses[-1]),
+                "diverged": bool(trial.diverged),
+            }
+            for (_, lr, _, trial_beta, seed), trial in zip(trials, done[len(fixed) :], strict=True)
+            if trial_beta == beta
+        ]
+        selected = select_step_size(rows)
+        for row in rows:
+            row["selected"] = row["lr"] == selected
+        tuning += rows
+        if math.isfinite(selected):
+            selected_lrs[beta] = selected
+        elif log is not None:
+            log(f"beta={beta}: every tuning run diverged; no tuned runs")
+    tuned_runs = [
+        ("one_layer_tuned", lr, config.tuned_steps, beta, seed)
+        for beta, lr in selected_lrs.items()
+        for seed in config.seeds
+    ]
+    tuned = _one_layer_batch(config, units, log, tuned_runs)
     return runs, tuning, tuned
 
 

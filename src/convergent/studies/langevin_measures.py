@@ -192,14 +192,20 @@ def bound_of(record: Record) -> Bound:
     """
     trace = record["trace"]
     steps = [number(r["step"]) for r in trace]
-    second_half = [index for index, step in enumerate(steps) if step >= steps[-1] / 2]
     peak, asymptote, radius = {}, {}, {}
     for matrix, stored in record["stationary_radius"].items():
         radius[matrix] = number(stored)
         curve = [number(r["norms"][matrix]) for r in trace]
-        peak[matrix] = largest([curve[index] for index in second_half]) / radius[matrix]
+        peak[matrix] = second_half_peak(curve, steps) / radius[matrix]
         asymptote[matrix] = saturation_ceiling(curve, steps) / radius[matrix]
     return Bound(peak, asymptote, radius)
+
+
+def second_half_peak(curve: Sequence[float], steps: Sequence[float]) -> float:
+    """The largest value of ``curve`` from half the last step on (NaN if any there is NaN)."""
+    return largest(
+        [value for value, step in zip(curve, steps, strict=True) if step >= steps[-1] / 2]
+    )
 
 
 def mean(values: Sequence[float]) -> float:

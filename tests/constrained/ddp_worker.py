@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import torch
-import torch.distributed as dist
 
 from convergent.models import Transformer, TransformerConfig
 from convergent.train import distributed, fit
@@ -66,8 +65,7 @@ def main(output: str, processes: str) -> None:
     assert distributed.world_size() == int(processes)
     results = {cadence: train(cadence) for cadence in ("every", "epoch")}
     torch.save(results, f"{output}.rank{distributed.rank()}")
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

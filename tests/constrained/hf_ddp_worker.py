@@ -9,7 +9,6 @@ import os
 import sys
 
 import torch
-import torch.distributed as dist
 import transformers
 
 from convergent.train import distributed
@@ -28,8 +27,7 @@ def main(output: str, scratch: str) -> None:
     DescentTrainer(model=model, args=args, train_dataset=data, descent=step).train()
     torch.save({"lambda": step.dual.value(), "steps": step.steps},
                f"{output}.rank{distributed.rank()}")  # fmt: skip
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

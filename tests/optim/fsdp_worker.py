@@ -15,6 +15,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from convergent.optim import HAM, HORST, Langevin
+from convergent.train import distributed
 
 
 def _model() -> torch.nn.Module:
@@ -199,8 +200,11 @@ def main() -> None:
         for implementation in ("foreach", "reference"):
             check_langevin_noise_is_independent_across_shards(implementation)
         check_langevin_under_ddp_keeps_replicas_identical()
+        distributed.shutdown()
     finally:
-        dist.destroy_process_group()
+        # after a failed check the peer may never reach a barrier: tear down without one
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import torch
-import torch.distributed as dist
 
 from convergent.optim import HORST
 from convergent.sparse import ACDCSchedule, select_prunable
@@ -37,8 +36,7 @@ def main(output: str, processes: str) -> None:
         },
         f"{output}.rank{distributed.rank()}",
     )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import torch
-import torch.distributed as dist
 
 from convergent.train import distributed, fit
 from tests.conftest import RecordingDataset, TinyClassifier, make_classification
@@ -35,8 +34,7 @@ def main(output: str, processes: str) -> None:
     saved = {"state": model.state_dict(), "evaluation": result.evaluation,
              "train_served": train.served, "eval_served": evaluation.served}  # fmt: skip
     torch.save(saved, f"{output}.rank{distributed.rank()}")
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

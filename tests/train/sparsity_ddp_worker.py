@@ -7,7 +7,6 @@ import os
 import sys
 
 import torch
-import torch.distributed as dist
 import transformers
 
 from convergent.train import distributed
@@ -32,8 +31,7 @@ def main(output: str, scratch: str) -> None:
         {"masks": callback.masked.masks.state_dict(), "state": model.state_dict()},
         f"{output}.rank{distributed.rank()}",
     )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":

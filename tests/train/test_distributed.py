@@ -30,3 +30,18 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path):
         torch.testing.assert_close(two["state"][name], value, rtol=1e-5, atol=1e-6)
     assert one["evaluation"]["accuracy"] == pytest.approx(two["evaluation"]["accuracy"])
     assert one["evaluation"]["loss"] == pytest.approx(two["evaluation"]["loss"], rel=1e-5)
+
+
+def test_shutdown_ends_a_running_group_and_is_a_no_op_without_one(tmp_path):
+    import torch.distributed as dist
+
+    from convergent.train import distributed
+
+    distributed.shutdown()  # no group: nothing to do, nothing raised
+    assert not dist.is_initialized()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    assert dist.is_initialized()
+    distributed.shutdown()
+    assert not dist.is_initialized()

@@ -55,6 +55,20 @@ def init_from_environment(backend: str | None = None) -> bool:
     return True
 
 
+def shutdown() -> None:
+    """End the default process group, if one is running; a no-op otherwise.
+
+    Every rank first waits at a barrier, so that no rank tears down its gloo connections
+    while a peer is still using them (which aborts the peer with "terminate called
+    without an active exception").
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_world_size() > 1:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def wrap_model(model: nn.Module) -> nn.Module:
     """Wrap ``model`` in ``DistributedDataParallel`` when a process group is running."""
     if not is_distributed():

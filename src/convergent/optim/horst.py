@@ -233,10 +233,8 @@ class HORST(Optimizer):
             "beta": float(group["beta"]),
             "exponent_clamp": group["exponent_clamp"],
         }
-        steps: list[float] = []
-        exponent_bounds: list[float] = []
-        for param in params:
-            state = self.state[param]
+        states = [self.state[param] for param in params]
+        for state, param in zip(states, params, strict=True):
             if len(state) == 0:
                 # The same state layout as torch.optim.AdamW, so its checkpoints load here.
                 state["step"] = torch.tensor(0.0, dtype=torch.float32)
@@ -247,13 +245,16 @@ class HORST(Optimizer):
                 state[RATIO_BOUND] = measured_ratio_bound(
                     _sharding.local(state["exp_avg"]), _sharding.local(state["exp_avg_sq"])
                 )
-            state["step"] += 1
-            steps.append(float(state["step"]))
+        # one multi-tensor add for every step counter, as torch.optim's foreach paths do
+        torch._foreach_add_([state["step"] for state in states], 1.0)
+        steps = [float(state["step"]) for state in states]
+        exponent_bounds: list[float] = []
+        for state, step in zip(states, steps, strict=True):
             state[RATIO_BOUND] = _fast.adam_ratio_bound(float(state[RATIO_BOUND]), beta1, beta2)
             exponent_bounds.append(
                 _fast.horst_exponent_bound(
                     state[RATIO_BOUND],
-                    steps[-1],
+                    step,
                     lr=lr,
                     beta1=beta1,
                     beta2=beta2,

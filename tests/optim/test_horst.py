@@ -81,6 +81,22 @@ def test_loads_an_adamw_checkpoint():
     assert torch.equal(_flat(model), _flat(twin))
 
 
+def test_loads_a_checkpoint_whose_step_counts_are_numbers():
+    model = _model()
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.01)
+    _train(model, adamw, 3)
+    checkpoint = copy.deepcopy(adamw.state_dict())
+    for state in checkpoint["state"].values():
+        state["step"] = int(state["step"])  # as torch < 1.12 wrote them
+    twin = copy.deepcopy(model)
+    horst = HORST(twin.parameters(), lr=0.01, alpha=0.0)
+    horst.load_state_dict(checkpoint)
+    _train(model, adamw, 3, start=3)
+    _train(twin, horst, 3, start=3)
+    assert torch.equal(_flat(model), _flat(twin))
+    assert all(float(state["step"]) == 6 for state in horst.state.values())
+
+
 def test_closure_is_evaluated_with_gradients_and_its_loss_returned():
     model = _model()
     optimizer = HORST(model.parameters(), lr=0.01, implementation="reference")

@@ -187,6 +187,9 @@ class HORST(Optimizer):
         state_dict = dict(state_dict)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         super().load_state_dict(state_dict)
+        for state in self.state.values():  # torch < 1.12 saved the step count as a number
+            if "step" in state and not torch.is_tensor(state["step"]):
+                state["step"] = torch.tensor(float(state["step"]), dtype=torch.float32)
         for group in self.param_groups:  # an AdamW checkpoint lacks HORST's options
             for name, default in self.defaults.items():
                 group.setdefault(name, default)

@@ -10,8 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def torchrun(module: str, *arguments: str, processes: int) -> None:
-    """Launch ``python -m module arguments`` on ``processes`` local ranks; fail with stderr."""
+def torchrun(module: str, *arguments: str, processes: int) -> str:
+    """Launch ``python -m module arguments`` on ``processes`` local ranks; fail with stderr.
+
+    Returns:
+        What the ranks printed (stdout).
+    """
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,
@@ -27,3 +31,4 @@ def torchrun(module: str, *arguments: str, processes: int) -> None:
         command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout

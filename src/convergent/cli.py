@@ -132,6 +132,8 @@ def _train(arguments: argparse.Namespace) -> int:
         overwrite=arguments.overwrite,
         progress=not arguments.no_progress,
     )
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports for all ranks
+        return 0
     validation, test = summary["validation"], summary["test"]
     score = "accuracy" if "accuracy" in test else "rmse"
     print(

@@ -50,23 +50,34 @@ def run_training(
 
     Returns:
         The summary also written to ``summary.json``.
+
+    Launched by ``torchrun`` (``torchrun --nproc_per_node N -m convergent train ...``), it
+    trains with DDP: ``batch_size`` stays the global batch, rank 0 writes the run folder.
     """
     folder = Path(run_dir)
     if resume and overwrite:
         raise RunFolderError("--resume and --overwrite exclude each other; pass one of them")
+    check_device(config.device)
+    # Under torchrun: start the process group here (unless the caller did) and end it after.
+    owns_group = not torch.distributed.is_initialized() and distributed.init_from_environment(
+        "gloo" if config.device == "cpu" else None
+    )
     if resume:
         resume_config(folder, {})  # refuses a folder with no run or no checkpoint
-    else:
+    elif distributed.is_main_process():
         prepare_new_run(folder, overwrite=overwrite)
-    check_device(config.device)
+    distributed.barrier()  # no rank writes before rank 0 has cleared an overwritten run
     bars = transformers.utils.logging.is_progress_bar_enabled()
     if not progress:
         transformers.utils.logging.disable_progress_bar()  # the weight-loading bar
     try:
-        return _train_and_report(config, folder, resume=resume, progress=progress)
+        summary = _train_and_report(config, folder, resume=resume, progress=progress)
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
+    if owns_group:  # not after a failure: a failed rank's peers may never reach the barrier
+        distributed.shutdown()
+    return summary
 
 
 def _train_and_report(

@@ -55,6 +55,12 @@ def init_from_environment(backend: str | None = None) -> bool:
     return True
 
 
+def barrier() -> None:
+    """Wait until every rank gets here; a no-op outside a process group."""
+    if is_distributed():
+        dist.barrier()
+
+
 def shutdown() -> None:
     """End the default process group, if one is running; a no-op otherwise.
 

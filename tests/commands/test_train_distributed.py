@@ -12,11 +12,12 @@ from safetensors.torch import load_file
 from tests.launch import torchrun
 
 
-def _train(folder: Path, processes: int) -> tuple[str, dict, dict]:
+def _train(folder: Path, processes: int, steps: int = 6, *extra: str) -> tuple[str, dict, dict]:
     printed = torchrun(
         "convergent",
         *("train", "--data", "digits", "--model", "transformer", "--d-model", "16"),
-        *("--steps", "6", "--batch-size", "32", "--lr", "0.003", "--eval-every", "3"),
+        *("--steps", str(steps), "--batch-size", "32", "--lr", "0.003", "--eval-every", "3"),
+        *extra,
         *("--dropout", "0"),  # dropout masks are drawn per rank: no equality with them
         *("--device", "cpu", "--no-progress", "--out", str(folder)),
         processes=processes,
@@ -44,3 +45,17 @@ def test_train_under_torchrun_equals_one_process(tmp_path):
     # one writer: the metrics log has the single-process run's records, not one set per rank
     lines = [(tmp_path / run / "metrics.jsonl").read_text().splitlines() for run in ("one", "two")]
     assert len(lines[1]) == len(lines[0]) > 0
+
+
+@pytest.mark.distributed
+def test_a_resumed_run_under_torchrun_continues_bit_for_bit(tmp_path):
+    processes = 2
+    # a constant learning rate: the 3-step run must be the first half of the 6-step one
+    constant = ("--schedule", "constant", "--warmup-fraction", "0")
+    _, whole, weights_whole = _train(tmp_path / "whole", processes, 6, *constant)
+    _train(tmp_path / "parts", processes, 3, *constant)
+    _, resumed, weights_resumed = _train(tmp_path / "parts", processes, 6, "--resume")
+    assert resumed["steps"] == whole["steps"] == 6
+    for name, value in weights_whole.items():
+        assert torch.equal(weights_resumed[name], value), name
+    assert resumed["test"] == whole["test"]  # every rank's replica: the test set is split

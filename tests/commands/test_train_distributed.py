@@ -49,12 +49,11 @@ def test_train_under_torchrun_equals_one_process(tmp_path):
 
 @pytest.mark.distributed
 def test_a_resumed_run_under_torchrun_continues_bit_for_bit(tmp_path):
-    processes = 2
     # a constant learning rate: the 3-step run must be the first half of the 6-step one
     constant = ("--schedule", "constant", "--warmup-fraction", "0")
-    _, whole, weights_whole = _train(tmp_path / "whole", processes, 6, *constant)
-    _train(tmp_path / "parts", processes, 3, *constant)
-    _, resumed, weights_resumed = _train(tmp_path / "parts", processes, 6, "--resume")
+    _, whole, weights_whole = _train(tmp_path / "whole", 2, 6, *constant)
+    _train(tmp_path / "parts", 2, 3, *constant)
+    _, resumed, weights_resumed = _train(tmp_path / "parts", 2, 6, "--resume")
     assert resumed["steps"] == whole["steps"] == 6
     for name, value in weights_whole.items():
         assert torch.equal(weights_resumed[name], value), name

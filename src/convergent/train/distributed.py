@@ -70,8 +70,7 @@ def shutdown() -> None:
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
-    if dist.get_world_size() > 1:
-        dist.barrier()
+    barrier()
     dist.destroy_process_group()
 
 

@@ -92,10 +92,30 @@ def _train_choices() -> dict[str, tuple[str, ...]]:
     }
 
 
+_LANGEVIN_HELP = {
+    "langevin_s": "Langevin's diffusion coefficient s (or give --langevin-temperature)",
+    "langevin_temperature": "s as a multiple of the training set's posterior: 2/N for "
+    "cross-entropy tasks, 4 sigma^2/(N K) for regression (with --langevin-noise-variance)",
+    "langevin_noise_variance": "sigma^2 of a regression posterior, in the loss's units",
+    "villani_target": "add a Villani regularizer on these weights: query_key, lora or a pattern",
+}
+
+
 def _train_default(field: dataclasses.Field[Any]) -> str:
     """The help text of a train flag: its default, or the optimizer default it falls back to."""
     if field.default is not None:
         return f"(default {field.default})"
+    if field.name in ("horst_strength", "horst_alpha"):
+        from .optim import DEFAULT_STRENGTH
+
+        what = (
+            "the first step's mirror/Adam move ratio (alpha = strength / mean |theta|)"
+            if field.name == "horst_strength"
+            else "the paper's alpha (its effect scales with |theta|)"
+        )
+        return f"{what}; give at most one of the two (neither: strength {DEFAULT_STRENGTH})"
+    if field.name in _LANGEVIN_HELP:
+        return _LANGEVIN_HELP[field.name]
     from .optim import optimizer_default
 
     optimizer, option = field.name.split("_", 1)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from convergent.optim import HORST, horst_move_ratio, horst_strength
+from convergent.optim import HAM, HORST, horst_move_ratio, horst_strength
 from convergent.train import HorstStrengthLog
 
 
@@ -61,3 +61,136 @@ def test_the_log_callback_writes_one_line_per_evaluation_and_at_the_end(caplog):
     assert log.records[0][2][0] == pytest.approx(
         horst_strength(optimizer)[0]["alpha_times_mean_abs"]
     )
+
+
+# --- strength: alpha set from the weights' scale ----------------------------------------------
+
+
+def _one_step(optimizer_for, std: float, grad_scale: float, seed: int = 0):
+    """One step on a 60x50 matrix of N(0, std^2) weights with N(0, grad_scale^2) gradients;
+    returns the weights before, the gradient, the weights after and the optimizer."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = torch.randn(60, 50, generator=generator, dtype=torch.float64) * std
+    grad = torch.randn(60, 50, generator=generator, dtype=torch.float64) * grad_scale
+    param = torch.nn.Parameter(weights.clone())
+    optimizer = optimizer_for([param])
+    param.grad = grad.clone()
+    optimizer.step()
+    return weights, grad, param.detach().clone(), optimizer
+
+
+def _adamw_half_step(weights, grad, lr=1e-3, weight_decay=1e-2, eps=1e-8):
+    """torch.optim.AdamW's first step, written out: m_hat = g, v_hat = g^2."""
+    return weights * (1 - lr * weight_decay) - lr * grad / (grad.abs() + eps)
+
+
+@pytest.mark.parametrize("std", [0.02, 1.0])
+@pytest.mark.parametrize("grad_scale", [1e-3, 1.0])
+def test_default_horst_acts_on_any_weight_scale(std, grad_scale):
+    weights, grad, after, _ = _one_step(lambda p: HORST(p), std, grad_scale)
+    half = _adamw_half_step(weights, grad)
+    ratio = float((after - half).norm() / (weights - half).norm())
+    assert ratio >= 0.2  # the manipulation check's floor: HORST, not AdamW
+    # first order: alpha |half| |u| with alpha = 0.2 / mean|w| and |u| = lr everywhere, so the
+    # ratio is 0.2 x rms|w| / mean|w| (sqrt(pi/2) for normal weights) up to weight decay
+    expected = 0.2 * float(weights.square().mean().sqrt() / weights.abs().mean())
+    assert ratio == pytest.approx(expected, rel=0.02)
+
+
+@pytest.mark.parametrize("std", [0.02, 1.0])
+@pytest.mark.parametrize("grad_scale", [1e-3, 1.0])
+def test_default_ham_acts_on_any_weight_and_gradient_scale(std, grad_scale):
+    weights, grad, after, _ = _one_step(
+        lambda p: HAM(torch.optim.AdamW(p, lr=1e-3)), std, grad_scale
+    )
+    half = _adamw_half_step(weights, grad)
+    ratio = float((after - half).norm() / (weights - half).norm())
+    assert ratio >= 0.2
+    # first order: alpha lr |w g| with alpha = 0.2 mean|base| / (lr mean|w g|), |base| = lr:
+    # the ratio is 0.2 x rms|w g| / mean|w g| (pi / 2 for normal weights and gradients)
+    product = (weights * grad).abs()
+    expected = 0.2 * float(product.square().mean().sqrt() / product.mean())
+    assert ratio == pytest.approx(expected, rel=0.03)
+
+
+@pytest.mark.parametrize("strength", [0.05, 0.2, 1.0])
+def test_strength_gives_a_first_step_ratio_in_its_band(strength):
+    weights, grad, after, optimizer = _one_step(
+        lambda p: HORST(p, strength=strength, weight_decay=0.0), 0.02, 1e-2
+    )
+    assert optimizer.param_groups[0]["alpha"] == pytest.approx(
+        strength / float(weights.abs().mean()), rel=1e-12
+    )
+    half = _adamw_half_step(weights, grad, weight_decay=0.0)
+    ratio = float((after - half).norm() / (weights - half).norm())
+    # the band: from r (Cauchy-Schwarz: rms >= mean) to r x rms/mean x 1.05 (exp's curvature)
+    rms_over_mean = float(weights.square().mean().sqrt() / weights.abs().mean())
+    assert strength <= ratio <= strength * rms_over_mean * 1.05
+    assert horst_move_ratio(optimizer) == pytest.approx(ratio, rel=0.05)  # the next step's
+
+
+def test_all_zero_tensors_are_left_out_and_an_all_zero_group_waits():
+    generator = torch.Generator().manual_seed(1)
+    a = torch.nn.Parameter(torch.randn(8, 4, generator=generator, dtype=torch.float64) * 0.1)
+    b = torch.nn.Parameter(torch.zeros(4, 8, dtype=torch.float64))  # LoRA's B at init
+    alone = torch.nn.Parameter(torch.zeros(4, 4, dtype=torch.float64))
+    optimizer = HORST([{"params": [a, b]}, {"params": [alone]}], lr=1e-2, strength=0.5)
+    for param in (a, b, alone):
+        param.grad = torch.ones_like(param)
+    mean_a = float(a.detach().abs().mean())
+    optimizer.step()
+    first, second = optimizer.param_groups
+    assert first["alpha"] == pytest.approx(0.5 / mean_a, rel=1e-12)  # b did not dilute it
+    assert second["alpha"] is None  # nothing to measure: no mirror step yet
+    mean_alone = float(alone.detach().abs().mean())  # the Adam step moved it off zero
+    assert mean_alone > 0
+    optimizer.step()
+    assert second["alpha"] == pytest.approx(0.5 / mean_alone, rel=1e-12)
+    rows = horst_strength(optimizer)
+    assert rows[0]["strength"] == 0.5 and rows[0]["mirrored"] == 64
+
+
+def test_a_resumed_run_keeps_the_measured_alpha_bit_for_bit():
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+
+    inputs, targets = torch.randn(16, 6), torch.randn(16, 1)
+
+    def train(net, optimizer, steps):
+        for _ in range(steps):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(inputs), targets).backward()
+            optimizer.step()
+
+    straight = model()
+    optimizer = HORST(straight.parameters(), lr=1e-2, strength=0.3)
+    train(straight, optimizer, 6)
+    first = model()
+    optimizer = HORST(first.parameters(), lr=1e-2, strength=0.3)
+    train(first, optimizer, 3)
+    saved_alpha = optimizer.param_groups[0]["alpha"]
+    state, weights = optimizer.state_dict(), first.state_dict()
+    resumed = model()
+    with torch.no_grad():  # different weights now: a new measurement would give another alpha
+        for param in resumed.parameters():
+            param.mul_(3.0)
+    resumed.load_state_dict(weights)
+    optimizer = HORST(resumed.parameters(), lr=1e-2, strength=0.3)
+    optimizer.load_state_dict(state)
+    assert optimizer.param_groups[0]["alpha"] == saved_alpha
+    train(resumed, optimizer, 3)
+    for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_alpha_and_strength_together_are_one_sentence():
+    param = torch.nn.Parameter(torch.ones(2, 2))
+    with pytest.raises(ValueError, match="give alpha or strength, not both"):
+        HORST([param], alpha=1.0, strength=0.2)
+    with pytest.raises(ValueError, match="strength must be a finite number > 0, got 0"):
+        HORST([param], strength=0)
+    with pytest.raises(ValueError, match="give alpha or strength, not both"):
+        HAM(torch.optim.AdamW([param]), alpha=1.0, strength=0.2)
+    group = HORST([{"params": [param], "alpha": 3.0}]).param_groups[0]
+    assert group["alpha"] == 3.0 and group["strength"] is None  # the group's own choice

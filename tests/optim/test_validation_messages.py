@@ -172,7 +172,7 @@ def test_horst_defaults_are_adamws_and_the_documented_mirror_options():
     want = _run(torch.optim.AdamW(twins), twins, 3)  # torch's defaults: lr 1e-3, wd 1e-2
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     defaults = HORST(_matrix_and_vector()).param_groups[0]
-    assert defaults["alpha"] == 1.0 and defaults["beta"] == 0.0
+    assert defaults["alpha"] is None and defaults["strength"] == 0.2 and defaults["beta"] == 0.0
     assert defaults["mirror"] is None and defaults["exponent_clamp"] is None
     fresh = HORST(_matrix_and_vector())
     assert fresh.implementation == "auto" and fresh.nonfinite == "raise"
@@ -336,7 +336,8 @@ def test_ham_leaves_a_matrix_without_gradient_alone():
 def test_ham_defaults_and_sentences():
     ham = HAM(torch.optim.SGD(_matrix_and_vector(), lr=0.1))
     group = ham.param_groups[0]
-    assert (group["ham_alpha"], group["ham_beta"], group["ham_mirror"]) == (200.0, 1e-3, None)
+    assert (group["ham_alpha"], group["ham_beta"], group["ham_mirror"]) == (None, 1e-3, None)
+    assert group["ham_strength"] == 0.2  # alpha is measured from it at the first step
     assert ham.implementation == "auto" and ham.fallback_reason is None
     assert ham.state is ham.base_optimizer.state and ham.skipped_steps == 0
     with pytest.raises(TypeError, match=r"^base_optimizer must be a torch\.optim\.Optimizer, "
@@ -357,7 +358,7 @@ def test_ham_defaults_and_sentences():
     ham.add_param_group({**extra, "ham_beta": 0.5})  # reaches the base once, with HAM's defaults
     assert ham.param_groups is ham.base_optimizer.param_groups and len(ham.param_groups) == 2
     added = ham.param_groups[1]
-    assert (added["ham_alpha"], added["ham_beta"], added["lr"]) == (200.0, 0.5, 0.1)
+    assert (added["ham_alpha"], added["ham_beta"], added["lr"]) == (None, 0.5, 0.1)
 
 
 def test_ham_loads_a_plain_base_checkpoint_with_its_own_defaults():

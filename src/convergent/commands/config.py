@@ -12,10 +12,12 @@ from torch import nn
 
 from ..data import Splits, is_token_source, minilm_path
 from ..models import HFEncoder, Transformer, TransformerConfig
+from ..optim import posterior_s
 from ..train.schedules import SCHEDULES
 
 MODELS = ("transformer", "minilm")
-OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham")
+OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham", "langevin")
+PENALTY_CHOICES = ("log", "power")
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,22 @@ class TrainConfig:
         lr: peak learning rate.
         weight_decay: decoupled weight decay.
         optimizer: ``"adamw"``, ``"sgd"`` (momentum 0.9), ``"horst"`` (AdamW step, then the
-            hyperbolic mirror step) or ``"ham"`` (AdamW wrapped by HAM).
-        horst_alpha, horst_beta: HORST's mirror strength and L1 shrinkage, >= 0 (None: the
-            defaults of :class:`~convergent.optim.HORST`).
+            hyperbolic mirror step), ``"ham"`` (AdamW wrapped by HAM) or ``"langevin"``
+            (gradient steps plus Gaussian noise on every trained weight).
+        horst_strength: HORST's first-step mirror/Adam move ratio, > 0 (alpha = strength /
+            mean |theta| per group); horst_alpha: the paper's alpha instead; give at most one
+            (neither: :class:`~convergent.optim.HORST`'s default strength).
+        horst_beta: HORST's L1 shrinkage, >= 0 (None: HORST's default).
         ham_alpha, ham_beta: HAM's mirror strength and decay, >= 0 (None: the defaults of
             :class:`~convergent.optim.HAM`).
+        langevin_s: Langevin's diffusion coefficient s, >= 0; or langevin_temperature: s as a
+            multiple T of the training set's posterior (`convergent.optim.posterior_s`: 2 / N
+            for cross-entropy tasks, 4 sigma^2 / (N K) for regression with sigma^2 =
+            langevin_noise_variance). Give one of the two with ``optimizer="langevin"``.
+        langevin_noise_variance: sigma^2 of a regression posterior, in the loss's units.
+        villani_target: add a Villani regularizer on these weights (a preset of
+            :func:`~convergent.regularize.select_parameters`, e.g. ``"query_key"``, or a
+            pattern); villani_penalty ``"log"`` or ``"power"``; villani_lam its strength.
         schedule: ``"constant"``, ``"linear"`` or ``"cosine"`` decay after warm-up.
         warmup_fraction: fraction of ``steps`` spent warming up, in [0, 1].
         grad_clip: max gradient norm (0 turns clipping off).
@@ -56,10 +69,17 @@ class TrainConfig:
     lr: float = 5e-5
     weight_decay: float = 0.01
     optimizer: str = "adamw"
+    horst_strength: float | None = None
     horst_alpha: float | None = None
     horst_beta: float | None = None
     ham_alpha: float | None = None
     ham_beta: float | None = None
+    langevin_s: float | None = None
+    langevin_temperature: float | None = None
+    langevin_noise_variance: float | None = None
+    villani_target: str | None = None
+    villani_penalty: str = "log"
+    villani_lam: float = 1e-3
     schedule: str = "linear"
     warmup_fraction: float = 0.1
     grad_clip: float = 1.0
@@ -93,9 +113,38 @@ class TrainConfig:
                 )
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
-        for name in ("weight_decay", "horst_alpha", "horst_beta", "ham_alpha", "ham_beta"):
+        for name in (
+            "weight_decay",
+            "horst_alpha",
+            "horst_beta",
+            "ham_alpha",
+            "ham_beta",
+            "langevin_s",
+            "langevin_temperature",
+            "villani_lam",
+        ):
             if (getattr(self, name) or 0.0) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        if self.horst_strength is not None and not self.horst_strength > 0:
+            raise ValueError(f"horst_strength must be positive, got {self.horst_strength}")
+        if self.horst_strength is not None and self.horst_alpha is not None:
+            raise ValueError(
+                f"give horst_strength or horst_alpha, not both; got {self.horst_strength} and "
+                f"{self.horst_alpha}"
+            )
+        if self.langevin_noise_variance is not None and not self.langevin_noise_variance > 0:
+            raise ValueError(
+                f"langevin_noise_variance must be positive, got {self.langevin_noise_variance}"
+            )
+        if self.optimizer == "langevin" and (self.langevin_s is None) == (
+            self.langevin_temperature is None
+        ):
+            raise ValueError(
+                "optimizer 'langevin' needs exactly one of langevin_s (the diffusion "
+                "coefficient) and langevin_temperature (a multiple of the posterior's s), got "
+                f"langevin_s={self.langevin_s} and langevin_temperature={self.langevin_temperature}"
+            )
+        _choice("villani_penalty", self.villani_penalty, PENALTY_CHOICES)
         if not 0 <= self.warmup_fraction <= 1:
             raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
         if self.grad_clip < 0:
@@ -165,15 +214,43 @@ def build_model(config: TrainConfig, splits: Splits) -> nn.Module:
     )
 
 
-def optimizer_options(config: TrainConfig) -> dict[str, Any]:
+def optimizer_options(config: TrainConfig, splits: Splits | None = None) -> dict[str, Any]:
     """The options :func:`~convergent.optim.build_optimizer` gets beyond the param groups:
-    the learning rate, momentum 0.9 for SGD, and the mirror strengths that were set."""
+    the learning rate, momentum 0.9 for SGD, the mirror strengths that were set, and
+    Langevin's s (from ``splits`` when given as a temperature) and seed."""
     options: dict[str, Any] = {"lr": config.lr}
     if config.optimizer == "sgd":
         options["momentum"] = 0.9
     mirror = {
-        "horst": {"alpha": config.horst_alpha, "beta": config.horst_beta},
+        "horst": {
+            "alpha": config.horst_alpha,
+            "strength": config.horst_strength,
+            "beta": config.horst_beta,
+        },
         "ham": {"alpha": config.ham_alpha, "beta": config.ham_beta},
     }.get(config.optimizer, {})
     options.update({key: value for key, value in mirror.items() if value is not None})
+    if config.optimizer == "langevin":
+        options["seed"] = config.seed
+        options["s"] = langevin_s(config, splits)
     return options
+
+
+def langevin_s(config: TrainConfig, splits: Splits | None) -> float:
+    """``langevin_s``, or ``langevin_temperature`` times the posterior's s of ``splits``' train
+    split (`convergent.optim.posterior_s`)."""
+    if config.langevin_s is not None:
+        return float(config.langevin_s)
+    if splits is None or config.langevin_temperature is None:
+        raise ValueError("langevin_temperature needs the training data to set s")
+    examples = len(splits.train)
+    if splits.task == "regression":
+        if config.langevin_noise_variance is None:
+            raise ValueError(
+                "langevin_temperature on a regression task needs langevin_noise_variance "
+                "(sigma^2 of the posterior, in the loss's units, > 0)"
+            )
+        posterior = posterior_s(examples, splits.num_outputs or 1, config.langevin_noise_variance)
+    else:
+        posterior = posterior_s(examples)
+    return float(config.langevin_temperature) * posterior

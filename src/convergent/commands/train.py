@@ -20,8 +20,17 @@ import transformers
 
 from ..data import load_splits
 from ..optim import HORST, build_optimizer, decay_groups
+from ..regularize import VillaniRegularizer
 from ..report import plot_training_curves
-from ..train import distributed, evaluate, fit, read_metrics, seed_everything, warmup_schedule
+from ..train import (
+    RegularizedStep,
+    distributed,
+    evaluate,
+    fit,
+    read_metrics,
+    seed_everything,
+    warmup_schedule,
+)
 from ..train.callbacks import HorstStrengthLog
 from ..train.checkpoint import write_text_atomically
 from .config import TrainConfig, build_model, check_device, optimizer_options, split_options
@@ -94,8 +103,24 @@ def _train_and_report(
         config.data, seed=config.seed, **split_options(config.data, config.max_length)
     )
     model = build_model(config, splits).to(device)
-    optimizer = build_optimizer(
-        config.optimizer, decay_groups(model, config.weight_decay), **optimizer_options(config)
+    groups = (
+        [p for p in model.parameters() if p.requires_grad]
+        if config.optimizer == "langevin"  # no weight decay: the regularizer is V's job
+        else decay_groups(model, config.weight_decay)
+    )
+    optimizer = build_optimizer(config.optimizer, groups, **optimizer_options(config, splits))
+    training_step = (
+        RegularizedStep(
+            splits.task,
+            VillaniRegularizer(
+                model,
+                config.villani_target,
+                penalty=config.villani_penalty,  # type: ignore[arg-type]
+                lam=config.villani_lam,
+            ),
+        )
+        if config.villani_target is not None
+        else None
     )
     scheduler = warmup_schedule(
         optimizer,
@@ -123,6 +148,7 @@ def _train_and_report(
         max_steps=config.steps,
         batch_size=config.batch_size,
         task=splits.task,
+        training_step=training_step,
         scheduler=scheduler,
         eval_data=splits.validation,
         eval_every=config.eval_every,
@@ -145,6 +171,8 @@ def _train_and_report(
         "train_loss": result.train_loss,
         "validation": result.evaluation,
         "test": test,
+        "warnings": result.warnings,
+        "acting": result.acting,
         "seconds": round(time.perf_counter() - started, 1),
         "examples": {
             "train": len(splits.train),

@@ -7,6 +7,7 @@ Everything here is a pure function of a model, a batch or a curve, plus one hook
 """
 
 from ..losses import losses_from_hidden_states
+from . import acting
 from .convergence import (
     BandSlope,
     EnvelopeTest,
@@ -43,6 +44,7 @@ __all__ = [
     "MonotonicityReport",
     "RateFit",
     "SpectraRecorder",
+    "acting",
     "attention_spectra",
     "band_log_slope",
     "condition_number",

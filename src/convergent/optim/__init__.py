@@ -16,13 +16,15 @@ params, **overrides)` builds any of them by name with the class's own defaults.
 from convergent.optim._nonfinite import NonFiniteGradientError
 from convergent.optim.factory import OPTIMIZERS, build_optimizer, decay_groups, optimizer_default
 from convergent.optim.ham import HAM
-from convergent.optim.horst import HORST, first_nonfinite
+from convergent.optim.horst import DEFAULT_STRENGTH, HORST, first_nonfinite, mirrored_mean_abs
 from convergent.optim.langevin import (
     Langevin,
     NoiseSchedule,
     calibrated_s,
+    describe_temperature,
     implied_noise_variance,
     langevin_update,
+    posterior_s,
     rmsprop_denominator,
     s_from_temperature,
     temperature_from_s,
@@ -36,9 +38,10 @@ from convergent.optim.operators import (
     sign_direction,
     steepest_descent_step,
 )
-from convergent.optim.strength import horst_move_ratio, horst_strength
+from convergent.optim.strength import ham_move_ratio, horst_move_ratio, horst_strength
 
 __all__ = [
+    "DEFAULT_STRENGTH",
     "HAM",
     "HORST",
     "OPTIMIZERS",
@@ -52,8 +55,10 @@ __all__ = [
     "build_optimizer",
     "calibrated_s",
     "decay_groups",
+    "describe_temperature",
     "first_nonfinite",
     "ham_mirror_step",
+    "ham_move_ratio",
     "horst_mirror_direction",
     "horst_move_ratio",
     "horst_reference_step",
@@ -61,7 +66,9 @@ __all__ = [
     "implied_noise_variance",
     "langevin_update",
     "mirror_step",
+    "mirrored_mean_abs",
     "optimizer_default",
+    "posterior_s",
     "rmsprop_denominator",
     "s_from_temperature",
     "sign_direction",

@@ -47,12 +47,44 @@ from convergent.optim._validation import (
 from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap
 from convergent.optim.operators import horst_reference_step
 
-__all__ = ["HORST", "first_nonfinite"]
+__all__ = ["DEFAULT_STRENGTH", "HORST", "first_nonfinite", "mirrored_mean_abs"]
 
 Implementation = Literal["auto", "reference", "foreach", "compiled"]
 _IMPLEMENTATIONS = ("auto", "reference", "foreach", "compiled")
 # The per-tensor state key of the bound on max |m| / sqrt(v) (a float; see `_fast`).
 RATIO_BOUND = "adam_ratio_bound"
+# The mirror step's strength when neither alpha nor strength is given: its first step moves the
+# weights about a fifth as far as the Adam step does (docs/methods.md, "Setting each method's
+# strength", has the measured table and why this value).
+DEFAULT_STRENGTH = 0.2
+
+
+def is_mirrored(group: dict[str, Any], param: Tensor) -> bool:
+    """Whether ``group`` gives ``param`` the mirror step: its "mirror" flag, else ndim >= 2."""
+    return param.ndim >= 2 if group["mirror"] is None else bool(group["mirror"])
+
+
+@torch.no_grad()
+def mirrored_mean_abs(group: dict[str, Any]) -> float | None:
+    """mean |theta| over the group's mirrored tensors that are not all zero, or None if there is
+    none.
+
+    A tensor that is all zero (LoRA's B at initialization) is left out: it has no scale, and
+    counting it would dilute the others'. An FSDP2 (DTensor) parameter is read whole, through
+    its placements, so every rank gets the same value.
+    """
+    total, count = 0.0, 0
+    for param in group["params"]:
+        if not is_mirrored(group, param):
+            continue
+        summed = param.detach().abs().double().sum()
+        if _sharding.DTensor is not None and isinstance(summed, _sharding.DTensor):
+            summed = summed.full_tensor()
+        value = float(summed)
+        if value > 0:
+            total += value
+            count += param.numel()
+    return total / count if count else None
 
 
 def measured_ratio_bound(exp_avg: Tensor, exp_avg_sq: Tensor) -> float:
@@ -68,18 +100,38 @@ def measured_ratio_bound(exp_avg: Tensor, exp_avg_sq: Tensor) -> float:
     return float(ratio.max())
 
 
+def group_alpha(group: dict[str, Any]) -> float:
+    """The group's alpha; 0 while a strength waits for a non-zero weight to measure."""
+    return 0.0 if group["alpha"] is None else float(group["alpha"])
+
+
 class HORST(Optimizer):
     """HORST, a drop-in replacement for `torch.optim.AdamW` with a sparsity bias.
 
-    Choosing alpha: the mirror step moves a weight by about alpha * |theta| * |u|, so what
+    Strength, not alpha: the mirror step moves a weight by about alpha * |theta| * |u|, so what
     alpha does depends on the weights' scale. On weights of mean magnitude 0.016 (a std-0.02
-    initialization) alpha = 1 moves them 1.6 % beyond AdamW: AdamW in all but name. Aim for a
-    mirror/AdamW move ratio of 0.2 or more: `horst_strength` gives alpha * mean |theta| per
-    group before training, `horst_move_ratio` the measured ratio of the next step, and
-    `convergent train` logs both at every evaluation. As HORST spreads the weights (large ones
-    grow, small ones shrink) the measured ratio grows past alpha * mean |theta|: on the
-    ``sparsity`` study's quick ViT (std-0.02 initialization) the mean over a run was 3.7 at
-    alpha 20 and 145 at alpha 100.
+    initialization) alpha = 1 moves them 1.6 % beyond AdamW: AdamW in all but name. So HORST
+    takes ``strength`` = r instead: at each group's first step it sets
+    alpha = r / mean |theta| (`mirrored_mean_abs`: the group's mirrored tensors, all-zero
+    tensors left out), which makes that step's mirror/Adam move ratio about r (at least r when
+    the Adam step has one size everywhere, as at step 1, since the ratio reads the root mean
+    square of |theta|). The measured alpha is kept in the group ("alpha"), so `state_dict`
+    and a resume keep it bit for bit; a group whose mirrored tensors are all zero takes no
+    mirror step (alpha 0) and is measured at the first step at which one is not. Give
+    ``alpha`` instead to set the paper's parameter directly; give one of the two. Neither
+    means ``strength=DEFAULT_STRENGTH`` (0.2, the manipulation check's floor).
+
+    As HORST spreads the weights (large ones grow, small ones shrink) the measured ratio grows
+    past its first step's. At the default strength (first-step ratio, then the mean ratio over
+    the run, measured by ``benchmarks/strength_table.py``):
+
+    {STRENGTH_TABLE}
+
+    Aim for a mirror/AdamW move ratio of 0.2 or more over the run (`convergent.diagnostics.
+    acting` holds the threshold); the ``sparsity`` study's validation selections sat at mean
+    ratios of 0.6 to 21, and runs above about 50 lost the fit. `horst_strength` gives
+    alpha * mean |theta| per group, `horst_move_ratio` the measured ratio of the next step, and
+    `convergent.train.fit` warns when it stays below the threshold.
 
     Args:
         params: parameters or parameter groups, as for any torch optimizer (named
@@ -88,7 +140,12 @@ class HORST(Optimizer):
         betas: moment decays, each in [0, 1).
         eps: added to sqrt(v_hat), >= 0.
         weight_decay: decoupled weight decay, >= 0.
-        alpha: strength of the mirror step, >= 0; its effect scales with |theta| (above).
+        alpha: the paper's strength of the mirror step, >= 0; its effect scales with |theta|
+            (above). None (default) sets it from ``strength``.
+        strength: the first step's mirror/Adam move ratio r > 0 that sets alpha =
+            r / mean |theta| per group when the group first steps (above). None with alpha
+            None means `DEFAULT_STRENGTH`; give at most one of alpha and strength (per group
+            too: a group that sets one of them drops the other's default).
         beta: L1 shrinkage per unit learning rate, >= 0.
         mirror: which tensors get the mirror step: None (default) means those with
             ndim >= 2; True or False for all of the group. Settable per group.
@@ -115,9 +172,10 @@ class HORST(Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
-        alpha: float = 1.0,
+        alpha: float | None = None,
         beta: float = 0.0,
         *,
+        strength: float | None = None,
         mirror: bool | None = None,
         exponent_clamp: float | None = None,
         mirror_map: MirrorMap | None = None,
@@ -153,12 +211,19 @@ class HORST(Optimizer):
         self.fallback_reason: str | None = None
         self.nonfinite = nonfinite
         self.skipped_steps = 0
+        if alpha is not None and strength is not None:
+            raise ValueError(
+                f"give alpha or strength, not both; got alpha={alpha!r} and strength={strength!r}."
+            )
+        if alpha is None and strength is None:
+            strength = DEFAULT_STRENGTH
         defaults = {
             "lr": lr,
             "betas": betas,
             "eps": eps,
             "weight_decay": weight_decay,
             "alpha": alpha,
+            "strength": strength,
             "beta": beta,
             "mirror": mirror,
             "exponent_clamp": exponent_clamp,
@@ -166,13 +231,28 @@ class HORST(Optimizer):
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        given = [name for name in ("alpha", "strength") if param_group.get(name) is not None]
+        if len(given) == 2:
+            raise ValueError(
+                f"a param group gives alpha={param_group['alpha']!r} and "
+                f"strength={param_group['strength']!r}; give one of the two."
+            )
+        if given:  # the group's own choice replaces the optimizer's default of the other
+            param_group.setdefault("strength" if given[0] == "alpha" else "alpha", None)
         merged = {**self.defaults, **param_group}
         if merged.get("maximize", False):
             raise ValueError(
                 "HORST supports maximize=False only, got maximize=True; negate the loss."
             )
-        for name in ("lr", "eps", "weight_decay", "alpha", "beta"):
+        for name in ("lr", "eps", "weight_decay", "beta"):
             check_nonnegative(name, merged[name])
+        if merged["alpha"] is not None:
+            check_nonnegative("alpha", merged["alpha"])
+        strength = merged["strength"]
+        if strength is not None:
+            check_nonnegative("strength", strength)
+            if not strength > 0:
+                raise ValueError(f"strength must be a finite number > 0, got {strength!r}.")
         check_betas(merged["betas"])
         check_optional_bool("mirror", merged["mirror"])
         check_positive_or_none("exponent_clamp", merged["exponent_clamp"])
@@ -193,6 +273,17 @@ class HORST(Optimizer):
         for group in self.param_groups:  # an AdamW checkpoint lacks HORST's options
             for name, default in self.defaults.items():
                 group.setdefault(name, default)
+            if group["alpha"] is not None and "strength" not in group:
+                group["strength"] = None  # an older HORST's alpha: keep it as it was
+
+    def measure_alpha(self) -> None:
+        """Sets alpha = strength / mean |theta| in each group that has a strength and no
+        alpha yet (`mirrored_mean_abs`); `step` calls it first, so it rarely needs a call."""
+        for group in self.param_groups:
+            if group["alpha"] is None and group["strength"] is not None:
+                scale = mirrored_mean_abs(group)
+                if scale is not None:
+                    group["alpha"] = float(group["strength"]) / scale
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -216,6 +307,7 @@ class HORST(Optimizer):
         if skip_for_nonfinite_gradient("HORST", self.param_groups, self.nonfinite):
             self.skipped_steps += 1
             return loss
+        self.measure_alpha()
         for group, params, grads in batches:
             if params:
                 self._update_group(group, params, grads)
@@ -232,7 +324,7 @@ class HORST(Optimizer):
             "beta2": beta2,
             "eps": float(group["eps"]),
             "weight_decay": float(group["weight_decay"]),
-            "alpha": float(group["alpha"]),
+            "alpha": group_alpha(group),
             "beta": float(group["beta"]),
             "exponent_clamp": group["exponent_clamp"],
         }
@@ -265,9 +357,7 @@ class HORST(Optimizer):
                     beta=options["beta"],
                 )
             )
-        flags = [
-            param.ndim >= 2 if group["mirror"] is None else group["mirror"] for param in params
-        ]
+        flags = [is_mirrored(group, param) for param in params]
         implementation = self._resolve_implementation(params)
         if implementation == "reference":
             for param, grad, step, flag in zip(params, grads, steps, flags, strict=True):

@@ -5,8 +5,11 @@ effect scales with the weights' magnitude: alpha = 1 on weights of size 0.02 mov
 far as AdamW already does, which is AdamW in all but name. Two measures say where a run stands:
 
 - :func:`horst_move_ratio`: ||mirror move|| / ||AdamW move|| of the next step, measured;
+- :func:`ham_move_ratio`: the same for HAM (its mirror step reads the raw gradient);
 - :func:`horst_strength`: per param group, alpha * mean |theta| over the mirrored tensors, the
   first-order estimate of that ratio, readable before training.
+
+``HORST(strength=r)`` sets alpha from r at each group's first step (see `HORST`).
 """
 
 from __future__ import annotations
@@ -16,37 +19,38 @@ import math
 import torch
 
 from convergent.optim import _sharding
-from convergent.optim.horst import HORST
+from convergent.optim.ham import HAM
+from convergent.optim.ham import group_alpha as ham_group_alpha
+from convergent.optim.horst import HORST, group_alpha, is_mirrored, mirrored_mean_abs
 from convergent.optim.mirror import mirror_step
 from convergent.optim.operators import horst_mirror_direction
 
-__all__ = ["horst_move_ratio", "horst_strength"]
+__all__ = ["ham_move_ratio", "horst_move_ratio", "horst_strength"]
 
 
 @torch.no_grad()
 def horst_strength(optimizer: HORST) -> list[dict[str, float]]:
-    """Per param group: ``alpha``, the mean ``|theta|`` of its mirrored tensors, their product
-    (the first-order mirror/Adam move ratio) and the number of mirrored elements.
+    """Per param group: ``alpha`` (NaN while a strength waits to be measured), ``strength``
+    (the r it was set from, NaN when alpha was given), the mean ``|theta|`` of its mirrored
+    tensors that are not all zero (`mirrored_mean_abs`; under FSDP2 over the whole tensors),
+    their product (the first-order mirror/Adam move ratio) and the number of mirrored
+    elements.
 
-    Groups with no mirrored tensor report a mean of NaN.
+    Groups with no mirrored non-zero tensor report a mean of NaN.
     """
     rows = []
     for group in optimizer.param_groups:
-        total, count = 0.0, 0
-        for param in group["params"]:
-            mirrored = param.ndim >= 2 if group["mirror"] is None else bool(group["mirror"])
-            if mirrored:
-                local = _sharding.local(param).detach()
-                total += float(local.abs().double().sum())
-                count += local.numel()
-        mean = total / count if count else math.nan
-        alpha = float(group["alpha"])
+        mean = mirrored_mean_abs(group)
+        alpha = math.nan if group["alpha"] is None else float(group["alpha"])
+        strength = group.get("strength")
+        mirrored = sum(param.numel() for param in group["params"] if is_mirrored(group, param))
         rows.append(
             {
                 "alpha": alpha,
-                "mean_abs": mean,
-                "alpha_times_mean_abs": alpha * mean,
-                "mirrored": float(count),
+                "strength": math.nan if strength is None else float(strength),
+                "mean_abs": math.nan if mean is None else mean,
+                "alpha_times_mean_abs": alpha * (math.nan if mean is None else mean),
+                "mirrored": float(mirrored),
             }
         )
     return rows
@@ -65,7 +69,8 @@ def horst_move_ratio(optimizer: HORST) -> float:
 
     (with the group's mirror map and exponent clamp; zero for tensors the group does not
     mirror). The result is ||mirror|| / ||theta - theta_half||, both norms over all tensors
-    with state concatenated. Well below 1, HORST is AdamW in all but name: at alpha = 1 the
+    with state concatenated (under FSDP2 over the whole tensors: every rank gets the same
+    ratio). Well below 1, HORST is AdamW in all but name: at alpha = 1 the
     ratio is about the typical |theta|, e.g. 0.02 for weights of std 0.02.
 
     Args:
@@ -76,6 +81,7 @@ def horst_move_ratio(optimizer: HORST) -> float:
     """
     mirror_squared = 0.0
     adam_squared = 0.0
+    sharded = False
     for group in optimizer.param_groups:
         beta1, beta2 = (float(value) for value in group["betas"])
         lr, eps = float(group["lr"]), float(group["eps"])
@@ -83,6 +89,7 @@ def horst_move_ratio(optimizer: HORST) -> float:
             state = optimizer.state.get(param)
             if not state:
                 continue
+            sharded = sharded or _sharding.is_sharded(param)
             theta = _sharding.local(param).detach().double()
             step = float(state["step"])
             exp_avg = _sharding.local(state["exp_avg"]).double()
@@ -91,19 +98,84 @@ def horst_move_ratio(optimizer: HORST) -> float:
             direction = lr * (exp_avg / (1 - beta1**step)) / denominator
             theta_half = theta - direction - lr * float(group["weight_decay"]) * theta
             adam_squared += float((theta - theta_half).square().sum())
-            mirrored = param.ndim >= 2 if group["mirror"] is None else bool(group["mirror"])
-            if not mirrored:
+            if not is_mirrored(group, param):
                 continue
             dual_step = horst_mirror_direction(
                 theta_half,
                 direction,
-                alpha=float(group["alpha"]),
+                alpha=group_alpha(group),
                 lr=lr,
                 beta=float(group["beta"]),
                 exponent_clamp=group["exponent_clamp"],
             )
             moved = mirror_step(theta_half, dual_step, optimizer.mirror_map) - theta_half
             mirror_squared += float(moved.square().sum())
-    if adam_squared == 0.0:
+    return _ratio(mirror_squared, adam_squared, sharded)
+
+
+@torch.no_grad()
+def ham_move_ratio(optimizer: HAM) -> float:
+    """How far HAM's next mirror step would move the weights, relative to its base step.
+
+    HAM's mirror step reads the raw gradient, so this reads the current ``param.grad`` (in a
+    loop, the last step's gradient until the next backward) and the base optimizer's Adam
+    moments (AdamW or HORST as the base), per tensor with state and a gradient:
+
+        base = lr * m_hat / (sqrt(v_hat) + eps) + lr * weight_decay * w,  w_half = w - base
+        mirror = w_half * (exp(lr * (-alpha * sign(w_half) * grad - beta)) - 1)
+
+    on the tensors the group mirrors. The result is ||mirror|| / ||base||, both over all such
+    tensors (under FSDP2 over the whole tensors). The mirror move is about lr * alpha * |w| *
+    |grad| against an Adam move of about lr, so it depends on the gradients' scale as well as
+    the weights'.
+
+    Args:
+        optimizer: a HAM around AdamW or HORST that has taken at least one step.
+
+    Returns:
+        The ratio, or NaN when the base step would not move anything (e.g. lr 0, no state, or
+        no gradient).
+    """
+    mirror_squared = 0.0
+    base_squared = 0.0
+    sharded = False
+    for group in optimizer.param_groups:
+        beta1, beta2 = (float(value) for value in group["betas"])
+        lr, eps = float(group["lr"]), float(group["eps"])
+        alpha, beta = ham_group_alpha(group), float(group["ham_beta"])
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if not state or param.grad is None or "exp_avg_sq" not in state:
+                continue
+            sharded = sharded or _sharding.is_sharded(param)
+            weight = _sharding.local(param).detach().double()
+            grad = _sharding.local(param.grad).double()
+            step = float(state["step"])
+            exp_avg = _sharding.local(state["exp_avg"]).double()
+            exp_avg_sq = _sharding.local(state["exp_avg_sq"]).double()
+            denominator = (exp_avg_sq / (1 - beta2**step)).sqrt() + eps
+            base = lr * (exp_avg / (1 - beta1**step)) / denominator
+            base = base + lr * float(group["weight_decay"]) * weight
+            base_squared += float(base.square().sum())
+            mirrored = param.ndim >= 2 if group["ham_mirror"] is None else group["ham_mirror"]
+            if not mirrored:
+                continue
+            half = weight - base
+            exponent = lr * (-alpha * torch.sign(half) * grad - beta)
+            mirror_squared += float((half * torch.expm1(exponent)).square().sum())
+    return _ratio(mirror_squared, base_squared, sharded)
+
+
+def _ratio(mirror_squared: float, base_squared: float, sharded: bool) -> float:
+    """sqrt(mirror_squared / base_squared), summed over the ranks of an FSDP2 run."""
+    if sharded:  # FSDP2: each rank holds a shard of the norms; every rank gets the whole ratio
+        import torch.distributed as dist
+
+        squares = torch.tensor([mirror_squared, base_squared], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            squares = squares.cuda()
+        dist.all_reduce(squares)
+        mirror_squared, base_squared = (float(value) for value in squares)
+    if base_squared == 0.0:
         return math.nan
-    return math.sqrt(mirror_squared) / math.sqrt(adam_squared)
+    return math.sqrt(mirror_squared) / math.sqrt(base_squared)

@@ -10,6 +10,7 @@ from .checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
+from .checks import MethodChecks
 from .loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
 from .masked import MaskedStep
 from .metrics import MetricsLogger, read_metrics
@@ -25,6 +26,7 @@ __all__ = [
     "FitResult",
     "HorstStrengthLog",
     "MaskedStep",
+    "MethodChecks",
     "MetricsLogger",
     "PrimalDualStep",
     "RegularizedStep",

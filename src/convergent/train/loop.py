@@ -9,6 +9,7 @@ TensorBoard), a tqdm bar, atomic checkpoints and exact resume come with it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,25 +24,34 @@ from tqdm.auto import tqdm
 
 from ..losses import SCORE_KEYS, summarize_scores, task_scores
 from ..models import unwrap_model
+from ..optim import Langevin, describe_temperature
 from . import distributed
 from .batches import iterate_batches, take, trim_padding
 from .checkpoint import load_checkpoint, save_checkpoint
+from .checks import MethodChecks, log_failures
 from .metrics import MetricsLogger
 from .reproducibility import rng_state, set_rng_state
 from .steps import ErmStep, TrainingStep, split_batch
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class FitResult:
-    """What :func:`fit` leaves behind."""
+    """What :func:`fit` leaves behind.
+
+    ``warnings`` holds each failed manipulation check once (step, check, method, value,
+    threshold, message); ``acting`` the line of each check that passed (``"HORST acts: ..."``).
+    """
 
     step: int
     train_loss: float
     evaluation: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: Path | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    acting: list[str] = field(default_factory=list)
 
 
 def autocast_context(
@@ -89,7 +99,12 @@ def evaluate(
 
 
 def _state(
-    step: int, optimizer: Optimizer, scheduler: Any, training_step: TrainingStep, scaler: Any
+    step: int,
+    optimizer: Optimizer,
+    scheduler: Any,
+    training_step: TrainingStep,
+    scaler: Any,
+    checks: MethodChecks | None,
 ) -> dict[str, Any]:
     state: dict[str, Any] = {
         "format": "convergent-checkpoint-1",
@@ -98,6 +113,8 @@ def _state(
         "training_step": training_step.state_dict(),
         "rng": rng_state(),
     }
+    if checks is not None:
+        state["checks"] = checks.state_dict()
     if scheduler is not None:
         state["scheduler"] = scheduler.state_dict()
     if scaler is not None:
@@ -145,6 +162,7 @@ def fit(
     progress: bool = True,
     log_every: int = 1,
     tensorboard: bool = True,
+    checks: bool = True,
 ) -> FitResult:
     """Train ``model`` for ``max_steps`` optimizer steps.
 
@@ -180,6 +198,11 @@ def fit(
         progress: show a tqdm bar (main process only).
         log_every: log training metrics every this many steps.
         tensorboard: also write TensorBoard scalars.
+        checks: run the manipulation checks of :class:`~convergent.train.checks.MethodChecks`
+            (is HORST's mirror step, Langevin's noise, a descent constraint, a sparsity
+            target acting?): their readings join the train metrics of their steps
+            (``mirror_move_ratio``, ``noise_displacement_ratio``), and each failed check once to the Python log, the metrics (``"split": "warning"``),
+            TensorBoard and ``FitResult.warnings``.
     """
     if max_steps < 0:
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps}")
@@ -188,6 +211,11 @@ def fit(
     if checkpoint_every > 0 and run_dir is None:
         raise ValueError("checkpoint_every > 0 needs a run_dir to write checkpoints into")
     training_step = training_step or ErmStep(task)
+    method_checks = (
+        MethodChecks(optimizer, training_step, max_steps=max_steps)
+        if checks and max_steps > 0
+        else None
+    )
     device = distributed.model_device(model)
     autocast_context(precision, device)  # validates early
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
@@ -209,6 +237,8 @@ def fit(
             scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         start_step = int(state["step"])
+        if method_checks is not None and "checks" in state:
+            method_checks.load_state_dict(state["checks"])
 
     wrapped = distributed.wrap_model(model)
     logger = MetricsLogger(
@@ -230,7 +260,18 @@ def fit(
         disable=not (progress and distributed.is_main_process()),
         dynamic_ncols=True,
     )
+    if isinstance(optimizer, Langevin) and distributed.is_main_process():
+        log.info(_temperature_line(optimizer, train_data, task))
     result = FitResult(step=start_step, train_loss=math.nan, history=logger.records)
+    if method_checks is not None:  # a resumed run keeps the warnings it wrote before
+        result.warnings = [dict(record) for record in method_checks.warned.values()]
+
+    def report(step: int, failed: list[Any]) -> None:
+        log_failures(failed)
+        for check in failed:
+            logger.warn(step, check.as_record())
+            result.warnings.append({"step": step, **check.as_record()})
+
     wrapped.train()
     try:
         for step in range(start_step + 1, max_steps + 1):
@@ -256,12 +297,18 @@ def fit(
             else:
                 optimizer.step()
             metrics.update(training_step.after_optimizer_step(wrapped))
+            readings: dict[str, float] = {}
+            failed: list[Any] = []
+            if method_checks is not None:  # before the scheduler: the lr this step used
+                readings, failed = method_checks.after_step(step, metrics, wrapped)
+                metrics.update(readings)
             if scheduler is not None:
                 scheduler.step()
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             result.step, result.train_loss = step, metrics.get("loss", float(loss.detach()))
-            if step % log_every == 0 or step == max_steps:
+            if step % log_every == 0 or step == max_steps or readings or failed:
                 logger.log(step, "train", metrics)
+            report(step, failed)
             bar.update(1)
             bar.set_postfix(loss=f"{result.train_loss:.4f}", refresh=False)
             _call(callbacks, "on_step_end", step, metrics)
@@ -284,11 +331,15 @@ def fit(
                     training_step,
                     scaler,
                     keep_checkpoints,
+                    method_checks,
                 )
         if eval_data is not None:
             result.evaluation = evaluate(model, eval_data, task, precision=precision)
             logger.log(result.step, "validation", result.evaluation)
             _call(callbacks, "on_evaluate", result.step, result.evaluation)
+        if method_checks is not None:
+            report(result.step, method_checks.finish(result.step, wrapped))
+            result.acting = list(method_checks.confirmed.values())
         if checkpoints is not None and checkpoint_every > 0 and result.step % checkpoint_every:
             result.checkpoint = _checkpoint(
                 checkpoints,
@@ -299,12 +350,23 @@ def fit(
                 training_step,
                 scaler,
                 keep_checkpoints,
+                method_checks,
             )
     finally:
         bar.close()
         logger.close()
     _call(callbacks, "on_fit_end", result)
     return result
+
+
+def _temperature_line(optimizer: Langevin, train_data: Dataset[Any], task: str) -> str:
+    """The run's largest s in loss units (N the training examples, K a label's numbers)."""
+    examples = len(train_data)  # type: ignore[arg-type]
+    outputs = 1
+    if task == "regression" and examples:
+        outputs = max(1, int(torch.as_tensor(train_data[0]["labels"]).numel()))
+    s = max(float(group["s"]) for group in optimizer.param_groups)
+    return describe_temperature(s, max(1, examples), outputs)
 
 
 def _checkpoint(
@@ -316,11 +378,12 @@ def _checkpoint(
     training_step: TrainingStep,
     scaler: Any,
     keep: int,
+    checks: MethodChecks | None,
 ) -> Path | None:
     """Rank 0 writes; the others wait so that no process runs ahead of a checkpoint."""
     path = None
     if distributed.is_main_process():
-        state = _state(step, optimizer, scheduler, training_step, scaler)
+        state = _state(step, optimizer, scheduler, training_step, scaler, checks)
         path = save_checkpoint(folder, step, unwrap_model(model), state, keep=keep)
     if distributed.is_distributed():
         torch.distributed.barrier()

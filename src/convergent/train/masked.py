@@ -81,6 +81,18 @@ class MaskedStep:
         self.compressions = 0
         self._started = False
         self._sparsity = 0.0
+        # (step, zeros among the prunable weights) at the end of each compressed phase: what
+        # the run really reached, for the manipulation check (`convergent.train.checks`).
+        self.phase_sparsities: list[tuple[int, float]] = []
+
+    @property
+    def ends_compressed(self) -> bool:
+        """Whether the schedule's last step is compressed (AC/DC's final phase, fixed masks)."""
+        return self.schedule is None or self.schedule.is_compressed(self.schedule.total_steps - 1)
+
+    def achieved_sparsity(self, model: nn.Module) -> float:
+        """The share of zeros among the prunable weights of ``model`` now."""
+        return Masks.from_weights(unwrap_model(model), self.names).sparsity()
 
     def _wants_compressed(self, step_index: int) -> bool:
         return True if self.schedule is None else self.schedule.is_compressed(step_index)
@@ -138,6 +150,8 @@ class MaskedStep:
             self.masks.apply(inner)
         self.step += 1
         if self._phase_changes_at(self.step):
+            if self.masks is not None:  # a compressed phase ends: record what it reached
+                self.phase_sparsities.append((self.step, self.achieved_sparsity(inner)))
             self._enter_phase(model)
         metrics["sparsity"] = self._sparsity if self.masks is not None else 0.0
         metrics["compressed"] = float(self.masks is not None)
@@ -149,6 +163,7 @@ class MaskedStep:
             "compressions": self.compressions,
             "masks": self.masks.state_dict() if self.masks is not None else {},
             "compressed": self.masks is not None,
+            "phase_sparsities": [list(entry) for entry in self.phase_sparsities],
             "base": self.base.state_dict(),
         }
 
@@ -158,4 +173,7 @@ class MaskedStep:
         self.compressions = int(state.get("compressions", 0))
         self.masks = Masks.from_state_dict(state["masks"]) if state["compressed"] else None
         self._sparsity = self.masks.sparsity() if self.masks is not None else 0.0
+        self.phase_sparsities = [
+            (int(step), float(value)) for step, value in state.get("phase_sparsities", [])
+        ]
         self.base.load_state_dict(state.get("base", {}))

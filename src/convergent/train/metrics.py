@@ -58,6 +58,18 @@ class MetricsLogger:
                 if isinstance(value, int | float) and math.isfinite(value):
                     self._writer.add_scalar(f"{split}/{key}", value, step)
 
+    def warn(self, step: int, record: dict[str, Any]) -> None:
+        """Record a failed manipulation check (`convergent.train.checks`): a ``"warning"``
+        line in ``metrics.jsonl`` and a TensorBoard text under ``warnings/<check>`` (not in
+        ``records``: `fit` returns them in ``FitResult.warnings``)."""
+        entry: dict[str, Any] = {"step": step, "split": "warning"}
+        entry.update({key: _plain(value) for key, value in record.items()})
+        if self._file is not None:
+            self._file.write(json.dumps(entry) + "\n")
+            self._file.flush()
+        if self._writer is not None:
+            self._writer.add_text(f"warnings/{record['check']}", str(record["message"]), step)
+
     def close(self) -> None:
         """Flush and close the files."""
         if self._file is not None:

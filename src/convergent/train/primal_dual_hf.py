@@ -32,6 +32,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_l
 
 from ..models import unwrap_model
 from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
+from .checks_hf import TrainerChecks
 from .primal_dual import PrimalDualStep
 
 STATE_FILE = "descent_state.pt"
@@ -65,16 +66,37 @@ def sequence_classification_readout(model: nn.Module) -> Callable[..., torch.Ten
 
 
 class DescentCallback(TrainerCallback):
-    """Runs the dual update after each optimizer step and saves the dual state with checkpoints."""
+    """Runs the dual update after each optimizer step, saves the dual state with checkpoints,
+    and runs the manipulation checks (do the constraints bind, are they met, have the
+    multipliers settled; the optimizer's own): each failed check is one warning in the Python
+    log and in ``log_history``."""
 
     def __init__(self, descent: PrimalDualStep) -> None:
         self.descent = descent
         self.latest: dict[str, float] = {}
+        self.checks = TrainerChecks(descent)
+
+    def on_train_begin(
+        self, args: Any, state: Any, control: Any, optimizer: Any = None, **_: Any
+    ) -> None:
+        self.checks.begin(state, optimizer)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
         if model is None:
             raise ValueError("the Trainer passed no model to on_step_end; cannot update lambda")
-        self.latest.update(self.descent.after_optimizer_step(model))
+        metrics = self.descent.after_optimizer_step(model)
+        self.latest.update(metrics)
+        self.latest.update(self.checks.step(state, int(state.global_step), metrics, model))
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        self.checks.log(state, logs)
+
+    def on_train_end(
+        self, args: Any, state: Any, control: Any, model: Any = None, **_: Any
+    ) -> None:
+        self.checks.end(state, model)
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"

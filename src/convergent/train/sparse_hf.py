@@ -39,6 +39,7 @@ from ..models import unwrap_model
 from ..sparse import ACDCSchedule, select_prunable
 from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
 from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
+from .checks_hf import TrainerChecks, add_to_log
 from .masked import MaskedStep
 
 STATE_FILE = "sparsity_state.pt"
@@ -66,6 +67,10 @@ class SparsityCallback(TrainerCallback):
         masked: the :class:`MaskedStep` of the current run (set when training begins).
         names: the prunable parameter names.
         latest: the last step's ``sparsity`` and ``compressed``, added to every log.
+        checks: the run's manipulation checks (`convergent.train.checks_hf.TrainerChecks`):
+            the sparsity reached at the end of every compressed phase and of the run, and
+            the optimizer's own (HORST's and HAM's mirror step). A failed check is one
+            warning in the Python log and in ``log_history``.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class SparsityCallback(TrainerCallback):
         self.masked: MaskedStep | None = None
         self.names: list[str] = []
         self.latest: dict[str, float] = {}
+        self.checks = TrainerChecks()
 
     def _schedule_for(self, max_steps: int) -> ACDCSchedule | None:
         if isinstance(self.schedule, ACDCSchedule):
@@ -165,6 +171,8 @@ class SparsityCallback(TrainerCallback):
             self.masked.load_state_dict(load_torch_with_checksum(path))
         else:
             self.masked.start(inner)
+        self.checks = TrainerChecks(self.masked)
+        self.checks.begin(state, optimizer)
 
     def on_optimizer_step(
         self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **_: Any
@@ -173,16 +181,19 @@ class SparsityCallback(TrainerCallback):
             raise ValueError("SparsityCallback saw an optimizer step before training began")
         # Right after optimizer.step(): re-mask, count the step, flip phase if one ends here.
         self.latest = self.masked.after_optimizer_step(model)
+        # global_step counts this step only after the callback
+        self.latest.update(self.checks.step(state, int(state.global_step) + 1, self.latest, model))
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
     ) -> None:
-        if logs is None or not self.latest or "loss" not in logs:
-            return
-        logs.update(self.latest)
-        history = state.log_history
-        if history and history[-1].get("step") == state.global_step and "loss" in history[-1]:
-            history[-1].update(self.latest)  # the Trainer stored a copy of logs already
+        self.checks.log(state, logs)
+        add_to_log(state, logs, self.latest)
+
+    def on_train_end(
+        self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **_: Any
+    ) -> None:
+        self.checks.end(state, model)
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"

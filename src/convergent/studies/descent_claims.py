@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..diagnostics import acting
 from . import descent_claims_v1 as v1
 from .claims import Check, Claim, at_least, at_most, claim_from_seeds
 
@@ -36,7 +37,7 @@ ROBUSTNESS_MARGIN = v1.ROBUSTNESS_MARGIN
 RMSE_MARGIN = v1.RMSE_MARGIN
 OOD_MULTIPLE = v1.OOD_MULTIPLE
 MULTIPLIER_FLOOR = v1.MULTIPLIER_FLOOR
-ACTIVE_SHARE_FLOOR = 0.2
+ACTIVE_SHARE_FLOOR = acting.ACTIVE_SHARE_FLOOR
 BUMP_SHARE_FLOOR = v1.BUMP_SHARE_FLOOR
 MONOTONE_TOLERANCE = 0.01  # a bump: a layer's loss more than 1 % above the previous layer's
 

@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from ..diagnostics import acting
 from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured
 
 # Fixed before any run: differences smaller than these are not counted as an effect.
@@ -26,7 +27,7 @@ RMSE_MARGIN = 0.01  # relative
 CLEAN_MARGIN = 0.01  # accuracy: the constrained model may be at most 1 point below ERM
 OOD_MULTIPLE = 2.0  # test noise levels at or beyond this multiple of the training level
 # Manipulation checks.
-MULTIPLIER_FLOOR = 0.1
+MULTIPLIER_FLOOR = acting.MULTIPLIER_FLOOR
 BUMP_SHARE_FLOOR = 0.5
 
 MULTIPLIER_REASON = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from convergent.diagnostics import acting
 from convergent.studies.common import check_mode
 
 VARIANTS = ("none", "log", "power")
@@ -119,7 +120,7 @@ class Config:
     gap_margin: float = 0.02
     accuracy_margin: float = 0.05
     outcome_moved: float = 0.01
-    fit_kept: float = 1.25
+    fit_kept: float = acting.FIT_KEPT_RMSE_MULTIPLE
     threads: int = 1
     workers: int = 1
     variants: tuple[str, ...] = field(default=VARIANTS)

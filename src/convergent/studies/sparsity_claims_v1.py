@@ -28,13 +28,14 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..diagnostics import acting
 from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured, within
 from .claims import stored_number as number
 from .tuning import Tuning
 
 HIGH_SPARSITY = 0.8  # claims 1-2 average the AC/DC targets at or above this
 HALF = 0.5  # claim 1: "far less" read as at most half of AdamW's loss
-MOVE_RATIO_REQUIRED = at_least(0.2)
+MOVE_RATIO_REQUIRED = at_least(acting.MOVE_RATIO_FLOOR)
 MOVE_RATIO_NOTE = (
     "below 0.2 the mirror step moves the weights less than a fifth as far as the AdamW step, "
     "so HORST is AdamW in all but name"
@@ -42,7 +43,7 @@ MOVE_RATIO_NOTE = (
 MOVE_RATIO_MISSING = (
     "not stored by this run (the review estimated about 0.016 at alpha 1 on weights of std 0.02)"
 )
-ACHIEVED_TOLERANCE = 0.01  # AC/DC's global top-k lands within one percent of the target
+ACHIEVED_TOLERANCE = acting.SPARSITY_TOLERANCE  # AC/DC's top-k lands within a percent
 VISION_CRITERION = "validation accuracy"
 LANGUAGE_CRITERION = "validation perplexity"
 VISION_TUNING = "(a) ViT, dense, first seed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -37,26 +38,46 @@ def test_the_tour_has_its_blocks():
     assert "SparsityCallback(" in blocks[2]
 
 
-def test_the_tour_runs_with_short_training(tmp_path, monkeypatch):
-    # The same code with 300 training steps cut to 6: every import, call and argument is the
-    # README's own.
+def _confirmations(records) -> list[str]:
+    return [r.getMessage() for r in records if r.name == "convergent.train.checks"]
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(number) for number in re.findall(r"\d+(?:\.\d+)?", text)]
+
+
+def assert_readme_lines_match(block: str, lines: list[str], numbers: bool = True) -> None:
+    """Each "# INFO <method> acts: ..." comment in ``block`` is a line the run logged, with
+    ``numbers`` its first number within 10 % (the README shows a run on one machine)."""
+    shown = re.findall(r"# INFO (.*?) \(\.\.\.\)", block)
+    assert shown, "the block shows no log line"
+    for comment in shown:
+        method = comment.split(" acts: ")[0]
+        matches = [line for line in lines if line.startswith(f"{method} acts: ")]
+        assert matches, f"no '{method} acts' line was logged; logged: {lines}"
+        if numbers:
+            logged, written = _numbers(matches[0])[0], _numbers(comment)[0]
+            assert logged == pytest.approx(written, rel=0.1), (comment, matches[0])
+
+
+def test_the_tour_runs_as_written_and_every_method_acts(tmp_path, monkeypatch, caplog):
+    # The whole tour, 300 steps per fit as written (about 40 s): every method must act on
+    # this model, so the run logs no warning, and the lines the README shows are the run's.
     _needs_fashion_mnist()
     code = "\n".join(tour_blocks()[:2])
-    short = code.replace("max_steps=300", "max_steps=6")
-    assert short.count("max_steps=6") == code.count("max_steps=300") == 2
-    namespace = _run(short, tmp_path, monkeypatch)
-    assert namespace["result"].step == 6
+    with caplog.at_level(logging.INFO, logger="convergent"):
+        namespace = _run(code, tmp_path, monkeypatch)
+    assert namespace["result"].step == 300
     assert (tmp_path / "runs" / "fmnist" / "checkpoints").is_dir()
     losses = namespace["losses"]
     assert losses.shape == (namespace["model"].num_layers + 1,)
     assert namespace["spectra"] is not None
-
-
-@pytest.mark.slow
-def test_the_tour_runs_as_written(tmp_path, monkeypatch):
-    _needs_fashion_mnist()
-    namespace = _run("\n".join(tour_blocks()[:2]), tmp_path, monkeypatch)
-    assert namespace["result"].step == 300
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [], [r.getMessage() for r in warnings]
+    lines = _confirmations(caplog.records)
+    for method in ("HORST", "descent", "sparsity", "Langevin"):
+        assert any(line.startswith(f"{method} acts: ") for line in lines), lines
+    assert_readme_lines_match(code, lines)
 
 
 def _prunable_sparsity(model) -> float:
@@ -69,18 +90,25 @@ def _prunable_sparsity(model) -> float:
     return zeros / sum(m.weight.numel() for m in linears)
 
 
-def test_the_trainer_example_runs_with_short_training(tmp_path, monkeypatch):
-    # The README's Trainer block cut to 2 steps of 8 sentences (AC/DC over 2 steps is
-    # compressed throughout) and one checkpoint: every import, call and argument is the
-    # README's own.
+def test_the_trainer_example_runs_with_short_training(tmp_path, monkeypatch, caplog):
+    # The README's Trainer block cut to 40 steps of 8 sentences (20 readings of the checks,
+    # AC/DC with its phases) and one checkpoint: every import, call and argument is the
+    # README's own. No check may warn, and HORST's line is the run's.
     code = tour_blocks()[2]
     short = (
-        code.replace("max_steps=300", "max_steps=2")
-        .replace("save_steps=100", "save_steps=2")
+        code.replace("max_steps=300", "max_steps=40")
+        .replace("save_steps=100", "save_steps=40")
         .replace("per_device_train_batch_size=32", "per_device_train_batch_size=8")
     )
-    assert short.count("=2,") == 2 and "batch_size=8" in short
-    namespace = _run(short, tmp_path, monkeypatch)
-    assert namespace["trainer"].state.global_step == 2
+    assert short.count("=40,") == 2 and "batch_size=8" in short
+    with caplog.at_level(logging.INFO, logger="convergent"):
+        namespace = _run(short, tmp_path, monkeypatch)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 40
     assert _prunable_sparsity(namespace["model"]) == pytest.approx(0.8, abs=1e-3)
-    assert (tmp_path / "runs" / "minilm-sparse" / "checkpoint-2" / "sparsity_state.pt").is_file()
+    assert (tmp_path / "runs" / "minilm-sparse" / "checkpoint-40" / "sparsity_state.pt").is_file()
+    assert not any("warning" in entry for entry in trainer.state.log_history)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    lines = _confirmations(caplog.records)
+    assert any(line.startswith("sparsity acts: ") for line in lines), lines
+    assert_readme_lines_match(code, lines, numbers=False)  # the README's run is 300 steps

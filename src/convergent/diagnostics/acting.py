@@ -145,7 +145,7 @@ def mirror_acts(method: str, ratios: Sequence[float], setting: str) -> ActingChe
         value,
         MOVE_RATIO_FLOOR,
         acted,
-        f"{method}'s mirror step moved the weights {100 * value:.2g} % as far as its "
+        f"{method}'s mirror step moved the weights {100 * value:.3g} % as far as its "
         f"{'Adam' if method == 'HORST' else 'base'} step (mean of {len(ratios)} readings; "
         f"it acts from {100 * MOVE_RATIO_FLOOR:g} %)",
         f"it is acting as {base}; raise {knob} (now {setting}).",
@@ -247,7 +247,7 @@ def constraints_met(satisfied_share: float, steps: int) -> ActingCheck:
         satisfied_share,
         SATISFIED_SHARE_FLOOR,
         not satisfied_share < SATISFIED_SHARE_FLOOR,
-        f"the descent constraints were all met in {100 * satisfied_share:.2g} % of the "
+        f"the descent constraints were all met in {100 * satisfied_share:.3g} % of the "
         f"{steps} steps after warm-up (from {100 * SATISFIED_SHARE_FLOOR:g} %)",
         "they ask for more descent than training gives; lower alpha, or relax them "
         "(resilient_cost).",

@@ -54,7 +54,7 @@ def test_adamw_and_sgd_by_name_are_torchs_own():
 def test_defaults_are_read_from_the_signatures():
     assert optimizer_default("horst", "alpha") is None  # set from strength unless given
     assert optimizer_default("horst", "strength") is None  # None and None: DEFAULT_STRENGTH
-    assert optimizer_default("ham", "alpha") is None
+    assert optimizer_default("ham", "alpha") == 200.0
     assert optimizer_default("ham", "weight_decay") == 0.01  # AdamW's, under HAM
     with pytest.raises(ValueError, match="horst has no option 'gamma'"):
         optimizer_default("horst", "gamma")

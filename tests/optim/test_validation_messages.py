@@ -336,8 +336,7 @@ def test_ham_leaves_a_matrix_without_gradient_alone():
 def test_ham_defaults_and_sentences():
     ham = HAM(torch.optim.SGD(_matrix_and_vector(), lr=0.1))
     group = ham.param_groups[0]
-    assert (group["ham_alpha"], group["ham_beta"], group["ham_mirror"]) == (None, 1e-3, None)
-    assert group["ham_strength"] == 0.2  # alpha is measured from it at the first step
+    assert (group["ham_alpha"], group["ham_beta"], group["ham_mirror"]) == (200.0, 1e-3, None)
     assert ham.implementation == "auto" and ham.fallback_reason is None
     assert ham.state is ham.base_optimizer.state and ham.skipped_steps == 0
     with pytest.raises(TypeError, match=r"^base_optimizer must be a torch\.optim\.Optimizer, "
@@ -358,7 +357,7 @@ def test_ham_defaults_and_sentences():
     ham.add_param_group({**extra, "ham_beta": 0.5})  # reaches the base once, with HAM's defaults
     assert ham.param_groups is ham.base_optimizer.param_groups and len(ham.param_groups) == 2
     added = ham.param_groups[1]
-    assert (added["ham_alpha"], added["ham_beta"], added["lr"]) == (None, 0.5, 0.1)
+    assert (added["ham_alpha"], added["ham_beta"], added["lr"]) == (200.0, 0.5, 0.1)
 
 
 def test_ham_loads_a_plain_base_checkpoint_with_its_own_defaults():

@@ -75,10 +75,15 @@ def test_default_horst_acts_and_says_so(digits):
     assert any(line.startswith("HORST acts: HORST's mirror step") for line in result.acting)
 
 
-def test_default_ham_acts_and_a_ham_that_overflows_says_so(digits):
+def test_ham_warns_below_its_floor_and_acts_above_it_and_an_overflow_says_so(digits):
+    # mirror move about lr alpha |w| |grad|: on this model alpha 200 sits near the floor
+    # (0.19), so a tenth of it is inert and ten times it acts
     model = _model(digits)
-    optimizer = HAM(torch.optim.AdamW(model.parameters(), lr=1e-3))
-    assert _fit(model, optimizer, digits).warnings == []
+    weak = _fit(model, HAM(torch.optim.AdamW(model.parameters(), lr=1e-3), alpha=20.0), digits)
+    assert _checks(weak) == {"mirror_acts"} and "now alpha 20" in weak.warnings[0]["message"]
+    model = _model(digits)
+    strong = HAM(torch.optim.AdamW(model.parameters(), lr=1e-3), alpha=2000.0)
+    assert _fit(model, strong, digits).warnings == []
     model = _model(digits)
     # lr x alpha x |grad| far beyond 1: the mirror factor exp(...) overflows
     optimizer = HAM(torch.optim.AdamW(model.parameters(), lr=1.0), alpha=1e6, nonfinite="ignore")

@@ -169,7 +169,7 @@ def ham_finite(nonfinite_tensors: int, exponent: float) -> ActingCheck:
         f"HAM's mirror step left {nonfinite_tensors} weight tensor(s) non-finite (largest "
         f"lr x alpha x |grad| read: {exponent:.3g}; one step multiplies a weight by up to "
         "exp of it)",
-        "lower alpha (or strength) or the learning rate.",
+        "lower alpha or the learning rate.",
     )
 
 

@@ -13,21 +13,17 @@ Gradients are checked before the base step: a NaN or an infinity raises, or with
 nonfinite="skip" neither step runs (the base optimizer's state is untouched).
 
 Strength: the mirror move is about lr * alpha * |w| * |grad| against a base (Adam) move of about
-lr, so alpha's effect depends on the scale of both the weights and the gradients; the authors'
-alpha = 200 moves std-0.02 weights with gradients of 1e-3 0.4 % as far as AdamW does, and
-the same alpha went NaN on the sparsity study's ViT at lr 0.03. So, as HORST, HAM takes
-``strength`` = r: at each group's first step (after its base step, before its mirror step)
-
-    alpha = r * mean |base move| / (lr * mean |w * grad|)      (the group's mirrored tensors)
-
-which makes that step's mean mirror move r times its mean base move, to first order, and its
-mirror/base move ratio (of norms) at least r when the base step has one size everywhere, as
-Adam's first step (about 1.6 r for normal weights and gradients, whose product's root mean
-square is pi/2 times its mean |.|). The measured alpha is kept in
-the group ("ham_alpha"), so `state_dict` and a resume keep it bit for bit; a group whose
-mirrored weights or gradients are all zero takes no mirror step and is measured at its next
-step. ``alpha`` sets the authors' parameter instead; give one of the two, neither means
-``strength=DEFAULT_STRENGTH``.
+lr, so alpha's effect depends on the scale of both the weights and the raw gradients, and the
+gradients' scale changes by orders of magnitude over a run. `ham_move_ratio` measures it, and
+`convergent.train.fit` warns when HAM acts as its base optimizer. Measured at the authors'
+alpha = 200 (mean mirror/Adam move ratio over short runs, ``benchmarks/strength_table.py``):
+2.35 on the sparsity study's ViT (lr 0.03), 0.031 on its character LM, 0.0045 fine-tuning
+MiniLM and 0.0026 on a GPT-2 from a config: inert on three of our four models. A strength set
+from the first step, as HORST's (alpha = r mean |base move| / (lr mean |w grad|)), was
+measured too and is not offered: at r = 0.2 it diverged on the ViT (its first Adam step at
+lr 0.03 is larger than the weights) and blew up on the GPT-2 (alpha 2.6e5 from the first
+step's small gradients, a move ratio of 2e16 once they grew). HORST, whose mirror step reads
+the Adam direction instead of the raw gradient, is the scale-free variant.
 
 Around `torch.optim.AdamW` (no amsgrad, maximize, capturable or differentiable), the compiled
 implementation runs AdamW's update and the mirror step in one pass over each tensor, writing
@@ -53,7 +49,6 @@ from convergent.optim._nonfinite import (
     skip_for_nonfinite_gradient,
 )
 from convergent.optim._validation import check_nonnegative, check_optional_bool
-from convergent.optim.horst import DEFAULT_STRENGTH
 
 _IMPLEMENTATIONS = ("auto", "foreach", "compiled")
 # AdamW options the one-pass kernel does not implement: with any of them the base steps alone.
@@ -72,19 +67,15 @@ __all__ = ["HAM"]
 class HAM(Optimizer):
     """Wraps `base_optimizer` with HAM's multiplicative mirror step.
 
-    The default beta = 1e-3 is the authors' reference wrapper's; their alpha = 200 is
-    ``alpha=200.0`` here, and the default is ``strength=DEFAULT_STRENGTH`` instead (the module
-    docstring says why).
+    The defaults alpha = 200 and beta = 1e-3 are those of the authors' reference wrapper; at
+    alpha = 200 HAM barely acts on standard-initialised Transformers (module docstring): read
+    `ham_move_ratio` and raise alpha until it is 0.2 or more.
 
     Args:
         base_optimizer: any torch optimizer (AdamW, SGD, HORST, ...), already built on the
             parameters.
-        alpha: the authors' strength of the gradient term of the mirror step, >= 0; None
-            (default) sets it from ``strength``.
+        alpha: strength of the gradient term of the mirror step, >= 0.
         beta: multiplicative decay per unit learning rate, >= 0.
-        strength: the first step's mirror/base move ratio r > 0 that sets alpha per group
-            (module docstring). None with alpha None means `DEFAULT_STRENGTH`; give at most
-            one of the two (per group: "ham_alpha" or "ham_strength").
         mirror: which tensors get the mirror step: None (default) means ndim >= 2; True or
             False for every tensor. Per group, set "ham_mirror".
         implementation: of the mirror step: "foreach" (multi-tensor ops, one temporary per
@@ -103,10 +94,9 @@ class HAM(Optimizer):
     def __init__(
         self,
         base_optimizer: Optimizer,
-        alpha: float | None = None,
+        alpha: float = 200.0,
         beta: float = 1e-3,
         *,
-        strength: float | None = None,
         mirror: bool | None = None,
         implementation: str = "auto",
         nonfinite: Nonfinite = "raise",
@@ -128,40 +118,15 @@ class HAM(Optimizer):
                 f"base_optimizer must be a torch.optim.Optimizer, got {type(base_optimizer).__name__}."
             )
         self.base_optimizer = base_optimizer
-        if alpha is not None and strength is not None:
-            raise ValueError(
-                f"give alpha or strength, not both; got alpha={alpha!r} and strength={strength!r}."
-            )
-        if alpha is None and strength is None:
-            strength = DEFAULT_STRENGTH
-        defaults = {
-            "ham_alpha": alpha,
-            "ham_strength": strength,
-            "ham_beta": beta,
-            "ham_mirror": mirror,
-        }
+        defaults = {"ham_alpha": alpha, "ham_beta": beta, "ham_mirror": mirror}
         # The same dicts as the base optimizer's groups: one lr, seen by both.
         super().__init__(base_optimizer.param_groups, defaults)
         self.param_groups = base_optimizer.param_groups
         self.state = base_optimizer.state
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        given = [key for key in ("ham_alpha", "ham_strength") if param_group.get(key) is not None]
-        if len(given) == 2:
-            raise ValueError(
-                f"a param group gives ham_alpha={param_group['ham_alpha']!r} and "
-                f"ham_strength={param_group['ham_strength']!r}; give one of the two."
-            )
-        if given:  # the group's own choice replaces the optimizer's default of the other
-            param_group.setdefault("ham_strength" if given[0] == "ham_alpha" else "ham_alpha", None)
         merged = {**self.defaults, **param_group}
-        if merged["ham_alpha"] is not None:
-            check_nonnegative("alpha", merged["ham_alpha"])
-        strength = merged["ham_strength"]
-        if strength is not None:
-            check_nonnegative("strength", strength)
-            if not strength > 0:
-                raise ValueError(f"strength must be a finite number > 0, got {strength!r}.")
+        check_nonnegative("alpha", merged["ham_alpha"])
         check_nonnegative("beta", merged["ham_beta"])
         check_optional_bool("mirror", merged["ham_mirror"])
         base = self.base_optimizer
@@ -186,8 +151,6 @@ class HAM(Optimizer):
         self.param_groups = self.base_optimizer.param_groups
         self.state = self.base_optimizer.state
         for group in self.param_groups:
-            if group.get("ham_alpha") is not None and "ham_strength" not in group:
-                group["ham_strength"] = None  # an older HAM's alpha: keep it as it was
             for name, default in self.defaults.items():
                 group.setdefault(name, default)
 
@@ -209,28 +172,14 @@ class HAM(Optimizer):
         if skip_for_nonfinite_gradient("HAM", self.param_groups, self.nonfinite, maxima):
             self.skipped_steps += 1
             return loss
-        unmeasured = [
-            group
-            for group in self.param_groups
-            if group["ham_alpha"] is None and group["ham_strength"] is not None
-        ]
-        if not unmeasured and self._fused_adamw_step(maxima):
+        if self._fused_adamw_step(maxima):
             self.fused_steps += 1
             return loss
-        # Groups that measure alpha this step keep their weights from before the base step.
-        before = {
-            id(param): param.detach().clone()
-            for group in unmeasured
-            for param in _mirrored(group)
-            if param.grad is not None
-        }
         if closure is None:
             self.base_optimizer.step()
         else:
             self.base_optimizer.step(_first_call_returns(loss, closure))
         with torch.no_grad():
-            for group in unmeasured:
-                group["ham_alpha"] = _measured_alpha(group, before)
             for group in self.param_groups:
                 self._mirror_group(group)
         return loss
@@ -310,7 +259,7 @@ class HAM(Optimizer):
         self, group: dict[str, Any], params: list[Tensor], maxima: dict[int, float]
     ) -> bool:
         lr, (beta1, beta2) = float(group["lr"]), (float(b) for b in group["betas"])
-        alpha, beta = group_alpha(group), float(group["ham_beta"])
+        alpha, beta = float(group["ham_alpha"]), float(group["ham_beta"])
         mirror = group["ham_mirror"]
         flags = [param.ndim >= 2 if mirror is None else bool(mirror) for param in params]
         self._initial_state(group, params)
@@ -352,11 +301,16 @@ class HAM(Optimizer):
         return True
 
     def _mirror_group(self, group: dict[str, Any]) -> None:
-        alpha, beta, lr = group_alpha(group), float(group["ham_beta"]), float(group["lr"])
+        alpha, beta, lr = float(group["ham_alpha"]), float(group["ham_beta"]), float(group["lr"])
         if alpha == 0 and beta == 0:
             return
+        mirror = group["ham_mirror"]
         buckets: dict[tuple[torch.device, torch.dtype, bool], list[Tensor]] = {}
-        selected = [param for param in _mirrored(group) if param.grad is not None]
+        selected = [
+            param
+            for param in group["params"]
+            if param.grad is not None and (param.ndim >= 2 if mirror is None else mirror)
+        ]
         compiled = _fast.use_compiled(self, selected, "HAM")
         grads_of: dict[int, Tensor] = {}
         for param in selected:
@@ -381,40 +335,6 @@ class HAM(Optimizer):
             torch._foreach_exp_(factors)
             torch._foreach_mul_(weights, factors)
             self.tensor_steps["foreach"] += len(weights)
-
-
-def group_alpha(group: dict[str, Any]) -> float:
-    """The group's alpha; 0 while a strength waits for weights and gradients to measure."""
-    return 0.0 if group["ham_alpha"] is None else float(group["ham_alpha"])
-
-
-def _mirrored(group: dict[str, Any]) -> list[Tensor]:
-    """The group's tensors that take the mirror step ("ham_mirror", else ndim >= 2)."""
-    mirror = group["ham_mirror"]
-    return [p for p in group["params"] if (p.ndim >= 2 if mirror is None else bool(mirror))]
-
-
-def _total(value: Tensor) -> float:
-    """A sum as a number; an FSDP2 (DTensor) sum over every rank's shard."""
-    if _sharding.DTensor is not None and isinstance(value, _sharding.DTensor):
-        value = value.full_tensor()
-    return float(value)
-
-
-def _measured_alpha(group: dict[str, Any], before: dict[int, Tensor]) -> float | None:
-    """alpha = strength * mean |base move| / (lr * mean |w * grad|) over the group's mirrored
-    tensors, right after the base step; None when either is zero (measured next step)."""
-    base_total, product_total = 0.0, 0.0
-    for param in _mirrored(group):
-        if param.grad is None or id(param) not in before:
-            continue
-        weight = param.detach().double()
-        base_total += _total((weight - before[id(param)].double()).abs().sum())
-        product_total += _total((weight * param.grad.double()).abs().sum())
-    lr = float(group["lr"])
-    if base_total == 0 or product_total == 0 or lr == 0:
-        return None
-    return float(group["ham_strength"]) * base_total / (product_total * lr)
 
 
 def _first_call_returns(loss: Any, closure: Callable[[], Any]) -> Callable[[], Any]:

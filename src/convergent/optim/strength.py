@@ -20,7 +20,6 @@ import torch
 
 from convergent.optim import _sharding
 from convergent.optim.ham import HAM
-from convergent.optim.ham import group_alpha as ham_group_alpha
 from convergent.optim.horst import HORST, group_alpha, is_mirrored, mirrored_mean_abs
 from convergent.optim.mirror import mirror_step
 from convergent.optim.operators import horst_mirror_direction
@@ -142,7 +141,7 @@ def ham_move_ratio(optimizer: HAM) -> float:
     for group in optimizer.param_groups:
         beta1, beta2 = (float(value) for value in group["betas"])
         lr, eps = float(group["lr"]), float(group["eps"])
-        alpha, beta = ham_group_alpha(group), float(group["ham_beta"])
+        alpha, beta = float(group["ham_alpha"]), float(group["ham_beta"])
         for param in group["params"]:
             state = optimizer.state.get(param)
             if not state or param.grad is None or "exp_avg_sq" not in state:

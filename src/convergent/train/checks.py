@@ -110,9 +110,7 @@ class MethodChecks:
     def _mirror_setting(self) -> str:
         group = self.optimizer.param_groups[0]
         if isinstance(self.optimizer, HAM):
-            if group.get("ham_strength") is not None:
-                return f"strength {float(group['ham_strength']):g}"
-            return f"alpha {float(group['ham_alpha'] or 0.0):g}"
+            return f"alpha {float(group['ham_alpha']):g}"
         if group.get("strength") is not None:
             return f"strength {float(group['strength']):g}"
         return f"alpha {float(group['alpha'] or 0.0):g}"
@@ -246,7 +244,7 @@ class MethodChecks:
     def _ham_finite(self) -> acting.ActingCheck:
         nonfinite = 0
         for group in self.optimizer.param_groups:
-            alpha, lr = float(group["ham_alpha"] or 0.0), float(group["lr"])
+            alpha, lr = float(group["ham_alpha"]), float(group["lr"])
             for param in group["params"]:
                 mirrored = param.ndim >= 2 if group["ham_mirror"] is None else group["ham_mirror"]
                 if not mirrored:

@@ -262,3 +262,27 @@ def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
         build_parser().parse_args(["prune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "tokens per example (default 77)" in text and "split seed (default 5)" in text
+
+
+def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, capsys):
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "40", "--lr", "0.05",
+            "--d-model", "16", "--optimizer", "langevin", "--langevin-temperature", "0.01",
+            "--villani-target", "query_key", "--villani-lam", "1e-3", "--no-progress"]  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["warnings"] == []
+    assert any(line.startswith("Langevin acts:") for line in summary["acting"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert any("penalty" in record for record in records)  # the regularizer's term is logged
+    # s = 1e-12 in the same run: one warning line, in the summary too
+    cold = [*argv[:-1], "--no-progress", "--out", str(tmp_path / "cold")]
+    cold[cold.index("--langevin-temperature")] = "--langevin-s"
+    cold[cold.index("0.01")] = "1e-12"
+    assert main(cold) == 0
+    summary = json.loads((tmp_path / "cold" / "summary.json").read_text())
+    assert [warning["check"] for warning in summary["warnings"]] == ["noise_acts"]
+    assert "raise the temperature" in summary["warnings"][0]["message"]
+    capsys.readouterr()
+    bad = ["train", "--data", "digits", "--optimizer", "langevin", "--out", str(tmp_path / "x")]
+    assert main(bad) == 2
+    assert "needs exactly one of langevin_s" in capsys.readouterr().err

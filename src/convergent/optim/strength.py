@@ -31,7 +31,8 @@ __all__ = ["ham_move_ratio", "horst_move_ratio", "horst_strength"]
 def horst_strength(optimizer: HORST) -> list[dict[str, float]]:
     """Per param group: ``alpha`` (NaN while a strength waits to be measured), ``strength``
     (the r it was set from, NaN when alpha was given), the mean ``|theta|`` of its mirrored
-    tensors that are not all zero (`mirrored_mean_abs`; under FSDP2 over the whole tensors),
+    tensors that are not all zero (`mirrored_mean_abs`; under FSDP2 over the whole tensors, so
+    every rank must call it),
     their product (the first-order mirror/Adam move ratio) and the number of mirrored
     elements.
 

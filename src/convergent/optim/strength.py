@@ -15,8 +15,10 @@ far as AdamW already does, which is AdamW in all but name. Two measures say wher
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+from torch import Tensor
 
 from convergent.optim import _sharding
 from convergent.optim.ham import HAM
@@ -83,19 +85,13 @@ def horst_move_ratio(optimizer: HORST) -> float:
     adam_squared = 0.0
     sharded = False
     for group in optimizer.param_groups:
-        beta1, beta2 = (float(value) for value in group["betas"])
-        lr, eps = float(group["lr"]), float(group["eps"])
+        lr = float(group["lr"])
         for param in group["params"]:
             state = optimizer.state.get(param)
             if not state:
                 continue
             sharded = sharded or _sharding.is_sharded(param)
-            theta = _sharding.local(param).detach().double()
-            step = float(state["step"])
-            exp_avg = _sharding.local(state["exp_avg"]).double()
-            exp_avg_sq = _sharding.local(state["exp_avg_sq"]).double()
-            denominator = (exp_avg_sq / (1 - beta2**step)).sqrt() + eps
-            direction = lr * (exp_avg / (1 - beta1**step)) / denominator
+            theta, direction = _adam_direction(group, param, state)
             theta_half = theta - direction - lr * float(group["weight_decay"]) * theta
             adam_squared += float((theta - theta_half).square().sum())
             if not is_mirrored(group, param):
@@ -140,22 +136,16 @@ def ham_move_ratio(optimizer: HAM) -> float:
     base_squared = 0.0
     sharded = False
     for group in optimizer.param_groups:
-        beta1, beta2 = (float(value) for value in group["betas"])
-        lr, eps = float(group["lr"]), float(group["eps"])
+        lr = float(group["lr"])
         alpha, beta = float(group["ham_alpha"]), float(group["ham_beta"])
         for param in group["params"]:
             state = optimizer.state.get(param)
             if not state or param.grad is None or "exp_avg_sq" not in state:
                 continue
             sharded = sharded or _sharding.is_sharded(param)
-            weight = _sharding.local(param).detach().double()
+            weight, direction = _adam_direction(group, param, state)
             grad = _sharding.local(param.grad).double()
-            step = float(state["step"])
-            exp_avg = _sharding.local(state["exp_avg"]).double()
-            exp_avg_sq = _sharding.local(state["exp_avg_sq"]).double()
-            denominator = (exp_avg_sq / (1 - beta2**step)).sqrt() + eps
-            base = lr * (exp_avg / (1 - beta1**step)) / denominator
-            base = base + lr * float(group["weight_decay"]) * weight
+            base = direction + lr * float(group["weight_decay"]) * weight
             base_squared += float(base.square().sum())
             mirrored = param.ndim >= 2 if group["ham_mirror"] is None else group["ham_mirror"]
             if not mirrored:
@@ -164,6 +154,21 @@ def ham_move_ratio(optimizer: HAM) -> float:
             exponent = lr * (-alpha * torch.sign(half) * grad - beta)
             mirror_squared += float((half * torch.expm1(exponent)).square().sum())
     return _ratio(mirror_squared, base_squared, sharded)
+
+
+def _adam_direction(
+    group: dict[str, Any], param: Tensor, state: dict[str, Any]
+) -> tuple[Tensor, Tensor]:
+    """(theta, u) in float64 on the local shard: u = lr * m_hat / (sqrt(v_hat) + eps), the
+    Adam direction of the next step from the current moments and step count."""
+    beta1, beta2 = (float(value) for value in group["betas"])
+    lr, eps, step = float(group["lr"]), float(group["eps"]), float(state["step"])
+    exp_avg = _sharding.local(state["exp_avg"]).double()
+    exp_avg_sq = _sharding.local(state["exp_avg_sq"]).double()
+    denominator = (exp_avg_sq / (1 - beta2**step)).sqrt() + eps
+    return _sharding.local(param).detach().double(), lr * (
+        exp_avg / (1 - beta1**step)
+    ) / denominator
 
 
 def _ratio(mirror_squared: float, base_squared: float, sharded: bool) -> float:

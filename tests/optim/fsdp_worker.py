@@ -50,6 +50,8 @@ def check_parity() -> None:
     builders = {
         "HORST foreach": lambda p: HORST(p, lr=1e-2, alpha=2.0, beta=0.1, implementation="foreach"),
         "HORST compiled": lambda p: HORST(p, lr=1e-2, alpha=2.0, beta=0.1, implementation="compiled"),
+        # alpha from strength: the mean |theta| must be the whole tensors', not a shard's
+        "HORST strength": lambda p: HORST(p, lr=1e-2, strength=0.5, implementation="foreach"),
         "HAM compiled": lambda p: HAM(torch.optim.AdamW(p, lr=1e-2), alpha=20.0, implementation="compiled"),
         "HAM foreach": lambda p: HAM(torch.optim.AdamW(p, lr=1e-2), alpha=20.0, implementation="foreach"),
         "Langevin s=0": lambda p: Langevin(p, lr=0.1, s=0.0),

@@ -228,6 +228,17 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
     raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
 
 
+def check_n_m_fits(pattern: str, columns: int) -> tuple[int, int] | None:
+    """:func:`~convergent.sparse.parse_pattern`, and for N:M a check that M divides ``columns``."""
+    shape = parse_pattern(pattern)
+    if shape is not None and columns % shape[1] != 0:
+        raise ValueError(
+            f"pattern {pattern!r} needs the number of inputs to be a multiple of"
+            f" M = {shape[1]}, got {columns}"
+        )
+    return shape
+
+
 def magnitude_masks(
     model: nn.Module,
     names: list[str],

@@ -265,3 +265,15 @@ def _keep_largest_bracketed(tensors: Sequence[Tensor], k: int) -> list[Tensor] |
         masks[which].view(-1)[positions[chosen] + offset] = True
         start += positions.numel()
     return masks
+
+
+def keep_largest_in_groups(scores: Tensor, group: int, prune: int) -> Tensor:
+    """Prune the ``prune`` lowest scores of every ``group`` consecutive entries of each row.
+
+    A stable sort orders each group, so of equal scores the earlier entries are pruned first.
+    """
+    grouped = scores.reshape(scores.shape[0], -1, group)
+    order = grouped.sort(dim=-1, stable=True).indices
+    keep = torch.ones_like(grouped, dtype=torch.bool)
+    keep.scatter_(-1, order[..., :prune], False)
+    return keep.reshape(scores.shape)

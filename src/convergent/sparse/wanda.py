@@ -1,0 +1,98 @@
+"""Wanda: prune by weight magnitude times input norm, within each output row.
+
+Sun, Liu, Bair and Kolter, "A Simple and Effective Pruning Approach for Large Language Models"
+(2023, arXiv:2306.11695). For a linear layer ``y = W x`` with ``W`` [out, in] and calibration
+inputs ``X`` [tokens, in], every weight is scored
+
+    S_ij = |W_ij| * ||X_j||_2,
+
+and each output row keeps its largest scores: the ``round(sparsity * in)`` lowest of the row are
+pruned (unstructured), or the N largest of every M consecutive inputs are kept (N:M). The kept
+weights are not changed. Ties go as in :func:`~convergent.sparse.keep_largest`: of equal scores
+the earlier inputs are pruned first.
+
+The statistics are sums over tokens, so batches (and processes, through an all-reduce) add up::
+
+    squared_norms = sum(input_squared_norms(batch) for batch in calibration)
+    keep = wanda_mask(weight, squared_norms, 0.5)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .masks import check_n_m_fits, check_sparsity
+from .topk import count_to_prune, keep_largest_in_groups
+
+
+def input_squared_norms(inputs: Tensor) -> Tensor:
+    """The squared norm of every input feature over the tokens of one batch, ready to be summed.
+
+    Args:
+        inputs: calibration inputs [..., in] (every leading dimension counts as tokens).
+
+    Returns:
+        ``sum over tokens of x_j^2`` as float64, shape [in]; sums over batches add up to the
+        whole set's, and :func:`norms_from_squares` turns them into ``||X_j||_2``.
+    """
+    if inputs.ndim < 1:
+        raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
+    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(torch.float64)
+    return features.square().sum(dim=0)
+
+
+def norms_from_squares(squared_norms: Tensor) -> Tensor:
+    """``||X_j||_2`` from the accumulated squares of :func:`input_squared_norms` (float64)."""
+    if bool((squared_norms < 0).any()):
+        raise ValueError(
+            f"squared norms must be >= 0, got a minimum of {float(squared_norms.min())}"
+        )
+    return squared_norms.detach().to(torch.float64).sqrt()
+
+
+def wanda_scores(weight: Tensor, squared_norms: Tensor) -> Tensor:
+    """Wanda's scores ``S_ij = |W_ij| * ||X_j||_2`` (float64, shaped like ``weight``).
+
+    Args:
+        weight: the layer's weight [out, in].
+        squared_norms: the accumulated squares of the inputs, [in] (see :func:`input_squared_norms`).
+    """
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be [out, in] (2-D), got shape {tuple(weight.shape)}")
+    if squared_norms.shape != (weight.shape[1],):
+        raise ValueError(
+            f"squared_norms must have shape ({weight.shape[1]},) to match the weight's inputs,"
+            f" got {tuple(squared_norms.shape)}"
+        )
+    norms = norms_from_squares(squared_norms).to(weight.device)
+    return weight.detach().to(torch.float64).abs() * norms
+
+
+def wanda_mask(
+    weight: Tensor, squared_norms: Tensor, sparsity: float, pattern: str = "unstructured"
+) -> Tensor:
+    """Wanda's keep-mask (True = keep) for one weight matrix.
+
+    Update rule: ``S = |W| * ||X_j||_2``; per output row, prune the ``round(sparsity * in)``
+    lowest ``S`` (unstructured) or keep the N highest ``S`` of every M consecutive inputs (N:M).
+
+    Args:
+        weight: the layer's weight [out, in].
+        squared_norms: the accumulated squares of the inputs, [in] (see :func:`input_squared_norms`).
+        sparsity: the fraction of each row to prune, in [0, 1) (checked but not used for N:M,
+            which prunes 1 - N/M).
+        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``); N:M needs ``in`` to be a
+            multiple of M.
+
+    Returns:
+        A bool tensor shaped like ``weight``.
+    """
+    check_sparsity(sparsity)
+    scores = wanda_scores(weight, squared_norms)
+    shape = check_n_m_fits(pattern, weight.shape[1])
+    if shape is None:
+        columns = weight.shape[1]
+        return keep_largest_in_groups(scores, columns, count_to_prune(sparsity, columns))
+    n, m = shape
+    return keep_largest_in_groups(scores, m, m - n)

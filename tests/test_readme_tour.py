@@ -91,22 +91,22 @@ def _prunable_sparsity(model) -> float:
 
 
 def test_the_trainer_example_runs_with_short_training(tmp_path, monkeypatch, caplog):
-    # The README's Trainer block cut to 20 steps of 8 sentences (a reading of the checks at
+    # The README's Trainer block cut to 12 steps of 8 sentences (a reading of the checks at
     # every step, AC/DC with its phases) and one checkpoint: every import, call and argument
     # is the README's own. No check may warn, and the README's line is the run's.
     code = tour_blocks()[2]
     short = (
-        code.replace("max_steps=300", "max_steps=20")
-        .replace("save_steps=100", "save_steps=20")
+        code.replace("max_steps=300", "max_steps=12")
+        .replace("save_steps=100", "save_steps=12")
         .replace("per_device_train_batch_size=32", "per_device_train_batch_size=8")
     )
-    assert short.count("=20,") == 2 and "batch_size=8" in short
+    assert short.count("=12,") == 2 and "batch_size=8" in short
     with caplog.at_level(logging.INFO, logger="convergent"):
         namespace = _run(short, tmp_path, monkeypatch)
     trainer = namespace["trainer"]
-    assert trainer.state.global_step == 20
+    assert trainer.state.global_step == 12
     assert _prunable_sparsity(namespace["model"]) == pytest.approx(0.8, abs=1e-3)
-    assert (tmp_path / "runs" / "minilm-sparse" / "checkpoint-20" / "sparsity_state.pt").is_file()
+    assert (tmp_path / "runs" / "minilm-sparse" / "checkpoint-12" / "sparsity_state.pt").is_file()
     assert not any("warning" in entry for entry in trainer.state.log_history)
     assert not [r for r in caplog.records if r.name.startswith("convergent.") and r.levelno >= 30]
     lines = _confirmations(caplog.records)

@@ -11,6 +11,7 @@ Training with masks (re-masked after every step, AC/DC phase flips) is
 
 from .acdc import ACDCSchedule, Phase
 from .enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
+from .gmp import GradualSchedule
 from .masks import (
     DISTRIBUTIONS,
     PATTERNS,
@@ -38,6 +39,7 @@ __all__ = [
     "RESETS",
     "RESET_HOWS",
     "ACDCSchedule",
+    "GradualSchedule",
     "Masks",
     "Phase",
     "PruningReport",

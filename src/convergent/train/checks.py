@@ -32,6 +32,7 @@ from torch.optim import Optimizer
 
 from ..diagnostics import acting
 from ..optim import HAM, HORST, Langevin, _sharding, ham_move_ratio, horst_move_ratio
+from ..sparse import GradualSchedule
 from .masked import MaskedStep
 from .primal_dual import PrimalDualStep
 
@@ -313,7 +314,9 @@ class MethodChecks:
 
     def _sparsity_method(self) -> str:
         assert self.masked is not None
-        return "fixed masks" if self.masked.schedule is None else "AC/DC"
+        if self.masked.schedule is None:
+            return "fixed masks"
+        return "GMP" if isinstance(self.masked.schedule, GradualSchedule) else "AC/DC"
 
     def _new_phase_checks(self, step: int) -> list[acting.ActingCheck]:
         assert self.masked is not None

@@ -19,13 +19,26 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ..models import unwrap_model
-from ..sparse import ACDCSchedule, Masks, check_reset, magnitude_masks, reset_optimizer_state
+from ..sparse import (
+    ACDCSchedule,
+    GradualSchedule,
+    Masks,
+    check_reset,
+    magnitude_masks,
+    reset_optimizer_state,
+)
 from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
 from .steps import ErmStep, TrainingStep
 
 
 class MaskedStep:
-    """Sparse training around ``base``: fixed masks, or AC/DC when given a schedule.
+    """Sparse training around ``base``: fixed masks, AC/DC, or gradual magnitude pruning.
+
+    With a :class:`~convergent.sparse.GradualSchedule` (GMP) the model trains dense until the
+    schedule's start; then, at each of its updates, the masks are rebuilt from the current
+    weights at the schedule's sparsity (pruned weights are zero, so they stay pruned) and the
+    new pruned entries' moments are reset as asked; between updates the masks are re-applied
+    after every step, as in a compressed phase.
 
     Args:
         base: the objective (e.g. ``ErmStep(task)``).
@@ -33,9 +46,10 @@ class MaskedStep:
         names: the prunable parameter names of the unwrapped model
             (``select_prunable(model).names``).
         sparsity: the target sparsity of each compression, in [0, 1].
-        schedule: an :class:`~convergent.sparse.ACDCSchedule`; None trains compressed from
-            the first step to the last (one compression, at the start, unless ``masks`` are
-            given).
+        schedule: an :class:`~convergent.sparse.ACDCSchedule`, a
+            :class:`~convergent.sparse.GradualSchedule` (whose final sparsity must be
+            ``sparsity``), or None: compressed from the first step to the last (one
+            compression, at the start, unless ``masks`` are given).
         masks: masks to start from (e.g. rebuilt from a sparse checkpoint).
         distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
         pattern: ``"unstructured"`` or ``"N:M"``.
@@ -51,7 +65,7 @@ class MaskedStep:
         names: list[str],
         *,
         sparsity: float,
-        schedule: ACDCSchedule | None = None,
+        schedule: ACDCSchedule | GradualSchedule | None = None,
         masks: Masks | None = None,
         distribution: str = "global",
         pattern: str = "unstructured",
@@ -66,6 +80,11 @@ class MaskedStep:
         check_reset(reset, reset_how)
         if not names:
             raise ValueError("names is empty: there is nothing to prune")
+        if isinstance(schedule, GradualSchedule) and schedule.final_sparsity != sparsity:
+            raise ValueError(
+                f"the GradualSchedule ends at {schedule.final_sparsity}, but sparsity is "
+                f"{sparsity}; they must be equal"
+            )
         self.base: TrainingStep = base if base is not None else ErmStep("classification")
         self.optimizer = optimizer
         self.names = list(names)
@@ -87,22 +106,35 @@ class MaskedStep:
 
     @property
     def ends_compressed(self) -> bool:
-        """Whether the schedule's last step is compressed (AC/DC's final phase, fixed masks)."""
-        return self.schedule is None or self.schedule.is_compressed(self.schedule.total_steps - 1)
+        """Whether the schedule's last step is compressed (AC/DC's final phase, fixed masks,
+        GMP)."""
+        if self.schedule is None or isinstance(self.schedule, GradualSchedule):
+            return True
+        return self.schedule.is_compressed(self.schedule.total_steps - 1)
 
     def achieved_sparsity(self, model: nn.Module) -> float:
         """The share of zeros among the prunable weights of ``model`` now."""
         return Masks.from_weights(unwrap_model(model), self.names).sparsity()
 
     def _wants_compressed(self, step_index: int) -> bool:
-        return True if self.schedule is None else self.schedule.is_compressed(step_index)
+        if self.schedule is None:
+            return True
+        if isinstance(self.schedule, GradualSchedule):
+            return step_index >= self.schedule.start_step
+        return self.schedule.is_compressed(step_index)
+
+    def _target(self) -> float:
+        """The sparsity of a compression before step ``self.step``."""
+        if isinstance(self.schedule, GradualSchedule):
+            return self.schedule.sparsity_at(self.step)
+        return self.sparsity
 
     def _compress(self, model: nn.Module) -> None:
         if self.masks is None:
             self.masks = magnitude_masks(
                 model,
                 self.names,
-                self.sparsity,
+                self._target(),
                 distribution=self.distribution,
                 pattern=self.pattern,
                 input_dims=self.input_dims,
@@ -153,6 +185,9 @@ class MaskedStep:
             if self.masks is not None:  # a compressed phase ends: record what it reached
                 self.phase_sparsities.append((self.step, self.achieved_sparsity(inner)))
             self._enter_phase(model)
+        elif isinstance(self.schedule, GradualSchedule) and self.schedule.is_update(self.step):
+            self.masks = None  # GMP: new masks at the schedule's sparsity, from the weights
+            self._compress(inner)
         metrics["sparsity"] = self._sparsity if self.masks is not None else 0.0
         metrics["compressed"] = float(self.masks is not None)
         return metrics

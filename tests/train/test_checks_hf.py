@@ -80,3 +80,14 @@ def test_descent_trainer_warns_when_its_constraints_never_bind(tmp_path):
                              descent=slack)  # fmt: skip
     trainer.train()
     assert "constraints_bind" in {entry["check"] for entry in _warnings(trainer)}
+
+
+def test_sparsity_callback_runs_gradual_magnitude_pruning(tmp_path):
+    from convergent.sparse import GradualSchedule
+
+    schedule = GradualSchedule(0.8, start_step=2, end_step=12, frequency=2)
+    callback = SparsityCallback(0.8, schedule=schedule)
+    trainer = _train(tmp_path, lambda m: HORST(m.parameters(), lr=1e-3), [callback], steps=16)
+    assert _warnings(trainer) == []  # the check: 80 % at the end
+    assert callback.masked.achieved_sparsity(trainer.model) == pytest.approx(0.8, abs=1e-3)
+    assert callback.masked.compressions == 6  # one mask per update, t = 2, 4, ..., 12

@@ -19,7 +19,9 @@ Under DDP the masks of rank 0 are broadcast, so every rank holds the same masks.
 
 Schedules: ``"acdc"`` (:class:`~convergent.sparse.ACDCSchedule` over the run's
 ``max_steps``; its defaults are the paper's recipe), ``"fixed"`` (compressed from the first
-step to the last), or an ``ACDCSchedule`` of your own.
+step to the last), an ``ACDCSchedule`` of your own, or a
+:class:`~convergent.sparse.GradualSchedule` (gradual magnitude pruning; its final sparsity
+must be the callback's).
 
 The masks and the schedule's position are saved as ``sparsity_state.pt`` (with a
 ``.sha256`` checksum) in every ``checkpoint-*`` folder and restored when the Trainer resumes
@@ -36,7 +38,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..models import unwrap_model
-from ..sparse import ACDCSchedule, select_prunable
+from ..sparse import ACDCSchedule, GradualSchedule, select_prunable
 from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
 from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
 from .checks_hf import TrainerChecks, add_to_log
@@ -51,8 +53,9 @@ class SparsityCallback(TrainerCallback):
 
     Args:
         sparsity: the target sparsity of every compression, in [0, 1).
-        schedule: ``"acdc"`` (default), ``"fixed"``, or an :class:`ACDCSchedule` (its
-            ``total_steps`` should be the run's ``max_steps``).
+        schedule: ``"acdc"`` (default), ``"fixed"``, an :class:`ACDCSchedule` (its
+            ``total_steps`` should be the run's ``max_steps``) or a
+            :class:`~convergent.sparse.GradualSchedule` (GMP).
         distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
         pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``).
         reset: optimizer state reset at phase flips: ``"none"``, ``"momentum"`` (default)
@@ -77,7 +80,7 @@ class SparsityCallback(TrainerCallback):
         self,
         sparsity: float,
         *,
-        schedule: str | ACDCSchedule = "acdc",
+        schedule: str | ACDCSchedule | GradualSchedule = "acdc",
         distribution: str = "global",
         pattern: str = "unstructured",
         reset: str = "momentum",
@@ -89,10 +92,10 @@ class SparsityCallback(TrainerCallback):
         resume_from: str | Path | None = None,
     ) -> None:
         check_sparsity(sparsity)
-        if not isinstance(schedule, ACDCSchedule) and schedule not in SCHEDULES:
+        if not isinstance(schedule, ACDCSchedule | GradualSchedule) and schedule not in SCHEDULES:
             raise ValueError(
-                f"schedule={schedule!r} is not supported; allowed are {', '.join(SCHEDULES)} "
-                "or an ACDCSchedule."
+                f"schedule={schedule!r} is not supported; allowed are {', '.join(SCHEDULES)}, "
+                "an ACDCSchedule or a GradualSchedule."
             )
         if distribution not in DISTRIBUTIONS:
             raise ValueError(
@@ -118,8 +121,8 @@ class SparsityCallback(TrainerCallback):
         self.latest: dict[str, float] = {}
         self.checks = TrainerChecks()
 
-    def _schedule_for(self, max_steps: int) -> ACDCSchedule | None:
-        if isinstance(self.schedule, ACDCSchedule):
+    def _schedule_for(self, max_steps: int) -> ACDCSchedule | GradualSchedule | None:
+        if isinstance(self.schedule, ACDCSchedule | GradualSchedule):
             return self.schedule
         return ACDCSchedule(max_steps) if self.schedule == "acdc" else None
 

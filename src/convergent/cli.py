@@ -65,6 +65,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     choices = _train_choices()
     for field in dataclasses.fields(TrainConfig):
+        if field.name == "mask_spec":  # one flag per MaskSpec field, below
+            continue
         flag = "--" + field.name.replace("_", "-")
         kind = {"int": int, "float": float, "str": str}[str(field.type).split(" | ")[0]]
         help_text = _train_default(field)
@@ -73,12 +75,17 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         parser.add_argument(
             flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text
         )
+    add_mask_spec_arguments(
+        parser.add_argument_group(
+            "sparse training (with --sparsity): which weights, and the masks' layout"
+        )
+    )
     parser.set_defaults(handler=_train)
 
 
 def _train_choices() -> dict[str, tuple[str, ...]]:
     """The values a train flag accepts, for --help (the config checks them too)."""
-    from .commands.config import MODELS, OPTIMIZER_CHOICES
+    from .commands.config import MODELS, OPTIMIZER_CHOICES, SPARSITY_SCHEDULES
     from .data import SPLIT_SOURCES
     from .train.schedules import SCHEDULES
 
@@ -89,15 +96,18 @@ def _train_choices() -> dict[str, tuple[str, ...]]:
         "schedule": tuple(SCHEDULES),
         "device": ("auto", "cpu", "cuda"),
         "precision": ("fp32", "bf16", "fp16"),
+        "sparsity_schedule": tuple(SPARSITY_SCHEDULES),
     }
 
 
-_LANGEVIN_HELP = {
+_OPTIONAL_HELP = {
     "langevin_s": "Langevin's diffusion coefficient s (or give --langevin-temperature)",
     "langevin_temperature": "s as a multiple of the training set's posterior: 2/N for "
     "cross-entropy tasks, 4 sigma^2/(N K) for regression (with --langevin-noise-variance)",
     "langevin_noise_variance": "sigma^2 of a regression posterior, in the loss's units",
     "villani_target": "add a Villani regularizer on these weights: query_key, lora or a pattern",
+    "sparsity": "train sparse: the share of prunable weights held at zero, in [0, 1)"
+    " (default: dense); with --sparsity-schedule and the flags of the sparse training group",
 }
 
 
@@ -114,8 +124,8 @@ def _train_default(field: dataclasses.Field[Any]) -> str:
             else "the paper's alpha (its effect scales with |theta|)"
         )
         return f"{what}; give at most one of the two (neither: strength {DEFAULT_STRENGTH})"
-    if field.name in _LANGEVIN_HELP:
-        return _LANGEVIN_HELP[field.name]
+    if field.name in _OPTIONAL_HELP:
+        return _OPTIONAL_HELP[field.name]
     from .optim import optimizer_default
 
     optimizer, option = field.name.split("_", 1)
@@ -136,8 +146,19 @@ def _train(arguments: argparse.Namespace) -> int:
         except json.JSONDecodeError as error:
             raise UserError(f"config file {arguments.config} is not valid JSON: {error}") from None
     for field in dataclasses.fields(TrainConfig):
-        if getattr(arguments, field.name) is not None:
+        if field.name != "mask_spec" and getattr(arguments, field.name) is not None:
             values[field.name] = getattr(arguments, field.name)
+    sparse_flags = _sparse_training_flags(arguments)
+    if sparse_flags and not values.get("sparsity"):
+        raise UserError(
+            f"{', '.join(sparse_flags)} {'apply' if len(sparse_flags) > 1 else 'applies'} to"
+            " sparse training only; add --sparsity S with S in (0, 1), got"
+            f" {values.get('sparsity')}"
+        )
+    if any(not flag.startswith("--sparsity-schedule") for flag in sparse_flags) or (
+        "mask_spec" in values
+    ):
+        values["mask_spec"] = _train_mask_spec(values.get("mask_spec"), arguments)
     config = TrainConfig.from_dict(values)
     run_dir = (
         arguments.out
@@ -161,8 +182,47 @@ def _train(arguments: argparse.Namespace) -> int:
         f" test {score} {test[score]:.4f}, test loss {test['loss']:.4f}"
         f" ({summary['steps']} steps, {summary['seconds']} s)"
     )
+    sparsity = summary.get("sparsity")
+    if sparsity is not None:
+        spec = sparsity["mask_spec"]
+        print(
+            f"sparsity {sparsity['achieved']:.4f} of {sparsity['prunable_weights']} prunable weight"
+            f" matrices ({sparsity['method']}, target {sparsity['target']:g},"
+            f" {spec['distribution']} {spec['pattern']})"
+        )
     print(f"run folder: {run_dir}")
     return 0
+
+
+def _sparse_training_flags(arguments: argparse.Namespace) -> list[str]:
+    """The sparse-training flags given (``--sparsity-schedule`` and the mask spec's), each
+    with its value."""
+    from .sparse import MaskSpec
+
+    names = ["sparsity_schedule", *(field.name for field in dataclasses.fields(MaskSpec))]
+    return [
+        f"--{name.replace('_', '-')} {getattr(arguments, name)}"
+        for name in names
+        if getattr(arguments, name) is not None
+    ]
+
+
+def _train_mask_spec(from_file: dict[str, Any] | None, arguments: argparse.Namespace) -> Any:
+    """The mask spec of ``train``: the --config file's ``mask_spec`` fields, replaced by the
+    mask-spec flags given."""
+    from .sparse import MaskSpec
+
+    if from_file is not None and not isinstance(from_file, dict):
+        raise UserError(
+            f"mask_spec in the config file must be an object of MaskSpec fields, got {from_file!r}"
+        )
+    flags = mask_spec_from_arguments(arguments)
+    given = {
+        field.name: getattr(flags, field.name)
+        for field in dataclasses.fields(MaskSpec)
+        if getattr(arguments, field.name) is not None
+    }
+    return MaskSpec.from_dict(from_file or {}).replace(**given)
 
 
 def _add_data(commands: argparse._SubParsersAction) -> None:
@@ -326,15 +386,66 @@ def _report(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _field_help(cls: type, name: str) -> str:
+    """The text of attribute ``name`` in ``cls``'s docstring (its Attributes section)."""
+    lines = (cls.__doc__ or "").splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith(f"{name}:"):
+            text = [line.strip()[len(name) + 1 :].strip()]
+            for following in lines[index + 1 :]:
+                if not following.startswith(" " * 12):
+                    break
+                text.append(following.strip())
+            return " ".join(text).replace("``", "")
+    return ""
+
+
+def add_mask_spec_arguments(group: Any) -> None:
+    """One flag per :class:`~convergent.sparse.MaskSpec` field (their defaults are the spec's,
+    quoted from it): ``--distribution``, ``--pattern``, ``--include-embeddings``, ...,
+    ``--exclude NAME`` (repeatable)."""
+    from .sparse import DISTRIBUTIONS, MaskSpec
+
+    for field in dataclasses.fields(MaskSpec):
+        flag = "--" + field.name.replace("_", "-")
+        help_text = f"{_field_help(MaskSpec, field.name)} (default {field.default!r})"
+        if isinstance(field.default, bool):
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif field.name == "exclude":
+            group.add_argument(flag, action="append", default=None, metavar="NAME", help=help_text)
+        else:
+            choices = DISTRIBUTIONS if field.name == "distribution" else None
+            group.add_argument(flag, choices=choices, default=None, help=help_text)
+
+
+def mask_spec_from_arguments(arguments: argparse.Namespace) -> Any:
+    """The :class:`~convergent.sparse.MaskSpec` of the flags given (the others: its defaults)."""
+    from .sparse import MaskSpec
+
+    given = {
+        field.name: getattr(arguments, field.name)
+        for field in dataclasses.fields(MaskSpec)
+        if getattr(arguments, field.name, None) is not None
+    }
+    if "exclude" in given:
+        given["exclude"] = tuple(given["exclude"])
+    return MaskSpec(**given)
+
+
 def _add_prune(commands: argparse._SubParsersAction) -> None:
-    from .commands.prune import prune_hf_folder
+    from .commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
+    from .sparse import METHODS
 
     parser = commands.add_parser(
         "prune",
-        help="one-shot magnitude pruning of a trained run or a Hugging Face model folder",
+        help="one-shot pruning (magnitude, Wanda, SparseGPT) of a trained run or a Hugging Face"
+        " model folder",
         description="Prune a run folder (or checkpoint) written by 'convergent train', or a"
         " Hugging Face save_pretrained folder (a causal LM or a sequence classifier), one-shot"
-        " by weight magnitude, and report validation loss/accuracy/perplexity at each sparsity.",
+        " by weight magnitude, Wanda or SparseGPT, and report validation"
+        " loss/accuracy/perplexity at each sparsity.",
     )
     parser.add_argument(
         "path",
@@ -345,17 +456,30 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         "--sparsity",
         type=float,
         action="append",
-        help="target in [0, 1]; repeat for several (default 0.5 0.7 0.9)",
-    )
-    parser.add_argument("--distribution", choices=("uniform", "global"), default="uniform")
-    parser.add_argument(
-        "--pattern", default="unstructured", help="'unstructured' or 'N:M', e.g. 2:4"
+        help="target in [0, 1); repeat for several (default "
+        f"{' '.join(map(str, DEFAULT_SPARSITIES))}; N:M patterns prune 1 - N/M)",
     )
     parser.add_argument(
-        "--include-embeddings", action="store_true", help="also prune embedding tables"
+        "--method",
+        choices=METHODS,
+        default="magnitude",
+        help="magnitude (no data), or wanda / sparsegpt, calibrated block by block",
     )
-    parser.add_argument("--exclude-first", action="store_true", help="keep the first layer dense")
-    parser.add_argument("--include-last", action="store_true", help="also prune the output layer")
+    calibration = parser.add_argument_group("Wanda and SparseGPT calibration")
+    calibration.add_argument(
+        "--calibration-data",
+        default=None,
+        help="the source whose train split they calibrate on (default: --data's; a run uses its"
+        " own training split)",
+    )
+    calibration.add_argument(
+        "--calibration-examples",
+        type=int,
+        default=None,
+        help=f"training examples to calibrate on (default "
+        f"{_keyword_defaults(prune_hf_folder)['calibration_examples']})",
+    )
+    add_mask_spec_arguments(parser.add_argument_group("which weights, and the masks' layout"))
     parser.add_argument(
         "--save",
         type=Path,
@@ -399,22 +523,22 @@ def _keyword_defaults(function: Any) -> dict[str, Any]:
 
 
 # Options of `prune` that only a Hugging Face folder takes: a run brings its own data.
-HF_ONLY = ("data", "examples", "max_length", "seed")
+HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
 
 
 def _prune(arguments: argparse.Namespace) -> int:
     from .commands.hf_folders import HUGGING_FACE, folder_kind
-    from .commands.prune import format_prune_summary, prune_hf_folder, prune_run
+    from .commands.prune import DEFAULT_SPARSITIES, format_prune_summary, prune_hf_folder, prune_run
 
-    options = {
-        "distribution": arguments.distribution,
-        "pattern": arguments.pattern,
-        "include_embeddings": arguments.include_embeddings,
-        "include_first": not arguments.exclude_first,
-        "include_last": arguments.include_last,
+    options: dict[str, Any] = {
+        "spec": mask_spec_from_arguments(arguments),
+        "method": arguments.method,
         "save_to": arguments.save,
+        "progress": True,
     }
-    sparsities = tuple(arguments.sparsity or (0.5, 0.7, 0.9))
+    if arguments.calibration_examples is not None:
+        options["calibration_examples"] = arguments.calibration_examples
+    sparsities = tuple(arguments.sparsity or DEFAULT_SPARSITIES)
     if folder_kind(arguments.path) == HUGGING_FACE:
         given = {name: getattr(arguments, name) for name in HF_ONLY}
         # Options left out take prune_hf_folder's own defaults (defined there, once).

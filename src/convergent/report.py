@@ -103,3 +103,23 @@ def markdown_table(
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def layer_sparsity_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The per-matrix sparsity rows of :func:`convergent.sparse.layer_sparsity` (or of a
+    pruning report's ``layers``) as a markdown table, shapes written ``out x in``."""
+    return markdown_table(
+        [
+            {**row, "shape": "x".join(map(str, row["shape"]))} if "shape" in row else row
+            for row in rows
+        ]
+    )
+
+
+def plot_layer_sparsity(axis: Any, rows: Sequence[dict[str, Any]], title: str) -> None:
+    """A bar per weight matrix (model order): the fraction of its entries that are zero."""
+    axis.bar(range(len(rows)), [row["sparsity"] for row in rows], color="tab:purple")
+    axis.set_ylim(0, 1)
+    axis.set_xlabel("weight matrix (model order)")
+    axis.set_ylabel("fraction pruned")
+    axis.set_title(title)

@@ -18,54 +18,9 @@ from convergent.commands.hf_folders import (
     is_hf_model_folder,
     load_hf_folder,
 )
-from convergent.data import load_splits, minilm_path
-from convergent.sparse import prune_one_shot, select_prunable
+from convergent.sparse import MaskSpec, prune_one_shot
+from tests.commands.conftest import EXAMPLES, MAX_LENGTH
 from tests.conftest import assert_drawn_figure, tiny_bert_config
-
-MAX_LENGTH = 16
-EXAMPLES = 12
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    # MiniLM's WordPiece tokenizer is cached offline; it serves the GPT-2 folder too.
-    return AutoTokenizer.from_pretrained(minilm_path())
-
-
-@pytest.fixture(scope="module")
-def validation(tokenizer):
-    """The first rt-sentences validation examples, as the commands should tokenize them."""
-    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=MAX_LENGTH)
-    return {key: value[:EXAMPLES] for key, value in splits.validation.tensors.items()}
-
-
-@pytest.fixture(scope="module")
-def gpt2_folder(tmp_path_factory, tokenizer):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=len(tokenizer),
-        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
-    )  # fmt: skip
-    folder = tmp_path_factory.mktemp("gpt2")
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def bert_folder(tmp_path_factory, tokenizer):
-    from transformers import BertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = tiny_bert_config(vocab_size=len(tokenizer), max_position_embeddings=32, num_labels=2)
-    folder = tmp_path_factory.mktemp("bert")
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +66,7 @@ def test_pruned_folder_reloads_with_the_library_pruning(gpt2_folder, pruned_gpt2
     expected = reference.state_dict()
     for name, value in reloaded.state_dict().items():
         assert torch.equal(value, expected[name]), name
-    names = select_prunable(reloaded, include_first=True).names
+    names = MaskSpec(include_first=True).select(reloaded).names
     assert names == list(report.masks) and len(names) == 8  # 4 Conv1D per GPT-2 block
     for name in names:
         weight = reloaded.get_parameter(name)
@@ -145,7 +100,7 @@ def test_classifier_accuracy_is_counted_exactly(bert_folder, validation, tmp_pat
     out = tmp_path / "bert-pruned"
     summary = prune_hf_folder(
         bert_folder, (0.3, 0.5), examples=EXAMPLES, max_length=MAX_LENGTH, save_to=out,
-        distribution="global",
+        spec=MaskSpec(distribution="global"),
     )  # fmt: skip
     assert (summary["data"], summary["metric"]) == ("rt-sentences", "accuracy")
     dense = AutoModelForSequenceClassification.from_pretrained(bert_folder)
@@ -161,7 +116,7 @@ def test_classifier_accuracy_is_counted_exactly(bert_folder, validation, tmp_pat
 
 def test_n_m_pattern_on_a_saved_folder(bert_folder, tmp_path):
     summary = prune_hf_folder(
-        bert_folder, (0.5,), pattern="2:4", examples=4, max_length=MAX_LENGTH,
+        bert_folder, (0.5,), spec=MaskSpec(pattern="2:4"), examples=4, max_length=MAX_LENGTH,
         save_to=tmp_path / "two-four",
     )  # fmt: skip
     from transformers import AutoModelForSequenceClassification

@@ -7,7 +7,7 @@ import sys
 import torch
 
 from convergent.optim import HORST
-from convergent.sparse import ACDCSchedule, select_prunable
+from convergent.sparse import ACDCSchedule, MaskSpec
 from convergent.train import ErmStep, distributed, fit
 from convergent.train.masked import MaskedStep
 from tests.conftest import RecordingDataset, make_classification
@@ -20,7 +20,7 @@ def main(output: str, processes: str) -> None:
     torch.manual_seed(0)
     model = ThreeLayers()
     optimizer = HORST(model.parameters(), lr=2e-2, weight_decay=0.05)
-    names = select_prunable(model, include_first=True, include_last=True).names
+    names = MaskSpec(include_first=True, include_last=True).select(model).names
     masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.75,
                         schedule=ACDCSchedule(30), reset="momentum")  # fmt: skip
     data = RecordingDataset(make_classification())

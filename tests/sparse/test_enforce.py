@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from convergent.optim import HAM, HORST
-from convergent.sparse import Masks, magnitude_masks, reset_optimizer_state, select_prunable
+from convergent.sparse import Masks, MaskSpec, magnitude_masks, reset_optimizer_state
 from convergent.train import ErmStep, fit
 from convergent.train.masked import MaskedStep
 from tests.conftest import make_classification
@@ -36,7 +36,7 @@ def _optimizer(kind: str, model: nn.Module) -> torch.optim.Optimizer:
 
 
 def _names(model: nn.Module) -> list[str]:
-    return select_prunable(model, include_first=True, include_last=True).names
+    return MaskSpec(include_first=True, include_last=True).select(model).names
 
 
 @pytest.mark.parametrize("kind", ["adamw", "horst", "ham"])

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from convergent.models import Transformer, TransformerConfig
-from convergent.sparse import Masks, magnitude_masks, n_m_mask, select_prunable
+from convergent.sparse import Masks, MaskSpec, magnitude_masks, n_m_mask
 from convergent.train import load_checkpoint, save_checkpoint
 
 
@@ -17,29 +17,30 @@ def _vision_model(seed: int = 0) -> Transformer:
     return Transformer(config)
 
 
-def test_selection_excludes_biases_norms_first_and_last_by_default():
-    selection = select_prunable(_vision_model())
+def test_selection_excludes_biases_norms_and_the_last_layer_by_default():
+    assert "input_projection.weight" in MaskSpec().select(_vision_model()).names  # first: kept
+    selection = MaskSpec(include_first=False).select(_vision_model())
     assert "input_projection.weight" in selection.excluded
     assert "head.weight" in selection.excluded
     assert "position_embedding.weight" in selection.excluded
     assert all("bias" not in name and "norm" not in name for name in selection.names)
     assert "blocks.0.attention.q_proj.weight" in selection.names
     assert len(selection.names) == 2 * 6  # q, k, v, o, up, down per block
-    widened = select_prunable(
-        _vision_model(), include_first=True, include_last=True, include_embeddings=True
+    widened = MaskSpec(include_first=True, include_last=True, include_embeddings=True).select(
+        _vision_model()
     )
     assert {"input_projection.weight", "head.weight", "position_embedding.weight"} <= set(
         widened.names
     )
     assert not widened.excluded
-    by_name = select_prunable(_vision_model(), exclude=("attention",))
+    by_name = MaskSpec(exclude=("attention",)).select(_vision_model())
     assert all("attention" not in name for name in by_name.names)
 
 
 def test_sparsity_is_reported_over_prunable_parameters():
     model = _vision_model()
-    selection = select_prunable(model)
-    masks = magnitude_masks(model, selection.names, 0.8)
+    selection = MaskSpec().select(model)
+    masks = magnitude_masks(model, selection.names, 0.8, MaskSpec(distribution="global"))
     prunable = sum(dict(model.named_parameters())[n].numel() for n in selection.names)
     assert masks.numel == prunable
     assert prunable - masks.kept == round(0.8 * prunable)
@@ -47,7 +48,7 @@ def test_sparsity_is_reported_over_prunable_parameters():
     masks.apply(model)
     zeros = sum(int((dict(model.named_parameters())[n] == 0).sum()) for n in selection.names)
     assert zeros == round(0.8 * prunable)
-    uniform = magnitude_masks(model, selection.names, 0.5, distribution="uniform")
+    uniform = magnitude_masks(model, selection.names, 0.5, MaskSpec(distribution="uniform"))
     for value in uniform.per_parameter_sparsity().values():
         assert value == pytest.approx(0.5)
 
@@ -76,12 +77,12 @@ def test_n_m_rejects_bad_shapes():
     with pytest.raises(ValueError, match="1 <= N <= M"):
         n_m_mask(torch.randn(4, 4), 5, 4)
     with pytest.raises(ValueError, match="pattern must be"):
-        magnitude_masks(nn.Linear(4, 4), ["weight"], pattern="2-4")
+        MaskSpec(pattern="2-4")
 
 
 def test_masks_round_trip_a_checkpoint_into_a_fresh_model(tmp_path):
     model = _vision_model(seed=0)
-    names = select_prunable(model).names
+    names = MaskSpec().select(model).names
     masks = magnitude_masks(model, names, 0.9)
     masks.apply(model)
     folder = save_checkpoint(tmp_path, 1, model, {"masks": masks.state_dict()})

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from convergent.sparse import (
     Masks,
+    MaskSpec,
     global_magnitude_masks,
     magnitude_masks,
     n_m_mask,
@@ -151,9 +152,19 @@ def _magnitudes(model: nn.Module) -> Tensor:
     return torch.cat([dict(model.named_parameters())[n].detach().abs().reshape(-1) for n in NAMES])
 
 
-def test_magnitude_masks_default_to_half_global_unstructured():
+def test_magnitude_masks_default_to_half_uniform_unstructured():
     model = TwoLayers()
-    masks = magnitude_masks(model, NAMES)
+    masks = magnitude_masks(model, NAMES)  # MaskSpec(): uniform, the same half of each tensor
+    for name in NAMES:
+        magnitudes = dict(model.named_parameters())[name].detach().abs().reshape(-1)
+        expected = torch.ones_like(magnitudes, dtype=torch.bool)
+        expected[torch.argsort(magnitudes)[: round(0.5 * magnitudes.numel())]] = False
+        assert torch.equal(masks[name].reshape(-1), expected)
+
+
+def test_global_magnitude_masks_prune_half_under_one_threshold():
+    model = TwoLayers()
+    masks = magnitude_masks(model, NAMES, 0.5, MaskSpec(distribution="global"))
     assert list(masks) == NAMES
     magnitudes = _magnitudes(model)
     kept = torch.cat([masks[n].reshape(-1) for n in NAMES])
@@ -165,16 +176,18 @@ def test_magnitude_masks_default_to_half_global_unstructured():
 
 def test_magnitude_masks_uniform_and_n_m_routes():
     model = TwoLayers()
-    uniform = magnitude_masks(model, NAMES, 0.25, distribution="uniform")
+    uniform = magnitude_masks(model, NAMES, 0.25, MaskSpec(distribution="uniform"))
     for name in NAMES:
         weight = dict(model.named_parameters())[name].detach().abs().reshape(-1)
         expected = torch.ones_like(weight, dtype=torch.bool)
         expected[torch.argsort(weight)[: round(0.25 * weight.numel())]] = False
         assert torch.equal(uniform[name].reshape(-1), expected), name
-    along_rows = magnitude_masks(model, NAMES, pattern="1:4", input_dims={"large.weight": 0})
+    along_rows = magnitude_masks(model, NAMES, 0.5, MaskSpec(pattern="1:4"), {"large.weight": 0})
     assert torch.equal(along_rows["small.weight"], expected_n_m(model.small.weight, 1, 4, 1))
     assert torch.equal(along_rows["large.weight"], expected_n_m(model.large.weight, 1, 4, 0))
-    two_four = magnitude_masks(model, NAMES, 0.9, pattern="2:4")  # N:M ignores the sparsity
+    two_four = magnitude_masks(
+        model, NAMES, 0.9, MaskSpec(pattern="2:4")
+    )  # N:M ignores the sparsity
     assert two_four.sparsity() == 0.5
 
 
@@ -183,7 +196,7 @@ def test_magnitude_masks_reject_an_unknown_distribution_and_missing_parameters()
     with pytest.raises(
         ValueError, match=r"^distribution must be one of \('global', 'uniform'\), got 'layerwise'$"
     ):
-        magnitude_masks(model, NAMES, distribution="layerwise")
+        MaskSpec(distribution="layerwise")
     missing = ["a", "b", "c", "d", "e", "f"]
     with pytest.raises(KeyError) as caught:
         magnitude_masks(model, [*NAMES, *missing])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from convergent.models import Transformer, TransformerConfig
-from convergent.sparse import perplexity, prune_one_shot, select_prunable
+from convergent.sparse import MaskSpec, perplexity, prune_one_shot
 
 
 def _gpt2():
@@ -29,7 +29,7 @@ def test_gpt2_conv1d_layers_are_pruned_layer_wise_and_tied_embeddings_are_not(ca
     model = _gpt2()
     wte = model.transformer.wte.weight.detach().clone()
     with caplog.at_level(logging.INFO, logger="convergent.sparse.oneshot"):
-        report = prune_one_shot(model, 0.6)
+        report = prune_one_shot(model, 0.6, spec=MaskSpec(include_first=True))
     # Every Conv1D weight (attention and MLP) loses exactly 60 % of its entries.
     assert len(report.masks) == 2 * 4
     parameters = dict(model.named_parameters())
@@ -48,9 +48,9 @@ def test_gpt2_conv1d_layers_are_pruned_layer_wise_and_tied_embeddings_are_not(ca
 
 def test_gpt2_n_m_groups_run_along_conv1d_inputs():
     model = _gpt2()
-    selection = select_prunable(model)
+    selection = MaskSpec().select(model)
     assert set(selection.input_dims.values()) == {0}
-    report = prune_one_shot(model, 0.5, pattern="2:4")
+    report = prune_one_shot(model, 0.5, spec=MaskSpec(pattern="2:4"))
     for name, mask in report.masks.items():
         groups = mask.reshape(-1, 4, mask.shape[1])  # [in / 4, 4, out]: groups of inputs
         assert (groups.sum(dim=1) == 2).all(), name

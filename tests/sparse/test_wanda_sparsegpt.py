@@ -51,14 +51,16 @@ def test_wanda_keeps_the_top_half_of_each_row_by_weight_times_input_norm():
     weight, x = _layer(out=8, inputs=32, tokens=50)
     scores = weight.abs() * torch.linalg.norm(x, dim=0)
     torch.testing.assert_close(wanda_scores(weight, input_squared_norms(x)), scores)
-    mask = wanda_mask(weight, input_squared_norms(x), 0.5)
+    mask = wanda_mask(weight, input_squared_norms(x), 0.5, "unstructured")
     assert torch.equal(mask, _top_k_per_row(scores, 16))
     assert torch.equal(mask.sum(dim=1), torch.full((8,), 16))
 
 
 def test_wanda_prunes_round_sparsity_times_inputs_per_row():
     weight, x = _layer(out=5, inputs=16)
-    mask = wanda_mask(weight, input_squared_norms(x), 0.3)  # round(4.8) = 5 pruned per row
+    mask = wanda_mask(
+        weight, input_squared_norms(x), 0.3, "unstructured"
+    )  # round(4.8) = 5 pruned per row
     scores = weight.abs() * torch.linalg.norm(x, dim=0)
     assert torch.equal(mask, _top_k_per_row(scores, 11))
 
@@ -77,7 +79,7 @@ def test_wanda_n_m_keeps_the_n_best_of_every_m_inputs():
 
 def test_wanda_breaks_ties_by_pruning_the_earlier_inputs():
     weight = torch.ones(3, 8)
-    mask = wanda_mask(weight, torch.ones(8), 0.5)
+    mask = wanda_mask(weight, torch.ones(8), 0.5, "unstructured")
     assert torch.equal(mask, torch.tensor([[False] * 4 + [True] * 4] * 3))
     mask = wanda_mask(weight, torch.ones(8), 0.5, "2:4")
     assert torch.equal(mask, torch.tensor([[False, False, True, True] * 2] * 3))
@@ -147,7 +149,7 @@ def test_sparsegpt_equals_sequential_optimal_brain_surgeon(pattern, block_size):
 
 def test_sparsegpt_returns_the_input_dtype_and_keeps_dense_at_zero_sparsity():
     weight, x = _layer(out=4, inputs=16)
-    new, mask = sparsegpt_prune(weight.float(), hessian(x), 0.0)
+    new, mask = sparsegpt_prune(weight.float(), hessian(x), 0.0, "unstructured")
     assert new.dtype == torch.float32
     assert bool(mask.all())
     torch.testing.assert_close(new, weight.float())
@@ -161,7 +163,7 @@ def test_sparsegpt_reconstructs_correlated_inputs_better_than_magnitude():
     x = z @ mixing + 0.05 * torch.randn(tokens, inputs, generator=generator, dtype=torch.float64)
     weight = torch.randn(32, inputs, generator=generator, dtype=torch.float64)
     magnitude = weight * _top_k_per_row(weight.abs(), inputs // 2)
-    pruned, _ = sparsegpt_prune(weight, hessian(x), 0.5)
+    pruned, _ = sparsegpt_prune(weight, hessian(x), 0.5, "unstructured")
 
     def error(w):
         return torch.linalg.norm(weight @ x.T - w @ x.T)
@@ -207,10 +209,10 @@ def test_bad_arguments_are_one_sentence(kwargs, message):
 def test_shape_mismatches_and_bad_settings_are_one_sentence():
     weight, x = _layer(out=4, inputs=16)
     with pytest.raises(ValueError, match=r"hessian must have shape \(16, 16\).*got \(15, 15\)"):
-        sparsegpt_prune(weight, hessian(x[:, :15]), 0.5)
+        sparsegpt_prune(weight, hessian(x[:, :15]), 0.5, "unstructured")
     with pytest.raises(ValueError, match=r"squared_norms must have shape \(16,\).*got \(15,\)"):
-        wanda_mask(weight, input_squared_norms(x[:, :15]), 0.5)
+        wanda_mask(weight, input_squared_norms(x[:, :15]), 0.5, "unstructured")
     with pytest.raises(ValueError, match=r"block_size must be a multiple of M = 4.*got 6"):
         sparsegpt_prune(weight, hessian(x), 0.5, "2:4", block_size=6)
     with pytest.raises(ValueError, match=r"damping must be a finite number >= 0, got -1"):
-        sparsegpt_prune(weight, hessian(x), 0.5, damping=-1)
+        sparsegpt_prune(weight, hessian(x), 0.5, "unstructured", damping=-1)

@@ -11,7 +11,7 @@ import transformers
 
 from convergent.train import distributed
 from convergent.train.sparse_hf import SparsityCallback
-from tests.train.test_sparsity_callback_hf import tiny_bert, token_data
+from tests.train.test_sparsity_callback_hf import SPEC, tiny_bert, token_data
 
 
 def main(output: str, scratch: str) -> None:
@@ -21,7 +21,7 @@ def main(output: str, scratch: str) -> None:
         max_steps=10, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
         ddp_backend="gloo", logging_steps=1,
     )  # fmt: skip
-    callback = SparsityCallback(sparsity=0.7)
+    callback = SparsityCallback(sparsity=0.7, spec=SPEC)
     model = tiny_bert()
     transformers.Trainer(
         model=model, args=args, train_dataset=token_data(32), callbacks=[callback]

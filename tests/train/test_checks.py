@@ -15,7 +15,7 @@ from convergent.data import load_splits
 from convergent.diagnostics import acting
 from convergent.models import Transformer, TransformerConfig
 from convergent.optim import HAM, HORST, Langevin
-from convergent.sparse import ACDCSchedule, select_prunable
+from convergent.sparse import ACDCSchedule, MaskSpec
 from convergent.train import ErmStep, MaskedStep, MethodChecks, fit
 from convergent.train.primal_dual import descent_step
 from tests.conftest import TensorDataset
@@ -194,7 +194,7 @@ def test_binding_constraints_pass(digits):
 def test_a_schedule_longer_than_the_run_warns_that_the_target_was_not_reached(digits):
     model = _model(digits)
     optimizer = HORST(model.parameters(), lr=1e-3)
-    names = select_prunable(model).names
+    names = MaskSpec().select(model).names
     masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.9,
                         schedule=ACDCSchedule(total_steps=400))  # fmt: skip
     result = _fit(model, optimizer, digits, steps=30, training_step=masked)
@@ -207,7 +207,7 @@ def test_a_schedule_longer_than_the_run_warns_that_the_target_was_not_reached(di
 def test_acdc_over_the_run_reaches_its_target_at_every_compressed_phase(digits):
     model = _model(digits)
     optimizer = HORST(model.parameters(), lr=1e-3)
-    names = select_prunable(model).names
+    names = MaskSpec().select(model).names
     masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.9,
                         schedule=ACDCSchedule(total_steps=60))  # fmt: skip
     result = _fit(model, optimizer, digits, steps=60, training_step=masked)

@@ -10,7 +10,7 @@ import torch
 from convergent.data import load_splits
 from convergent.models import Transformer, TransformerConfig
 from convergent.optim import HORST
-from convergent.sparse import GradualSchedule, select_prunable
+from convergent.sparse import GradualSchedule, MaskSpec
 from convergent.train import ErmStep, MaskedStep, fit
 
 
@@ -21,10 +21,11 @@ def test_gmp_follows_its_cubic_schedule_and_keeps_pruned_weights_at_zero():
                                           input_dim=splits.input_dim, max_len=splits.seq_len,
                                           d_model=32, n_heads=2, n_layers=2, d_ff=64))  # fmt: skip
     optimizer = HORST(model.parameters(), lr=1e-3)
-    names = select_prunable(model).names
+    spec = MaskSpec(distribution="global")  # one threshold: the count is exact over all names
+    names = spec.select(model).names
     schedule = GradualSchedule(0.8, start_step=5, end_step=25, frequency=5)
     masked = MaskedStep(ErmStep("classification"), optimizer, names, sparsity=0.8,
-                        schedule=schedule)  # fmt: skip
+                        schedule=schedule, spec=spec)  # fmt: skip
     parameters = dict(model.named_parameters())
     total = sum(parameters[name].numel() for name in names)
     seen: list[tuple[int, float, torch.Tensor]] = []

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from convergent.optim import HORST
+from convergent.sparse import MaskSpec
 from tests.conftest import TensorDataset, tiny_bert_config
 from tests.launch import torchrun
 
@@ -39,6 +40,10 @@ def token_data(examples: int = 32, lm: bool = False) -> TensorDataset:
     return TensorDataset(
         input_ids=ids, attention_mask=torch.ones(examples, 8, dtype=torch.long), labels=labels
     )
+
+
+# The masks these tests count: one global threshold, the first and the last layer dense.
+SPEC = MaskSpec(distribution="global", include_first=False)
 
 
 def expected_prunable(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -99,7 +104,7 @@ def test_fixed_masks_hold_the_target_after_every_step_with_horst(tmp_path):
     keep = flat.numel() - round(0.8 * flat.numel())
     threshold = flat.topk(keep).values.min()  # global magnitude, from the initial weights
     first_kept = {name: w.detach().abs() >= threshold for name, w in weights.items()}
-    callback = SparsityCallback(sparsity=0.8, schedule="fixed")
+    callback = SparsityCallback(sparsity=0.8, schedule="fixed", spec=SPEC)
     optimizer = HORST(model.parameters(), lr=1e-3, alpha=10.0)
     trainer, recorder = _train(tmp_path, model, token_data(), callback, steps=6,
                                optimizer=optimizer)  # fmt: skip
@@ -114,7 +119,7 @@ def test_fixed_masks_hold_the_target_after_every_step_with_horst(tmp_path):
 
 
 def test_acdc_follows_its_phases_and_resets_the_pruned_moments(tmp_path):
-    callback = SparsityCallback(sparsity=0.6)
+    callback = SparsityCallback(sparsity=0.6, spec=SPEC)
     _, recorder = _train(tmp_path, tiny_bert(), token_data(), callback, steps=20)
     # AC/DC over 20 steps, worked by hand from its definition: dense warm-up [0, 2), phases
     # of 1 step alternating C, D from step 2 over the 13 middle steps (C at 2, 4, ..., 14),
@@ -136,7 +141,7 @@ def test_acdc_follows_its_phases_and_resets_the_pruned_moments(tmp_path):
 
 def test_gpt2_conv1d_weights_are_pruned_and_the_tied_embedding_is_not(tmp_path):
     model = tiny_gpt2()
-    callback = SparsityCallback(sparsity=0.5, schedule="fixed")
+    callback = SparsityCallback(sparsity=0.5, schedule="fixed", spec=SPEC)
     _train(tmp_path, model, token_data(lm=True), callback, steps=3)
     assert sorted(callback.names) == sorted(expected_prunable(model))
     assert not any("wte" in name or "lm_head" in name for name in callback.names)
@@ -145,12 +150,14 @@ def test_gpt2_conv1d_weights_are_pruned_and_the_tied_embedding_is_not(tmp_path):
 
 def test_resuming_from_a_checkpoint_restores_masks_and_schedule_bitwise(tmp_path):
     whole = tmp_path / "whole"
-    first, _ = _train(whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6), steps=12)
+    first, _ = _train(
+        whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6, spec=SPEC), steps=12
+    )
     assert (whole / "checkpoint-4" / STATE_FILE).is_file()
     assert (whole / "checkpoint-4" / f"{STATE_FILE}.sha256").is_file()
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(whole / "checkpoint-4", resumed_dir / "checkpoint-4")
-    callback = SparsityCallback(sparsity=0.6)
+    callback = SparsityCallback(sparsity=0.6, spec=SPEC)
     second, _ = _train(resumed_dir, tiny_bert(), token_data(), callback, steps=12,
                        resume=str(resumed_dir / "checkpoint-4"))  # fmt: skip
     assert callback.masked.step == 12
@@ -161,10 +168,10 @@ def test_resuming_from_a_checkpoint_restores_masks_and_schedule_bitwise(tmp_path
 
 def test_resuming_without_the_sparsity_state_is_one_sentence(tmp_path):
     whole = tmp_path / "whole"
-    _train(whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6), steps=4)
+    _train(whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6, spec=SPEC), steps=4)
     (whole / "checkpoint-4" / STATE_FILE).unlink()
     with pytest.raises(FileNotFoundError, match=r"resumes at step 4 but .* does not exist"):
-        _train(whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6), steps=8,
+        _train(whole, tiny_bert(), token_data(), SparsityCallback(sparsity=0.6, spec=SPEC), steps=8,
                resume=str(whole / "checkpoint-4"))  # fmt: skip
 
 
@@ -173,7 +180,7 @@ def test_resuming_without_the_sparsity_state_is_one_sentence(tmp_path):
     [
         ({"sparsity": 1.0}, "sparsity"),
         ({"sparsity": 0.5, "schedule": "gradual"}, "schedule='gradual' is not supported"),
-        ({"sparsity": 0.5, "distribution": "layer"}, "distribution='layer' is not supported"),
+        ({"sparsity": 0.5, "spec": "global"}, "spec must be a MaskSpec"),
     ],
 )
 def test_bad_options_are_one_sentence(options, message):

@@ -1,9 +1,11 @@
-"""The configuration of ``convergent train`` and what it builds: splits options, the model
-and the optimizer's options. The only place that parses a training config."""
+"""The configuration of ``convergent train`` and what it builds: splits options, the model,
+the optimizer's options and the sparse-training step. The only place that parses a training
+config."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,11 +15,16 @@ from torch import nn
 from ..data import Splits, is_token_source, minilm_path
 from ..models import HFEncoder, Transformer, TransformerConfig
 from ..optim import posterior_s
+from ..sparse import ACDCSchedule, GradualSchedule, MaskSpec
+from ..train.masked import MaskedStep
 from ..train.schedules import SCHEDULES
+from ..train.steps import TrainingStep
 
 MODELS = ("transformer", "minilm")
 OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham", "langevin")
 PENALTY_CHOICES = ("log", "power")
+# Sparse training's schedules, and the names the summary and the checks give them.
+SPARSITY_SCHEDULES = {"acdc": "AC/DC", "gmp": "GMP", "fixed": "fixed masks"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,14 @@ class TrainConfig:
         eval_every: validation every this many steps (0: only at the end).
         checkpoint_every: checkpoint every this many steps (0: only at the end).
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        sparsity: train sparse: the share of the prunable weights held at zero, in [0, 1)
+            (None or 0: dense).
+        sparsity_schedule: ``"acdc"`` (AC/DC's phases over ``steps``), ``"gmp"`` (gradual
+            magnitude pruning, :meth:`~convergent.sparse.GradualSchedule.over_run`) or
+            ``"fixed"`` (magnitude masks of the initial weights, kept throughout).
+        mask_spec: which weights are prunable and how the masks are laid out
+            (:class:`~convergent.sparse.MaskSpec`; a dict of its fields in JSON). An N:M
+            pattern prunes 1 - N/M, so ``sparsity`` must be that.
     """
 
     data: str = "rt-sentences"
@@ -97,6 +112,9 @@ class TrainConfig:
     eval_every: int = 50
     checkpoint_every: int = 0
     device: str = "auto"
+    sparsity: float | None = None
+    sparsity_schedule: str = "acdc"
+    mask_spec: MaskSpec = dataclasses.field(default_factory=MaskSpec)
 
     def __post_init__(self) -> None:
         _choice("model", self.model, MODELS)
@@ -151,6 +169,42 @@ class TrainConfig:
             raise ValueError(
                 f"grad_clip must be non-negative (0 turns it off), got {self.grad_clip}"
             )
+        self._check_sparsity()
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the run trains sparse (a sparsity above 0)."""
+        return bool(self.sparsity)
+
+    def _check_sparsity(self) -> None:
+        if self.mask_spec is None or isinstance(self.mask_spec, dict):  # e.g. from JSON
+            object.__setattr__(self, "mask_spec", MaskSpec.from_dict(self.mask_spec or {}))
+        _choice("sparsity_schedule", self.sparsity_schedule, tuple(SPARSITY_SCHEDULES))
+        if self.sparsity is not None and not 0 <= self.sparsity < 1:
+            raise ValueError(f"sparsity must be in [0, 1) (0 or None: dense), got {self.sparsity}")
+        if not self.sparse:
+            changed = _changed_sparsity_settings(self)
+            if changed:
+                raise ValueError(
+                    f"{', '.join(changed)} {'apply' if len(changed) > 1 else 'applies'} to sparse"
+                    f" training only; set sparsity in (0, 1), got {self.sparsity}"
+                )
+            return
+        shape = self.mask_spec.n_m
+        if shape is not None:
+            pattern = self.mask_spec.pattern
+            if self.sparsity_schedule == "gmp":
+                raise ValueError(
+                    f"sparsity_schedule 'gmp' ramps an unstructured sparsity; pattern {pattern!r}"
+                    " takes acdc or fixed"
+                )
+            implied = 1 - shape[0] / shape[1]
+            if not math.isclose(float(self.sparsity or 0), implied, abs_tol=1e-9):
+                raise ValueError(
+                    f"pattern {pattern!r} prunes 1 - N/M = {implied:g} of the weights, so "
+                    f"sparsity must be {implied:g}, got {self.sparsity}"
+                )
+        mask_schedule(self)  # its own checks (GMP needs a run of 2 steps or more)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -160,6 +214,48 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config key(s) {unknown}; the keys are {sorted(known)}")
         return cls(**values)
+
+
+def _changed_sparsity_settings(config: TrainConfig) -> list[str]:
+    """The sparse-training settings of ``config`` that differ from their defaults, as
+    ``"name value"``."""
+    changed = []
+    default_schedule = TrainConfig.__dataclass_fields__["sparsity_schedule"].default
+    if config.sparsity_schedule != default_schedule:
+        changed.append(f"sparsity_schedule {config.sparsity_schedule!r}")
+    default_spec = MaskSpec()
+    for field in dataclasses.fields(MaskSpec):
+        value = getattr(config.mask_spec, field.name)
+        if value != getattr(default_spec, field.name):
+            changed.append(f"mask_spec {field.name} {value!r}")
+    return changed
+
+
+def mask_schedule(config: TrainConfig) -> ACDCSchedule | GradualSchedule | None:
+    """The :class:`~convergent.train.MaskedStep` schedule of a sparse config: AC/DC over its
+    steps, the default GMP of a run of its steps, or None (fixed masks)."""
+    if config.sparsity_schedule == "acdc":
+        return ACDCSchedule(config.steps)
+    if config.sparsity_schedule == "gmp":
+        return GradualSchedule.over_run(config.steps, float(config.sparsity or 0))
+    return None
+
+
+def build_masked_step(
+    config: TrainConfig, model: nn.Module, optimizer: torch.optim.Optimizer, base: TrainingStep
+) -> MaskedStep:
+    """The sparse-training step of a sparse ``config`` around the objective ``base``: masks
+    over ``config.mask_spec``'s selection of ``model`` (unwrapped), on ``config``'s schedule."""
+    selection = config.mask_spec.select(model)
+    return MaskedStep(
+        base,
+        optimizer,
+        selection.names,
+        sparsity=float(config.sparsity or 0),
+        schedule=mask_schedule(config),
+        spec=config.mask_spec,
+        input_dims=selection.input_dims,
+    )
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -324,6 +324,7 @@ def _markdown(payload: dict[str, Any], spectra_rows: list[dict[str, Any]]) -> st
         f"Overall sparsity (exact zeros): {payload['weights']['sparsity']:.2%} over "
         f"{len(payload['weights']['matrices'])} matrices.",
         "",
+        markdown_table(payload["weights"]["matrices"]),
         "![weights](weights.png)",
         "",
     ]

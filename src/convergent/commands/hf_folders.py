@@ -266,11 +266,14 @@ class EvaluationData:
     max_length: int
 
 
-def _austen_texts(seed: int, max_length: int, examples: int | None) -> list[str]:
-    """Austen's validation windows, decoded from character ids back to text."""
+SPLITS = ("train", "validation")
+
+
+def _austen_texts(seed: int, max_length: int, examples: int | None, split: str) -> list[str]:
+    """Austen's windows of ``split``, decoded from character ids back to text."""
     splits = load_splits("austen", seed=seed, seq_len=CHARACTERS_PER_TOKEN * max_length)
     itos = splits.info["itos"]
-    windows = splits.validation.tensors["input_ids"][:examples]
+    windows = getattr(splits, split).tensors["input_ids"][:examples]
     return ["".join(itos[index] for index in row) for row in windows.tolist()]
 
 
@@ -281,8 +284,9 @@ def evaluation_data(
     seed: int = 0,
     max_length: int = 64,
     examples: int | None = None,
+    split: str = "validation",
 ) -> EvaluationData:
-    """The validation split of ``data_name``, tokenized with the folder's tokenizer.
+    """The validation (or train) split of ``data_name``, tokenized with the folder's tokenizer.
 
     Args:
         loaded: the model folder.
@@ -290,7 +294,9 @@ def evaluation_data(
             causal LM; a token source whose classes match the classifier for a classifier.
         seed: the split seed.
         max_length: tokens per example (truncated and padded to it).
-        examples: keep only the first this many validation examples (None: all).
+        examples: keep only the first this many examples (None: all).
+        split: ``"validation"`` (to measure on) or ``"train"`` (e.g. pruning's calibration
+            batches, which must not be the examples the pruned model is measured on).
 
     Returns:
         An :class:`EvaluationData`.
@@ -300,16 +306,19 @@ def evaluation_data(
     """
     if examples is not None and examples < 1:
         raise HFFolderError(f"examples={examples} is out of range; it must be >= 1.")
+    if split not in SPLITS:
+        raise HFFolderError(f"split={split!r} is not one of {SPLITS}")
     positions = getattr(loaded.model.config, "max_position_embeddings", None)
     if max_length < 2 or (positions is not None and max_length > positions):
         allowed = f"in [2, {positions}] (the model's positions)" if positions else "at least 2"
         raise HFFolderError(f"max_length={max_length} is out of range; it must be {allowed}.")
     tokenizer = evaluation_tokenizer(loaded.tokenizer)
     if loaded.kind == CAUSAL_LM and data_name == "austen":
-        encoded = tokenize(_austen_texts(seed, max_length, examples), tokenizer, max_length)
+        encoded = tokenize(_austen_texts(seed, max_length, examples, split), tokenizer, max_length)
     elif is_token_source(data_name):
         splits = load_splits(data_name, seed=seed, tokenizer=tokenizer, max_length=max_length)
-        encoded = {key: value[:examples] for key, value in splits.validation.tensors.items()}
+        tensors = getattr(splits, split).tensors
+        encoded = {key: value[:examples] for key, value in tensors.items()}
         classes = getattr(loaded.model.config, "num_labels", None)
         if loaded.kind == SEQUENCE_CLASSIFICATION and splits.num_outputs != classes:
             raise HFFolderError(

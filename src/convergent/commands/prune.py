@@ -1,16 +1,20 @@
-"""``convergent prune``: one-shot magnitude pruning of a trained run folder or checkpoint.
+"""``convergent prune``: one-shot pruning (magnitude, Wanda, SparseGPT) of a trained run folder
+or checkpoint, or of a Hugging Face model folder.
 
 The run folder written by ``convergent train`` holds ``config.json`` and checkpoints; the
 model is rebuilt from the config, its newest (or the named) checkpoint is loaded, and for
 each sparsity a copy is pruned and evaluated on the validation split (loss, accuracy, and
-perplexity for language models). With ``save_to``, the model pruned at the last sparsity is
+perplexity for language models). Wanda and SparseGPT calibrate on a seeded sample of the
+run's *training* split. With ``save_to``, the model pruned at the last sparsity is
 written as a run folder (the run's ``config.json`` and ``checkpoints/``, so ``diagnose`` and
 ``prune`` take it) whose checkpoint state holds the masks (``{"masks": ..., "pruning": ...}``,
-loadable with ``weights_only=True``); the masks can also be rebuilt from its weights alone
-(``Masks.from_weights``).
+loadable with ``weights_only=True``), beside the report (``pruning.json``, ``pruning.md``,
+``pruning.png``: the metric against sparsity and each matrix's sparsity); the masks can also
+be rebuilt from its weights alone (``Masks.from_weights``).
 
 A Hugging Face ``save_pretrained`` folder is pruned by :func:`prune_hf_folder` instead: it is
-evaluated on a named data source (perplexity for a causal LM, accuracy for a classifier)
+evaluated on a named data source (perplexity for a causal LM, accuracy for a classifier),
+calibrated on the train split of a named source (by default the same one),
 and the pruned model is written with ``save_pretrained`` beside a report (``pruning.json``,
 ``pruning.md``, ``pruning.png``).
 """
@@ -30,10 +34,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from matplotlib.figure import Figure
 from torch import nn
 
-from ..report import markdown_table
-from ..sparse import PruningReport, prune_one_shot
+from ..report import layer_sparsity_table, markdown_table, plot_layer_sparsity
+from ..sparse import MaskSpec, PruningReport, prune_one_shot
+from ..sparse.blockwise import check_method
 from ..sparse.masks import check_sparsity
-from ..train import evaluate, save_checkpoint
+from ..train import calibration_batches, evaluate, save_checkpoint
 from ..train.checkpoint import write_text_atomically
 from .hf_folders import (
     DEFAULT_DATA,
@@ -51,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 
 ModelT = TypeVar("ModelT", bound=nn.Module)
+
+DEFAULT_SPARSITIES = (0.5, 0.7, 0.9)
+CALIBRATION_BATCH_SIZE = 16
 
 
 def sweep(
@@ -82,47 +90,68 @@ def sweep(
 
 def prune_run(
     path: str | Path,
-    sparsities: tuple[float, ...] = (0.5, 0.7, 0.9),
+    sparsities: tuple[float, ...] = DEFAULT_SPARSITIES,
     *,
-    distribution: str = "uniform",
-    pattern: str = "unstructured",
-    include_embeddings: bool = False,
-    include_first: bool = True,
-    include_last: bool = False,
+    spec: MaskSpec | None = None,
+    method: str = "magnitude",
+    calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a trained run one-shot at each sparsity and evaluate it on validation data.
 
     Args:
         path: a run folder, its ``checkpoints`` folder or one checkpoint folder.
         sparsities: targets in [0, 1).
-        distribution: ``"uniform"`` (layer-wise, default) or ``"global"``.
-        pattern: ``"unstructured"`` or ``"N:M"``.
-        include_embeddings, include_first, include_last: see
-            :func:`~convergent.sparse.prune_one_shot`.
+        spec: which weights, the distribution and the pattern; None is ``MaskSpec()``.
+        method: ``"magnitude"``, ``"wanda"`` or ``"sparsegpt"``.
+        calibration_examples: examples of the run's training split that Wanda and SparseGPT
+            calibrate on (a seeded sample; unused by magnitude).
         save_to: write the model pruned at the last sparsity here, as a run folder
-            (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept.
+            (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept,
+            with its report (``pruning.json``, ``pruning.md``, ``pruning.png``).
+        progress: progress bars over the blocks.
 
     Returns:
-        ``{"checkpoint", "task", "dense": metrics, "rows": [per sparsity: target,
-        sparsity, metrics], "excluded", "notes", "saved"}``.
+        ``{"checkpoint", "task", "method", "spec", "calibration", "dense": metrics, "rows":
+        [per sparsity: target, sparsity, metrics], "layers", "excluded", "notes", "saved"}``;
+        ``layers`` holds each pruned matrix at the last target.
     """
     for target in sparsities:
         check_sparsity(target)
+    spec = MaskSpec.given(spec)
+    check_method(method, spec)
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
+    calibration = None
+    if method != "magnitude":
+        calibration = calibration_batches(
+            splits.train, min(calibration_examples, len(splits.train)), CALIBRATION_BATCH_SIZE
+        )
     dense = evaluate(model, splits.validation, splits.task)
     rows, report, pruned = sweep(
         model,
         sparsities,
         lambda candidate: evaluate(candidate, splits.validation, splits.task),
-        distribution=distribution,
-        pattern=pattern,
-        include_embeddings=include_embeddings,
-        include_first=include_first,
-        include_last=include_last,
+        spec=spec,
+        method=method,
+        calibration=calibration,
+        progress=progress,
     )
-    saved = None
+    summary: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "task": splits.task,
+        "metric": _headline_metric(dense),
+        "method": method,
+        "spec": spec.as_dict(),
+        "calibration": _calibration_entry(method, "train split of the run's data", calibration),
+        "dense": dense,
+        "rows": rows,
+        "layers": report.layers if report else [],
+        "excluded": report.excluded if report else {},
+        "notes": report.notes if report else [],
+        "saved": None,
+    }
     if save_to is not None and report is not None:
         prepare_new_run(save_to)
         write_text_atomically(
@@ -136,16 +165,19 @@ def prune_run(
             {"masks": report.masks.state_dict(), "pruning": report.summary()},
             keep=1,
         )
+        summary["saved"] = str(saved)
+        write_pruning_report(Path(save_to), summary)
         logger.info("pruned checkpoint written to %s", saved)
-    return {
-        "checkpoint": str(checkpoint),
-        "task": splits.task,
-        "dense": dense,
-        "rows": rows,
-        "excluded": report.excluded if report else {},
-        "notes": report.notes if report else [],
-        "saved": str(saved) if saved else None,
-    }
+    return summary
+
+
+def _calibration_entry(
+    method: str, source: str, batches: list[dict[str, Any]] | None
+) -> dict[str, Any] | None:
+    if batches is None:
+        return None
+    examples = sum(len(next(iter(batch.values()))) for batch in batches)
+    return {"data": source, "examples": examples, "method": method}
 
 
 def format_prune_summary(summary: dict[str, Any]) -> str:
@@ -167,18 +199,18 @@ def format_prune_summary(summary: dict[str, Any]) -> str:
 
 def prune_hf_folder(
     path: str | Path,
-    sparsities: tuple[float, ...] = (0.5, 0.7, 0.9),
+    sparsities: tuple[float, ...] = DEFAULT_SPARSITIES,
     *,
     data: str | None = None,
     examples: int | None = None,
     max_length: int = 64,
     seed: int = 0,
-    distribution: str = "uniform",
-    pattern: str = "unstructured",
-    include_embeddings: bool = False,
-    include_first: bool = True,
-    include_last: bool = False,
+    spec: MaskSpec | None = None,
+    method: str = "magnitude",
+    calibration_data: str | None = None,
+    calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a ``save_pretrained`` folder one-shot at each sparsity, evaluated before and after.
 
@@ -193,31 +225,45 @@ def prune_hf_folder(
             classifier).
         examples: evaluate on the first this many validation examples (None: all).
         max_length: tokens per example.
-        seed: the split seed.
-        distribution, pattern, include_embeddings, include_first, include_last: see
-            :func:`~convergent.sparse.prune_one_shot`.
+        seed: the split seed (and the calibration sample's).
+        spec: which weights, the distribution and the pattern; None is ``MaskSpec()``.
+        method: ``"magnitude"``, ``"wanda"`` or ``"sparsegpt"``.
+        calibration_data: the source whose *train* split Wanda and SparseGPT calibrate on
+            (default: ``data``'s).
+        calibration_examples: how many training examples they calibrate on.
         save_to: a new (or empty) folder for the model pruned at the last sparsity, written
             with ``save_pretrained`` with the tokenizer, ``pruning.json``, ``pruning.md`` and
             ``pruning.png``.
+        progress: progress bars over the blocks.
 
     Returns:
         ``{"checkpoint", "kind", "architecture", "data", "examples", "task", "metric",
-        "dense", "rows", "layers", "excluded", "notes", "saved"}``; ``layers`` holds the
-        sparsity of each pruned matrix at the last target.
+        "method", "spec", "calibration", "dense", "rows", "layers", "excluded", "notes",
+        "saved"}``; ``layers`` holds each pruned matrix at the last target.
     """
     for target in sparsities:
         check_sparsity(target)
+    spec = MaskSpec.given(spec)
+    check_method(method, spec)
     if save_to is not None:
         _check_empty_folder(Path(save_to))
     loaded = load_hf_folder(path)
-    evaluation = evaluation_data(
-        loaded,
-        data or DEFAULT_DATA[loaded.kind],
-        seed=seed,
-        max_length=max_length,
-        examples=examples,
-    )
+    data = data or DEFAULT_DATA[loaded.kind]
+    evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
     batch_size = evaluation_batch_size(loaded, max_length)
+    calibration = None
+    if method != "magnitude":
+        source = evaluation_data(
+            loaded,
+            calibration_data or data,
+            seed=seed,
+            max_length=max_length,
+            examples=calibration_examples,
+            split="train",
+        )
+        calibration = calibration_batches(
+            source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, seed
+        )
 
     def measure(model: nn.Module) -> dict[str, float]:
         return evaluate(model, evaluation.dataset, evaluation.task, batch_size=batch_size)
@@ -227,21 +273,10 @@ def prune_hf_folder(
         loaded.model,
         sparsities,
         measure,
-        distribution=distribution,
-        pattern=pattern,
-        include_embeddings=include_embeddings,
-        include_first=include_first,
-        include_last=include_last,
-    )
-    layers = (
-        [
-            {"name": name, "shape": list(mask.shape), "sparsity": sparsity}
-            for (name, mask), sparsity in zip(
-                report.masks.items(), report.masks.per_parameter_sparsity().values(), strict=True
-            )
-        ]
-        if report
-        else []
+        spec=spec,
+        method=method,
+        calibration=calibration,
+        progress=progress,
     )
     summary: dict[str, Any] = {
         "checkpoint": str(path),
@@ -252,13 +287,16 @@ def prune_hf_folder(
         "examples": len(evaluation.dataset),
         "max_length": max_length,
         "seed": seed,
-        "distribution": distribution,
-        "pattern": pattern,
+        "method": method,
+        "spec": spec.as_dict(),
+        "calibration": _calibration_entry(
+            method, f"train split of {calibration_data or data}", calibration
+        ),
         "task": evaluation.task,
         "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
         "dense": dense,
         "rows": rows,
-        "layers": layers,
+        "layers": report.layers if report else [],
         "excluded": report.excluded if report else {},
         "notes": report.notes if report else [],
         "saved": None,
@@ -268,6 +306,13 @@ def prune_hf_folder(
         _save_pruned_folder(Path(save_to), pruned, loaded.tokenizer, summary)
         logger.info("pruned model written to %s", save_to)
     return summary
+
+
+def _headline_metric(metrics: dict[str, float]) -> str:
+    for key in ("perplexity", "accuracy", "rmse"):
+        if key in metrics:
+            return key
+    return "loss"
 
 
 def _check_empty_folder(folder: Path) -> None:
@@ -289,14 +334,19 @@ def _save_pruned_folder(
         with quiet_progress():
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
-        write_text_atomically(staging / "pruning.json", json.dumps(summary, indent=2) + "\n")
-        write_text_atomically(staging / "pruning.md", _pruning_markdown(summary))
-        plot_pruning(summary, staging / "pruning.png")
+        write_pruning_report(staging, summary)
         if folder.exists():
             folder.rmdir()  # empty, checked above; os.replace cannot replace a folder
         os.replace(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_pruning_report(folder: Path, summary: dict[str, Any]) -> None:
+    """``pruning.json``, ``pruning.md`` and ``pruning.png`` of ``summary`` into ``folder``."""
+    write_text_atomically(folder / "pruning.json", json.dumps(summary, indent=2) + "\n")
+    write_text_atomically(folder / "pruning.md", _pruning_markdown(summary))
+    plot_pruning(summary, folder / "pruning.png")
 
 
 def _metric_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -310,14 +360,26 @@ def _metric_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pruning_markdown(summary: dict[str, Any]) -> str:
     last = summary["rows"][-1]
+    spec = summary["spec"]
+    if summary.get("kind"):
+        measured = (
+            f"{summary['architecture']} ({summary['kind']}), evaluated on {summary['examples']} "
+            f"validation examples of `{summary['data']}` ({summary['max_length']} tokens each)"
+        )
+    else:
+        measured = f"a {summary['task']} run, evaluated on its validation split"
+    calibration = summary.get("calibration")
+    calibrated = (
+        f" Calibrated on {calibration['examples']} examples of the {calibration['data']}."
+        if calibration
+        else ""
+    )
     lines = [
-        f"# One-shot magnitude pruning: {summary['checkpoint']}",
+        f"# One-shot {summary['method']} pruning: {summary['checkpoint']}",
         "",
-        f"{summary['architecture']} ({summary['kind']}), {summary['distribution']} "
-        f"{summary['pattern']} pruning, evaluated on {summary['examples']} validation examples "
-        f"of `{summary['data']}` ({summary['max_length']} tokens each). This folder holds the "
-        f"model pruned at {last['target']} (achieved {last['sparsity']:.4f} of the prunable "
-        "weights).",
+        f"{measured}; {spec['distribution']} {spec['pattern']} masks.{calibrated} This folder "
+        f"holds the model pruned at {last['target']} (achieved {last['sparsity']:.4f} of the "
+        "prunable weights).",
         "",
         f"## {summary['metric'].capitalize()} against sparsity",
         "",
@@ -326,9 +388,7 @@ def _pruning_markdown(summary: dict[str, Any]) -> str:
         "",
         "## Sparsity per pruned matrix",
         "",
-        markdown_table(
-            [{**row, "shape": "x".join(map(str, row["shape"]))} for row in summary["layers"]]
-        ),
+        layer_sparsity_table(summary["layers"]),
     ]
     lines += [f"- {note}" for note in summary["notes"]]
     return "\n".join(lines) + "\n"
@@ -338,7 +398,7 @@ def plot_pruning(summary: dict[str, Any], path: Path) -> Path:
     """The metric against achieved sparsity (dense at 0), and each matrix's sparsity.
 
     Args:
-        summary: what :func:`prune_hf_folder` returns.
+        summary: what :func:`prune_run` or :func:`prune_hf_folder` returns.
         path: the PNG to write.
 
     Returns:
@@ -352,15 +412,12 @@ def plot_pruning(summary: dict[str, Any], path: Path) -> Path:
     metric_axis.plot(*zip(*points, strict=True), "o-", color="tab:blue")
     metric_axis.set_xlabel("sparsity of the prunable weights")
     metric_axis.set_ylabel(f"validation {metric}")
-    metric_axis.set_title(f"{metric} after one-shot pruning ({summary['examples']} examples)")
+    metric_axis.set_title(f"{metric} after one-shot {summary['method']} pruning")
     if metric == "perplexity":
         metric_axis.set_yscale("log")
-    sparsity = [row["sparsity"] for row in summary["layers"]]
-    layer_axis.bar(range(len(sparsity)), sparsity, color="tab:purple")
-    layer_axis.set_ylim(0, 1)
-    layer_axis.set_xlabel("pruned matrix (model order)")
-    layer_axis.set_ylabel("fraction pruned")
-    layer_axis.set_title(f"per-matrix sparsity at {summary['rows'][-1]['target']}")
+    plot_layer_sparsity(
+        layer_axis, summary["layers"], f"per-matrix sparsity at {summary['rows'][-1]['target']}"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     return path

@@ -3,7 +3,8 @@
 A command in the torchtune sense: the config object stops here, and everything below it
 (data loaders, models, optimizers, :func:`~convergent.train.fit`) takes plain arguments.
 A run folder holds ``config.json``, ``metrics.jsonl``, ``tensorboard/``, ``checkpoints/``,
-``summary.json`` and ``loss_curve.png``.
+``summary.json`` and ``loss_curve.png``. A sparse config (``sparsity`` > 0) wraps the run's
+objective (ERM or regularized) in a :class:`~convergent.train.MaskedStep`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from ..optim import HORST, build_optimizer, decay_groups
 from ..regularize import VillaniRegularizer
 from ..report import plot_training_curves
 from ..train import (
+    ErmStep,
+    MaskedStep,
     RegularizedStep,
+    TrainingStep,
     distributed,
     evaluate,
     fit,
@@ -33,7 +37,15 @@ from ..train import (
 )
 from ..train.callbacks import HorstStrengthLog
 from ..train.checkpoint import write_text_atomically
-from .config import TrainConfig, build_model, check_device, optimizer_options, split_options
+from .config import (
+    SPARSITY_SCHEDULES,
+    TrainConfig,
+    build_masked_step,
+    build_model,
+    check_device,
+    optimizer_options,
+    split_options,
+)
 from .runs import RunFolderError, prepare_new_run, resume_config
 
 logger = logging.getLogger(__name__)
@@ -60,6 +72,9 @@ def run_training(
     Returns:
         The summary also written to ``summary.json``.
 
+    A sparse run resumes with its own ``steps`` unless its masks are fixed: AC/DC's phases
+    and GMP's ramp are laid over the run's length.
+
     Launched by ``torchrun`` (``torchrun --nproc_per_node N -m convergent train ...``), it
     trains with DDP: ``batch_size`` stays the global batch, rank 0 writes the run folder.
     """
@@ -72,7 +87,8 @@ def run_training(
         "gloo" if config.device == "cpu" else None
     )
     if resume:
-        resume_config(folder, {})  # refuses a folder with no run or no checkpoint
+        stored = resume_config(folder, {})  # refuses a folder with no run or no checkpoint
+        _check_sparse_resume(config, stored)
     elif distributed.is_main_process():
         prepare_new_run(folder, overwrite=overwrite)
     distributed.barrier()  # no rank writes before rank 0 has cleared an overwritten run
@@ -87,6 +103,16 @@ def run_training(
     if owns_group:  # not after a failure: a failed rank's peers may never reach the barrier
         distributed.shutdown()
     return summary
+
+
+def _check_sparse_resume(config: TrainConfig, stored: TrainConfig) -> None:
+    """Refuse to stretch a sparse schedule laid over the run's steps (fixed masks may)."""
+    if config.sparse and config.sparsity_schedule != "fixed" and config.steps != stored.steps:
+        raise RunFolderError(
+            f"--steps {config.steps} would change the {SPARSITY_SCHEDULES[config.sparsity_schedule]}"
+            f" schedule laid over the run's {stored.steps} steps; resume with --steps "
+            f"{stored.steps} (only fixed masks may run longer)"
+        )
 
 
 def _train_and_report(
@@ -109,7 +135,7 @@ def _train_and_report(
         else decay_groups(model, config.weight_decay)
     )
     optimizer = build_optimizer(config.optimizer, groups, **optimizer_options(config, splits))
-    training_step = (
+    training_step: TrainingStep | None = (
         RegularizedStep(
             splits.task,
             VillaniRegularizer(
@@ -122,6 +148,10 @@ def _train_and_report(
         if config.villani_target is not None
         else None
     )
+    if config.sparse:
+        training_step = build_masked_step(
+            config, model, optimizer, training_step or ErmStep(splits.task)
+        )
     scheduler = warmup_schedule(
         optimizer,
         total_steps=config.steps,
@@ -180,6 +210,16 @@ def _train_and_report(
             "test": len(splits.test),
         },
     }
+    if isinstance(training_step, MaskedStep):
+        summary["sparsity"] = {
+            "achieved": training_step.achieved_sparsity(model),
+            "target": config.sparsity,
+            "schedule": config.sparsity_schedule,
+            "method": SPARSITY_SCHEDULES[config.sparsity_schedule],
+            "compressions": training_step.compressions,
+            "prunable_weights": len(training_step.names),
+            "mask_spec": config.mask_spec.as_dict(),
+        }
     if distributed.is_main_process():
         write_text_atomically(folder / "summary.json", json.dumps(summary, indent=2) + "\n")
         plot_training_curves(

@@ -1,8 +1,9 @@
 """Sparse training: magnitude masks, their enforcement, the AC/DC schedule, one-shot pruning.
 
-    from convergent.sparse import select_prunable, magnitude_masks
-    selection = select_prunable(model)                    # weight matrices, minus exclusions
-    masks = magnitude_masks(model, selection.names, 0.9)  # global magnitude, exact top-k
+    from convergent.sparse import MaskSpec, magnitude_masks
+    spec = MaskSpec(distribution="global")                # one spec: selection, distribution, pattern
+    selection = spec.select(model)                        # weight matrices, minus exclusions
+    masks = magnitude_masks(model, selection.names, 0.9, spec)  # global magnitude, exact top-k
     masks.apply(model)                                    # w <- w * mask
 
 Training with masks (re-masked after every step, AC/DC phase flips) is
@@ -10,21 +11,21 @@ Training with masks (re-masked after every step, AC/DC phase flips) is
 """
 
 from .acdc import ACDCSchedule, Phase
+from .blockwise import METHODS
 from .enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
 from .gmp import GradualSchedule
 from .masks import (
-    DISTRIBUTIONS,
-    PATTERNS,
     Masks,
     global_magnitude_masks,
+    layer_sparsity,
     magnitude_masks,
     n_m_mask,
     n_m_masks,
-    parse_pattern,
     uniform_magnitude_masks,
 )
 from .oneshot import PruningReport, perplexity, prune_one_shot
 from .selection import Selection, is_conv1d, select_prunable
+from .spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
 from .topk import (
     Threshold,
     count_to_prune,
@@ -35,11 +36,13 @@ from .topk import (
 
 __all__ = [
     "DISTRIBUTIONS",
+    "METHODS",
     "PATTERNS",
     "RESETS",
     "RESET_HOWS",
     "ACDCSchedule",
     "GradualSchedule",
+    "MaskSpec",
     "Masks",
     "Phase",
     "PruningReport",
@@ -50,6 +53,7 @@ __all__ = [
     "global_magnitude_masks",
     "is_conv1d",
     "keep_largest",
+    "layer_sparsity",
     "magnitude_masks",
     "magnitude_threshold",
     "magnitude_threshold_reference",

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 
 __all__ = ["GradualSchedule"]
 
+# A run's default GMP: dense for its first tenth, pruned gradually until three quarters in,
+# then fine-tuned at the final sparsity (Zhu and Gupta prune over most of training and
+# leave the tail for recovery), in at most this many mask updates.
+RUN_START_FRACTION = 0.10
+RUN_END_FRACTION = 0.75
+RUN_UPDATES = 20
+
 
 @dataclass(frozen=True)
 class GradualSchedule:
@@ -60,6 +67,21 @@ class GradualSchedule:
                 f"frequency must be an integer >= 1 that divides end_step - start_step = "
                 f"{self.end_step - self.start_step}, got {self.frequency}"
             )
+
+    @classmethod
+    def over_run(cls, total_steps: int, final_sparsity: float) -> GradualSchedule:
+        """The default GMP of a run of ``total_steps``: pruning from 10 % of the run to 75 %,
+        in at most 20 updates, at equal intervals (the end moves back to a whole number of
+        intervals)."""
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 2:
+            raise ValueError(
+                f"gradual pruning needs a run of at least 2 steps, got total_steps={total_steps!r}"
+            )
+        start = int(RUN_START_FRACTION * total_steps)
+        span = max(int(RUN_END_FRACTION * total_steps) - start, 1)
+        frequency = max(span // RUN_UPDATES, 1)
+        end = start + (span // frequency) * frequency
+        return cls(final_sparsity, start_step=start, end_step=end, frequency=frequency)
 
     @property
     def updates(self) -> int:

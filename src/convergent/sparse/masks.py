@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .spec import MaskSpec
 from .topk import count_to_prune, keep_largest
-
-DISTRIBUTIONS = ("global", "uniform")
-PATTERNS = ("unstructured", "n:m")
 
 
 class Masks:
@@ -216,55 +215,54 @@ def n_m_masks(
     )
 
 
-def parse_pattern(pattern: str) -> tuple[int, int] | None:
-    """``"unstructured"`` -> None; ``"2:4"`` -> (2, 4)."""
-    if pattern == "unstructured":
-        return None
-    parts = pattern.split(":")
-    if len(parts) == 2 and all(part.strip().isdigit() for part in parts):
-        n, m = int(parts[0]), int(parts[1])
-        if 1 <= n <= m:
-            return n, m
-    raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
-
-
-def check_n_m_fits(pattern: str, columns: int) -> tuple[int, int] | None:
-    """:func:`~convergent.sparse.parse_pattern`, and for N:M a check that M divides ``columns``."""
-    shape = parse_pattern(pattern)
-    if shape is not None and columns % shape[1] != 0:
-        raise ValueError(
-            f"pattern {pattern!r} needs the number of inputs to be a multiple of"
-            f" M = {shape[1]}, got {columns}"
-        )
-    return shape
-
-
 def magnitude_masks(
     model: nn.Module,
     names: list[str],
     sparsity: float = 0.5,
-    *,
-    distribution: str = "global",
-    pattern: str = "unstructured",
+    spec: MaskSpec | None = None,
     input_dims: Mapping[str, int] | None = None,
 ) -> Masks:
     """Magnitude masks for ``model``'s parameters ``names``.
 
     Args:
         model: the (unwrapped) model.
-        names: the prunable parameter names (see :func:`~convergent.sparse.select_prunable`).
+        names: the prunable parameter names (see :meth:`MaskSpec.select`).
         sparsity: the fraction to prune, in [0, 1) (ignored for N:M, which prunes 1 - N/M).
-        distribution: ``"global"`` (one threshold) or ``"uniform"`` (the same sparsity per
-            tensor).
-        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``).
+        spec: the distribution (``"global"``: one threshold; ``"uniform"``: the same sparsity
+            per tensor) and pattern (unstructured or N:M); None is ``MaskSpec()``.
         input_dims: name -> the dimension of a layer's inputs, for N:M (1 by default).
     """
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
+    spec = MaskSpec.given(spec)
     tensors = dict(zip(names, _parameters(model, names), strict=True))
-    shape = parse_pattern(pattern)
+    shape = spec.n_m
     if shape is not None:
         return n_m_masks(tensors, shape[0], shape[1], input_dims)
-    if distribution == "global":
+    if spec.distribution == "global":
         return global_magnitude_masks(tensors, sparsity)
     return uniform_magnitude_masks(tensors, sparsity)
+
+
+def layer_sparsity(model: nn.Module, names: list[str]) -> list[dict[str, Any]]:
+    """The sparsity of each weight ``names`` of ``model``, read from its zeros.
+
+    Args:
+        model: the (unwrapped) model.
+        names: the weights to report, e.g. ``MaskSpec().select(model).names``.
+
+    Returns:
+        One row per weight, in ``names``' order: ``name``, ``shape``, ``entries``, ``zeros``
+        and ``sparsity`` (zeros / entries), ready for a table or JSON.
+    """
+    rows: list[dict[str, Any]] = []
+    for name, value in zip(names, _parameters(model, names), strict=True):
+        zeros = int((value == 0).sum())
+        rows.append(
+            {
+                "name": name,
+                "shape": list(value.shape),
+                "entries": value.numel(),
+                "zeros": zeros,
+                "sparsity": zeros / max(value.numel(), 1),
+            }
+        )
+    return rows

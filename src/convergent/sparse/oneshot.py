@@ -1,25 +1,31 @@
-"""One-shot magnitude pruning of a trained model, and the perplexity it costs a language model.
+"""One-shot pruning of a trained model (magnitude, Wanda, SparseGPT), and the perplexity it costs.
 
-Layer-wise (``distribution="uniform"``, the default): every prunable weight matrix loses the
-same fraction of its smallest magnitudes. Works on our Transformer and on ``transformers``
+    report = prune_one_shot(model, 0.5, method="sparsegpt", calibration=batches,
+                            spec=MaskSpec(pattern="2:4"))
+    print(report.summary()["layers"])       # each matrix's sparsity, method and seconds
+
+Magnitude needs no data; Wanda and SparseGPT read calibration batches block by block
+(:mod:`convergent.sparse.blockwise`). Works on our Transformer and on ``transformers``
 models; GPT-2's ``Conv1D`` layers (weights stored ``[in, out]``) are handled, and tied
-input/output embeddings are pruned by neither side unless ``include_embeddings=True``; the
-report says so.
+input/output embeddings are pruned once, by neither side unless the spec includes
+embeddings; the report says so.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masks import Masks, magnitude_masks
-from .selection import select_prunable
+from .blockwise import CALIBRATED, BlockwisePruner, check_method
+from .masks import Masks, check_sparsity, magnitude_masks
+from .spec import MaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +43,9 @@ class PruningReport:
         total: entries in every parameter of the model.
         excluded: weight matrices left dense -> why.
         notes: one line per exclusion (also logged).
+        method: ``"magnitude"``, ``"wanda"`` or ``"sparsegpt"``.
+        spec: the mask spec.
+        layers: per pruned matrix: name, shape, sparsity, method, stage (block) and seconds.
     """
 
     masks: Masks
@@ -47,6 +56,9 @@ class PruningReport:
     total: int
     excluded: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    method: str = "magnitude"
+    spec: MaskSpec = field(default_factory=MaskSpec)
+    layers: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         """The report without the masks, ready for JSON."""
@@ -57,8 +69,11 @@ class PruningReport:
             "pruned": self.pruned,
             "total": self.total,
             "model_sparsity": self.pruned / max(self.total, 1),
+            "method": self.method,
+            "spec": self.spec.as_dict(),
             "excluded": dict(self.excluded),
             "notes": list(self.notes),
+            "layers": [dict(layer) for layer in self.layers],
         }
 
 
@@ -67,47 +82,64 @@ def prune_one_shot(
     model: nn.Module,
     sparsity: float,
     *,
-    distribution: str = "uniform",
-    pattern: str = "unstructured",
-    include_embeddings: bool = False,
-    include_first: bool = True,
-    include_last: bool = False,
-    exclude: tuple[str, ...] = (),
+    spec: MaskSpec | None = None,
+    method: str = "magnitude",
+    calibration: Iterable[Mapping[str, Tensor]] | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> PruningReport:
-    """Prune ``model`` in place by weight magnitude, once.
+    """Prune ``model`` in place, once.
 
     Args:
         model: the trained model (unwrapped).
-        sparsity: the fraction of prunable weights to zero, in [0, 1).
-        distribution: ``"uniform"`` (layer-wise, default) or ``"global"``.
-        pattern: ``"unstructured"`` or ``"N:M"``.
-        include_embeddings: prune embeddings too (tied input/output embeddings included).
-        include_first: prune the first linear layer (by default yes: in a language model it
-            is an attention projection, not an input layer).
-        include_last: prune the last linear layer (an untied LM head).
-        exclude: name substrings to leave dense.
+        sparsity: the fraction of prunable weights to zero, in [0, 1) (N:M prunes 1 - N/M).
+        spec: which weights, the distribution and the pattern; None is ``MaskSpec()``.
+        method: ``"magnitude"`` (no data), ``"wanda"`` or ``"sparsegpt"`` (calibrated, with a
+            ``"uniform"`` distribution).
+        calibration: batches of model inputs for Wanda and SparseGPT (dicts such as
+            ``{"input_ids": ..., "attention_mask": ...}``; ``labels`` are ignored). Take them
+            from a training split, never from the data the pruned model is scored on.
+        options: SparseGPT's ``block_size`` and ``damping``.
+        progress: a progress bar over the blocks.
 
     Returns:
         A :class:`PruningReport`.
     """
-    selection = select_prunable(
-        model,
-        include_embeddings=include_embeddings,
-        include_first=include_first,
-        include_last=include_last,
-        exclude=exclude,
-    )
+    check_sparsity(sparsity)
+    spec = MaskSpec.given(spec)
+    check_method(method, spec)
+    if method in CALIBRATED and calibration is None:
+        raise ValueError(f"method {method!r} needs calibration batches; magnitude needs none")
+    if options and method != "sparsegpt":
+        raise ValueError(f"options {sorted(options)} apply to sparsegpt only, not {method!r}")
+    selection = spec.select(model)
     for note in selection.notes():
         logger.info("%s", note)
-    masks = magnitude_masks(
-        model,
-        selection.names,
-        sparsity,
-        distribution=distribution,
-        pattern=pattern,
-        input_dims=selection.input_dims,
-    )
-    masks.apply(model)
+    if method == "magnitude":
+        masks = magnitude_masks(model, selection.names, sparsity, spec, selection.input_dims)
+        masks.apply(model)
+        records: list[dict[str, Any]] = [
+            {"method": "magnitude", "stage": "all", "seconds": None} for _ in range(len(masks))
+        ]
+    else:
+        assert calibration is not None
+        pruner = BlockwisePruner(model, selection, sparsity, spec, method, options, progress)
+        masks = pruner.run(calibration)
+        by_name = {record.name: record for record in pruner.records}
+        records = [
+            {
+                "method": by_name[name].method,
+                "stage": by_name[name].stage,
+                "seconds": by_name[name].seconds,
+            }
+            for name in masks
+        ]
+    layers = [
+        {"name": name, "shape": list(mask.shape), "sparsity": value, **record}
+        for (name, mask), value, record in zip(
+            masks.items(), masks.per_parameter_sparsity().values(), records, strict=True
+        )
+    ]
     prunable = masks.numel
     pruned = prunable - masks.kept
     return PruningReport(
@@ -119,6 +151,9 @@ def prune_one_shot(
         total=sum(parameter.numel() for parameter in model.parameters()),
         excluded=dict(selection.excluded),
         notes=selection.notes(),
+        method=method,
+        spec=spec,
+        layers=layers,
     )
 
 

@@ -1,8 +1,8 @@
 """Which parameters may be pruned: weight matrices, minus the exclusions the caller asks for.
 
 Biases and normalization weights are never pruned (every tensor with ``ndim < 2`` and every
-parameter of a normalization module). Embeddings, the first layer and the last layer are
-excluded by default and can be included. A weight shared between an embedding and an output
+parameter of a normalization module). Embeddings, the first layer and the last layer can
+be included (by default they are not: see :class:`~convergent.sparse.MaskSpec`). A weight shared between an embedding and an output
 projection (tied input/output embeddings, as in GPT-2) counts as an embedding.
 
 Works on plain ``nn.Module`` trees: our :class:`~convergent.models.Transformer`, ``transformers``
@@ -64,12 +64,13 @@ class Selection:
 def select_prunable(
     model: nn.Module,
     *,
-    include_embeddings: bool = False,
-    include_first: bool = False,
-    include_last: bool = False,
-    exclude: tuple[str, ...] = (),
+    include_embeddings: bool,
+    include_first: bool,
+    include_last: bool,
+    exclude: tuple[str, ...],
 ) -> Selection:
-    """Choose the parameters that masks will cover.
+    """Choose the parameters that masks will cover (the defaults are
+    :class:`~convergent.sparse.MaskSpec`'s: call ``MaskSpec(...).select(model)``).
 
     Args:
         model: the (unwrapped) model.

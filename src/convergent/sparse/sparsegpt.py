@@ -28,7 +28,8 @@ import math
 import torch
 from torch import Tensor
 
-from .masks import check_n_m_fits, check_sparsity
+from .masks import check_sparsity
+from .spec import check_n_m_fits
 from .topk import count_to_prune, keep_largest_in_groups
 
 
@@ -48,7 +49,7 @@ def sparsegpt_prune(
     weight: Tensor,
     hessian: Tensor,
     sparsity: float,
-    pattern: str = "unstructured",
+    pattern: str,
     block_size: int = 128,
     damping: float = 0.01,
 ) -> tuple[Tensor, Tensor]:

@@ -14,7 +14,7 @@ the earlier inputs are pruned first.
 The statistics are sums over tokens, so batches (and processes, through an all-reduce) add up::
 
     squared_norms = sum(input_squared_norms(batch) for batch in calibration)
-    keep = wanda_mask(weight, squared_norms, 0.5)
+    keep = wanda_mask(weight, squared_norms, 0.5, "unstructured")
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .masks import check_n_m_fits, check_sparsity
+from .masks import check_sparsity
+from .spec import check_n_m_fits
 from .topk import count_to_prune, keep_largest_in_groups
 
 
@@ -69,9 +70,7 @@ def wanda_scores(weight: Tensor, squared_norms: Tensor) -> Tensor:
     return weight.detach().to(torch.float64).abs() * norms
 
 
-def wanda_mask(
-    weight: Tensor, squared_norms: Tensor, sparsity: float, pattern: str = "unstructured"
-) -> Tensor:
+def wanda_mask(weight: Tensor, squared_norms: Tensor, sparsity: float, pattern: str) -> Tensor:
     """Wanda's keep-mask (True = keep) for one weight matrix.
 
     Update rule: ``S = |W| * ||X_j||_2``; per output row, prune the ``round(sparsity * in)``

@@ -15,10 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..sparse import MaskSpec
 from .common import check_mode
 from .tuning import grid_points
 
 OPTIMIZERS = ("adamw", "ham", "horst")
+# The masks the committed numbers were measured with, pinned so that the library's defaults
+# (MaskSpec) can change without moving them: AC/DC on the ViT and the near-zero shares select
+# with the first layer (the patch projection) dense (the distribution comes from
+# Config.acdc_distribution); the LM's one-shot pruning is layer-wise with its first attention
+# projection pruned.
+VISION_MASKS = MaskSpec(distribution="global", include_first=False)
+LANGUAGE_MODEL_MASKS = MaskSpec(distribution="uniform", include_first=True)
 RMS_FRACTION = 0.01  # "near zero": |w| below 1 % of its tensor's RMS (scale-free)
 
 

@@ -26,11 +26,11 @@ from torch.utils.data import Dataset
 
 from ..data import DictDataset, Splits, load_splits
 from ..optim import HORST, build_optimizer, decay_groups, horst_move_ratio
-from ..sparse import ACDCSchedule, perplexity, prune_one_shot, select_prunable
+from ..sparse import ACDCSchedule, perplexity, prune_one_shot
 from ..train import ErmStep, evaluate, fit, seed_everything, warmup_schedule
 from ..train.masked import MaskedStep
 from .sparsity_claims import sparsity_key
-from .sparsity_config import RMS_FRACTION, Config
+from .sparsity_config import LANGUAGE_MODEL_MASKS, RMS_FRACTION, VISION_MASKS, Config
 from .sparsity_models import language_model, subset, vision_model
 
 MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST run (cheap: no forward pass)
@@ -138,8 +138,8 @@ def train_classifier(
     optimizer_name: str,
     options: dict[str, float],
     seed: int,
-    sparsity: float | None = None,
-    distribution: str = "global",
+    sparsity: float | None,
+    distribution: str,
 ) -> RunResult | None:
     """Train the ViT-style classifier dense (``sparsity=None``) or with AC/DC to ``sparsity``
     (``distribution``: global or uniform, layer-wise, magnitude masks).
@@ -151,10 +151,15 @@ def train_classifier(
     optimizer = study_optimizer(optimizer_name, model, options)
     step: Any = ErmStep("classification")
     if sparsity is not None:
-        names = select_prunable(model).names
+        names = VISION_MASKS.select(model).names
         schedule = ACDCSchedule(recipe.steps)
         step = MaskedStep(
-            step, optimizer, names, sparsity=sparsity, schedule=schedule, distribution=distribution
+            step,
+            optimizer,
+            names,
+            sparsity=sparsity,
+            schedule=schedule,
+            spec=VISION_MASKS.replace(distribution=distribution),
         )
     finished, move = _fit(
         model, optimizer, train_data, recipe, seed, task="classification", training_step=step
@@ -204,7 +209,7 @@ def pruned_perplexities(
     scores = {"0%": dataset_perplexity(model, dataset)}
     for target in sparsities:
         pruned = copy.deepcopy(model)
-        prune_one_shot(pruned, target)
+        prune_one_shot(pruned, target, spec=LANGUAGE_MODEL_MASKS)
         scores[sparsity_key(target)] = dataset_perplexity(pruned, dataset)
     return scores
 
@@ -212,7 +217,7 @@ def pruned_perplexities(
 def prunable_weights(model: nn.Module) -> list[torch.Tensor]:
     """The prunable weight tensors of ``model`` (attention and feed-forward matrices)."""
     parameters = dict(model.named_parameters())
-    return [parameters[name].detach() for name in select_prunable(model).names]
+    return [parameters[name].detach() for name in VISION_MASKS.select(model).names]
 
 
 def near_zero_share(weights: list[torch.Tensor], fraction: float = RMS_FRACTION) -> float:

@@ -1,7 +1,7 @@
 """The training loop, its steps, checkpoints, metrics and the distributed helpers."""
 
 from . import distributed
-from .batches import iterate_batches
+from .batches import calibration_batches, iterate_batches
 from .callbacks import HorstStrengthLog
 from .checkpoint import (
     CheckpointError,
@@ -32,6 +32,7 @@ __all__ = [
     "RegularizedStep",
     "TrainingDiverged",
     "TrainingStep",
+    "calibration_batches",
     "dataset_layer_losses",
     "descent_step",
     "distributed",

@@ -94,3 +94,33 @@ def iterate_batches(
             batch = trim_padding(take(dataset, mine))
             yield {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             step += 1
+
+
+def calibration_batches(
+    dataset: Dataset[Any], examples: int, batch_size: int = 16, seed: int = 0
+) -> list[dict[str, torch.Tensor]]:
+    """A seeded random sample of ``examples`` examples of ``dataset``, as model-input batches
+    (``labels`` dropped, padding columns trimmed): calibration data for one-shot pruning.
+
+    Args:
+        dataset: the examples to draw from (a training split, never the data the pruned
+            model is then measured on).
+        examples: how many, in [1, len(dataset)].
+        batch_size: examples per batch, >= 1.
+        seed: the sample's seed.
+    """
+    size = len(dataset)  # type: ignore[arg-type]
+    if isinstance(examples, bool) or not isinstance(examples, int) or not 1 <= examples <= size:
+        raise ValueError(
+            f"calibration examples must be an integer in [1, {size}] (the split's size), "
+            f"got {examples!r}"
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(size, generator=generator)[:examples].sort().values
+    batches = []
+    for start in range(0, examples, batch_size):
+        batch = trim_padding(take(dataset, chosen[start : start + batch_size]))
+        batches.append({key: value for key, value in batch.items() if key != "labels"})
+    return batches

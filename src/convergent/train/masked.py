@@ -23,11 +23,12 @@ from ..sparse import (
     ACDCSchedule,
     GradualSchedule,
     Masks,
+    MaskSpec,
     check_reset,
     magnitude_masks,
     reset_optimizer_state,
 )
-from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
+from ..sparse.masks import check_sparsity
 from .steps import ErmStep, TrainingStep
 
 
@@ -44,16 +45,17 @@ class MaskedStep:
         base: the objective (e.g. ``ErmStep(task)``).
         optimizer: the optimizer of the run (its moments are reset at phase flips).
         names: the prunable parameter names of the unwrapped model
-            (``select_prunable(model).names``).
+            (``spec.select(model).names``).
         sparsity: the target sparsity of each compression, in [0, 1].
         schedule: an :class:`~convergent.sparse.ACDCSchedule`, a
             :class:`~convergent.sparse.GradualSchedule` (whose final sparsity must be
             ``sparsity``), or None: compressed from the first step to the last (one
             compression, at the start, unless ``masks`` are given).
         masks: masks to start from (e.g. rebuilt from a sparse checkpoint).
-        distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
-        pattern: ``"unstructured"`` or ``"N:M"``.
-        input_dims: name -> a layer's input dimension, for N:M.
+        spec: the masks' distribution and pattern (its selection fields are the caller's:
+            ``names = spec.select(model).names``); None is ``MaskSpec()``.
+        input_dims: name -> a layer's input dimension, for N:M
+            (``spec.select(model).input_dims``).
         reset: optimizer state reset at flips: ``"none"``, ``"momentum"`` or ``"moments"``.
         reset_how: ``"mask"`` (zero the pruned entries) or ``"zero"`` (the whole moment).
     """
@@ -67,16 +69,12 @@ class MaskedStep:
         sparsity: float,
         schedule: ACDCSchedule | GradualSchedule | None = None,
         masks: Masks | None = None,
-        distribution: str = "global",
-        pattern: str = "unstructured",
+        spec: MaskSpec | None = None,
         input_dims: Mapping[str, int] | None = None,
         reset: str = "momentum",
         reset_how: str = "mask",
     ) -> None:
         check_sparsity(sparsity)
-        if distribution not in DISTRIBUTIONS:
-            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
-        parse_pattern(pattern)
         check_reset(reset, reset_how)
         if not names:
             raise ValueError("names is empty: there is nothing to prune")
@@ -91,8 +89,7 @@ class MaskedStep:
         self.sparsity = sparsity
         self.schedule = schedule
         self.masks = masks
-        self.distribution = distribution
-        self.pattern = pattern
+        self.spec = MaskSpec.given(spec)
         self.input_dims = dict(input_dims or {})
         self.reset = reset
         self.reset_how = reset_how
@@ -135,9 +132,8 @@ class MaskedStep:
                 model,
                 self.names,
                 self._target(),
-                distribution=self.distribution,
-                pattern=self.pattern,
-                input_dims=self.input_dims,
+                self.spec,
+                self.input_dims,
             )
             self.masks.broadcast(0)
             self.compressions += 1

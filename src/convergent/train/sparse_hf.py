@@ -10,15 +10,16 @@ Add :class:`SparsityCallback` to a plain ``Trainer`` (any optimizer, HORST inclu
     trainer.train()
 
 The callback drives :class:`~convergent.train.masked.MaskedStep`, the same masks and phase
-logic as ``convergent train``: prunable weights chosen by
-:func:`~convergent.sparse.select_prunable` (linear layers and GPT-2 ``Conv1D``; embeddings,
+logic as ``convergent train --sparsity``: prunable weights chosen by a
+:class:`~convergent.sparse.MaskSpec` (linear layers and GPT-2 ``Conv1D``; embeddings,
 the first and the last layer excluded by default; a tied weight counted once), magnitude
 masks at every compression, the masks re-applied right after every optimizer step of a
 compressed phase, and the optimizer's moments of pruned weights reset at every phase flip.
 Under DDP the masks of rank 0 are broadcast, so every rank holds the same masks.
 
 Schedules: ``"acdc"`` (:class:`~convergent.sparse.ACDCSchedule` over the run's
-``max_steps``; its defaults are the paper's recipe), ``"fixed"`` (compressed from the first
+``max_steps``; its defaults are the paper's recipe), ``"gmp"`` (gradual magnitude pruning
+over the run, :meth:`~convergent.sparse.GradualSchedule.over_run`), ``"fixed"`` (compressed from the first
 step to the last), an ``ACDCSchedule`` of your own, or a
 :class:`~convergent.sparse.GradualSchedule` (gradual magnitude pruning; its final sparsity
 must be the callback's).
@@ -30,6 +31,7 @@ from it, so a resumed run continues bit for bit.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -38,31 +40,31 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..models import unwrap_model
-from ..sparse import ACDCSchedule, GradualSchedule, select_prunable
-from ..sparse.masks import DISTRIBUTIONS, check_sparsity, parse_pattern
+from ..sparse import ACDCSchedule, GradualSchedule, MaskSpec, layer_sparsity
+from ..sparse.masks import check_sparsity
 from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
 from .checks_hf import TrainerChecks, add_to_log
 from .masked import MaskedStep
 
+logger = logging.getLogger(__name__)
+
 STATE_FILE = "sparsity_state.pt"
-SCHEDULES = ("acdc", "fixed")
+SCHEDULES = ("acdc", "gmp", "fixed")
 
 
 class SparsityCallback(TrainerCallback):
-    """AC/DC (or fixed-mask) sparse training inside ``transformers.Trainer``.
+    """AC/DC, gradual (GMP) or fixed-mask sparse training inside ``transformers.Trainer``.
 
     Args:
         sparsity: the target sparsity of every compression, in [0, 1).
-        schedule: ``"acdc"`` (default), ``"fixed"``, an :class:`ACDCSchedule` (its
-            ``total_steps`` should be the run's ``max_steps``) or a
-            :class:`~convergent.sparse.GradualSchedule` (GMP).
-        distribution: ``"global"`` (default) or ``"uniform"`` magnitude masks.
-        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``).
+        schedule: ``"acdc"`` (default), ``"gmp"`` (``GradualSchedule.over_run`` of the run's
+            ``max_steps``), ``"fixed"``, an :class:`ACDCSchedule` (its ``total_steps`` should
+            be the run's ``max_steps``) or a :class:`~convergent.sparse.GradualSchedule`.
+        spec: which weights are pruned, the masks' distribution and pattern; None is
+            ``MaskSpec()``.
         reset: optimizer state reset at phase flips: ``"none"``, ``"momentum"`` (default)
             or ``"moments"``.
         reset_how: ``"mask"`` (zero the pruned entries, default) or ``"zero"``.
-        include_embeddings, include_first, include_last, exclude: which weights may be
-            pruned; see :func:`~convergent.sparse.select_prunable`.
         resume_from: the checkpoint folder to read the sparsity state from when the Trainer
             resumes; None looks in ``output_dir/checkpoint-<global step>``.
 
@@ -70,6 +72,8 @@ class SparsityCallback(TrainerCallback):
         masked: the :class:`MaskedStep` of the current run (set when training begins).
         names: the prunable parameter names.
         latest: the last step's ``sparsity`` and ``compressed``, added to every log.
+        layer_reports: (step, per-matrix sparsity rows) at every phase change and mask
+            update, also logged as a table (INFO).
         checks: the run's manipulation checks (`convergent.train.checks_hf.TrainerChecks`):
             the sparsity reached at the end of every compressed phase and of the run, and
             the optimizer's own (HORST's and HAM's mirror step). A failed check is one
@@ -81,14 +85,9 @@ class SparsityCallback(TrainerCallback):
         sparsity: float,
         *,
         schedule: str | ACDCSchedule | GradualSchedule = "acdc",
-        distribution: str = "global",
-        pattern: str = "unstructured",
+        spec: MaskSpec | None = None,
         reset: str = "momentum",
         reset_how: str = "mask",
-        include_embeddings: bool = False,
-        include_first: bool = False,
-        include_last: bool = False,
-        exclude: tuple[str, ...] = (),
         resume_from: str | Path | None = None,
     ) -> None:
         check_sparsity(sparsity)
@@ -97,33 +96,23 @@ class SparsityCallback(TrainerCallback):
                 f"schedule={schedule!r} is not supported; allowed are {', '.join(SCHEDULES)}, "
                 "an ACDCSchedule or a GradualSchedule."
             )
-        if distribution not in DISTRIBUTIONS:
-            raise ValueError(
-                f"distribution={distribution!r} is not supported; allowed are "
-                f"{', '.join(DISTRIBUTIONS)}."
-            )
-        parse_pattern(pattern)
         self.sparsity = sparsity
         self.schedule = schedule
-        self.distribution = distribution
-        self.pattern = pattern
+        self.spec = MaskSpec.given(spec)
         self.reset = reset
         self.reset_how = reset_how
-        self.selection_options: dict[str, Any] = {
-            "include_embeddings": include_embeddings,
-            "include_first": include_first,
-            "include_last": include_last,
-            "exclude": tuple(exclude),
-        }
         self.resume_from = resume_from
         self.masked: MaskedStep | None = None
         self.names: list[str] = []
         self.latest: dict[str, float] = {}
+        self.layer_reports: list[tuple[int, list[dict[str, Any]]]] = []
         self.checks = TrainerChecks()
 
     def _schedule_for(self, max_steps: int) -> ACDCSchedule | GradualSchedule | None:
         if isinstance(self.schedule, ACDCSchedule | GradualSchedule):
             return self.schedule
+        if self.schedule == "gmp":
+            return GradualSchedule.over_run(max_steps, self.sparsity)
         return ACDCSchedule(max_steps) if self.schedule == "acdc" else None
 
     def _state_path(self, args: Any, state: Any) -> Path:
@@ -149,7 +138,7 @@ class SparsityCallback(TrainerCallback):
                 "needs both"
             )
         inner = unwrap_model(model)
-        selection = select_prunable(inner, **self.selection_options)
+        selection = self.spec.select(inner)
         self.names = selection.names
         self.masked = MaskedStep(
             None,
@@ -157,8 +146,7 @@ class SparsityCallback(TrainerCallback):
             selection.names,
             sparsity=self.sparsity,
             schedule=self._schedule_for(int(state.max_steps)),
-            distribution=self.distribution,
-            pattern=self.pattern,
+            spec=self.spec,
             input_dims=selection.input_dims,
             reset=self.reset,
             reset_how=self.reset_how,
@@ -183,9 +171,22 @@ class SparsityCallback(TrainerCallback):
         if self.masked is None or model is None:
             raise ValueError("SparsityCallback saw an optimizer step before training began")
         # Right after optimizer.step(): re-mask, count the step, flip phase if one ends here.
+        compressions, compressed = self.masked.compressions, self.masked.masks is not None
         self.latest = self.masked.after_optimizer_step(model)
+        if (self.masked.compressions, self.masked.masks is not None) != (compressions, compressed):
+            self._report_layers(int(state.global_step) + 1, model)
         # global_step counts this step only after the callback
         self.latest.update(self.checks.step(state, int(state.global_step) + 1, self.latest, model))
+
+    def _report_layers(self, step: int, model: nn.Module) -> None:
+        rows = layer_sparsity(unwrap_model(model), self.names)
+        self.layer_reports.append((step, rows))
+        phase = "compressed" if self.latest.get("compressed") else "dense"
+        table = "\n".join(
+            f"  {row['name']}  {'x'.join(map(str, row['shape']))}  {row['sparsity']:.4f}"
+            for row in rows
+        )
+        logger.info("sparsity per matrix after step %d (%s):\n%s", step, phase, table)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any

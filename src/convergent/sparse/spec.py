@@ -1,0 +1,129 @@
+"""One specification of a model's masks: which weights may be pruned, and how they are ranked.
+
+Every sparsity entry point takes a :class:`MaskSpec` (one-shot pruning, ``MaskedStep``,
+``SparsityCallback``, ``convergent prune`` and ``convergent train``, the studies), so each
+option has one default, here:
+
+    spec = MaskSpec(pattern="2:4", include_last=True)
+    selection = spec.select(model)              # the prunable weight matrices, and why not others
+    masks = magnitude_masks(model, selection.names, 0.5, spec, selection.input_dims)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from .selection import Selection, select_prunable
+
+DISTRIBUTIONS = ("global", "uniform")
+PATTERNS = ("unstructured", "n:m")
+
+
+def parse_pattern(pattern: str) -> tuple[int, int] | None:
+    """``"unstructured"`` -> None; ``"2:4"`` -> (2, 4)."""
+    if pattern == "unstructured":
+        return None
+    parts = pattern.split(":")
+    if len(parts) == 2 and all(part.strip().isdigit() for part in parts):
+        n, m = int(parts[0]), int(parts[1])
+        if 1 <= n <= m:
+            return n, m
+    raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
+
+
+def check_n_m_fits(pattern: str, columns: int) -> tuple[int, int] | None:
+    """:func:`~convergent.sparse.parse_pattern`, and for N:M a check that M divides ``columns``."""
+    shape = parse_pattern(pattern)
+    if shape is not None and columns % shape[1] != 0:
+        raise ValueError(
+            f"pattern {pattern!r} needs the number of inputs to be a multiple of"
+            f" M = {shape[1]}, got {columns}"
+        )
+    return shape
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """How masks are laid out over a model.
+
+    Attributes:
+        distribution: ``"uniform"`` (every prunable matrix loses the same fraction: what
+            Wanda and SparseGPT do, and the usual choice for language models) or
+            ``"global"`` (one magnitude threshold over all prunable weights, as in AC/DC's
+            paper). Wanda and SparseGPT take ``"uniform"`` only.
+        pattern: ``"unstructured"`` or ``"N:M"`` (at most N nonzeros in every M consecutive
+            inputs of a layer, e.g. ``"2:4"``; the sparsity is then 1 - N/M).
+        include_embeddings: also prune embedding tables (and a weight tied to one, e.g.
+            GPT-2's LM head).
+        include_first: prune the first layer too (in module order: a language model's
+            first attention projection, which Wanda and SparseGPT prune, or a ViT's patch
+            projection, which AC/DC on vision models usually leaves dense: pass False).
+        include_last: also prune the last layer (a classifier or an untied LM head).
+        exclude: name substrings; a weight whose name contains any of them stays dense.
+    """
+
+    distribution: str = "uniform"
+    pattern: str = "unstructured"
+    include_embeddings: bool = False
+    include_first: bool = True
+    include_last: bool = False
+    exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(
+                f"distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r}"
+            )
+        parse_pattern(self.pattern)
+        if isinstance(self.exclude, str):  # a lone string would exclude by its characters
+            raise ValueError(
+                f"exclude must be a tuple of name substrings, got the string {self.exclude!r}"
+            )
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    @classmethod
+    def given(cls, spec: MaskSpec | None) -> MaskSpec:
+        """``spec``, or the default spec for None; anything else is one error sentence."""
+        if spec is None:
+            return cls()
+        if not isinstance(spec, MaskSpec):
+            raise ValueError(
+                f"spec must be a MaskSpec (e.g. MaskSpec(distribution='global')), got {spec!r}"
+            )
+        return spec
+
+    @property
+    def n_m(self) -> tuple[int, int] | None:
+        """(N, M) for an N:M pattern, None when unstructured."""
+        return parse_pattern(self.pattern)
+
+    def select(self, model: nn.Module) -> Selection:
+        """The weights these masks cover (see :func:`~convergent.sparse.select_prunable`)."""
+        return select_prunable(
+            model,
+            include_embeddings=self.include_embeddings,
+            include_first=self.include_first,
+            include_last=self.include_last,
+            exclude=self.exclude,
+        )
+
+    def replace(self, **changes: Any) -> MaskSpec:
+        """A copy with ``changes`` (checked like a new spec)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, ready for JSON (``exclude`` as a list)."""
+        return {**dataclasses.asdict(self), "exclude": list(self.exclude)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> MaskSpec:
+        """The inverse of :meth:`as_dict`; unknown keys are one error sentence."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown mask spec fields {unknown}; allowed are {sorted(known)}")
+        return cls(**{**values, "exclude": tuple(values.get("exclude", ()))})

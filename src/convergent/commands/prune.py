@@ -128,29 +128,21 @@ def prune_run(
         calibration = calibration_batches(
             splits.train, min(calibration_examples, len(splits.train)), CALIBRATION_BATCH_SIZE
         )
-    dense = evaluate(model, splits.validation, splits.task)
-    rows, report, pruned = sweep(
+    summary, report, pruned = _measured_sweep(
         model,
         sparsities,
         lambda candidate: evaluate(candidate, splits.validation, splits.task),
-        spec=spec,
-        method=method,
-        calibration=calibration,
-        progress=progress,
+        spec,
+        method,
+        calibration,
+        "train split of the run's data",
+        progress,
     )
-    summary: dict[str, Any] = {
+    summary = {
         "checkpoint": str(checkpoint),
         "task": splits.task,
-        "metric": _headline_metric(dense),
-        "method": method,
-        "spec": spec.as_dict(),
-        "calibration": _calibration_entry(method, "train split of the run's data", calibration),
-        "dense": dense,
-        "rows": rows,
-        "layers": report.layers if report else [],
-        "excluded": report.excluded if report else {},
-        "notes": report.notes if report else [],
-        "saved": None,
+        "metric": _headline_metric(summary["dense"]),
+        **summary,
     }
     if save_to is not None and report is not None:
         prepare_new_run(save_to)
@@ -169,6 +161,41 @@ def prune_run(
         write_pruning_report(Path(save_to), summary)
         logger.info("pruned checkpoint written to %s", saved)
     return summary
+
+
+def _measured_sweep(
+    model: ModelT,
+    sparsities: tuple[float, ...],
+    measure: Callable[[ModelT], dict[str, float]],
+    spec: MaskSpec,
+    method: str,
+    calibration: list[dict[str, Any]] | None,
+    calibration_source: str,
+    progress: bool,
+) -> tuple[dict[str, Any], PruningReport | None, ModelT]:
+    """The dense metrics and :func:`sweep`, as the summary entries both commands share."""
+    dense = measure(model)
+    rows, report, pruned = sweep(
+        model,
+        sparsities,
+        measure,
+        spec=spec,
+        method=method,
+        calibration=calibration,
+        progress=progress,
+    )
+    summary = {
+        "method": method,
+        "spec": spec.as_dict(),
+        "calibration": _calibration_entry(method, calibration_source, calibration),
+        "dense": dense,
+        "rows": rows,
+        "layers": report.layers if report else [],
+        "excluded": report.excluded if report else {},
+        "notes": report.notes if report else [],
+        "saved": None,
+    }
+    return summary, report, pruned
 
 
 def _calibration_entry(
@@ -268,15 +295,15 @@ def prune_hf_folder(
     def measure(model: nn.Module) -> dict[str, float]:
         return evaluate(model, evaluation.dataset, evaluation.task, batch_size=batch_size)
 
-    dense = measure(loaded.model)
-    rows, report, pruned = sweep(
+    common, report, pruned = _measured_sweep(
         loaded.model,
         sparsities,
         measure,
-        spec=spec,
-        method=method,
-        calibration=calibration,
-        progress=progress,
+        spec,
+        method,
+        calibration,
+        f"train split of {calibration_data or data}",
+        progress,
     )
     summary: dict[str, Any] = {
         "checkpoint": str(path),
@@ -287,19 +314,9 @@ def prune_hf_folder(
         "examples": len(evaluation.dataset),
         "max_length": max_length,
         "seed": seed,
-        "method": method,
-        "spec": spec.as_dict(),
-        "calibration": _calibration_entry(
-            method, f"train split of {calibration_data or data}", calibration
-        ),
         "task": evaluation.task,
         "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
-        "dense": dense,
-        "rows": rows,
-        "layers": report.layers if report else [],
-        "excluded": report.excluded if report else {},
-        "notes": report.notes if report else [],
-        "saved": None,
+        **common,
     }
     if save_to is not None and report is not None:
         summary["saved"] = str(save_to)

@@ -552,8 +552,10 @@ def _prune(arguments: argparse.Namespace) -> int:
         ]
         if flags and arguments.path.exists():  # a missing path gets its own error
             raise UserError(
-                f"{', '.join(flags)} apply only to Hugging Face model folders; the run at "
-                f"{arguments.path} is evaluated on its own data and validation split"
+                f"{', '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} only to "
+                f"Hugging Face model folders; the run at "
+                f"{arguments.path} brings its own data (scored on its validation split, "
+                "calibrated on its training split)"
             )
         summary = prune_run(arguments.path, sparsities, **options)
     print(format_prune_summary(summary))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from convergent.studies import units
-from convergent.studies.units import UnitCache, code_version, run_jobs
+from convergent.studies.units import UnitCache, run_jobs
 
 
 def test_a_finished_unit_is_reused_and_only_it(tmp_path):
@@ -39,20 +39,38 @@ def test_a_finished_unit_is_reused_and_only_it(tmp_path):
     assert "2 unit(s) reused" in again.summary()
 
 
-def test_a_changed_config_or_code_never_reuses_a_unit(tmp_path, monkeypatch):
+def test_a_changed_config_design_or_number_never_reuses_a_unit(tmp_path, monkeypatch):
     config = {"mode": "quick", "seeds": [0], "lr": 1e-3}
     UnitCache(tmp_path, "toy", config).run({"seed": 0}, lambda: 1.0)
     changed = UnitCache(tmp_path, "toy", {**config, "lr": 2e-3})
     assert changed.get({"seed": 0}) is None
     other_study = UnitCache(tmp_path, "other", config)
     assert other_study.get({"seed": 0}) is None
-    monkeypatch.setattr(units, "code_version", lambda: "another-version")
+    assert UnitCache(tmp_path, "toy", config, design=2).get({"seed": 0}) is None
+    monkeypatch.setattr(units, "numerics_fingerprint", lambda: "other numbers")
     assert UnitCache(tmp_path, "toy", config).get({"seed": 0}) is None
     monkeypatch.undo()
     assert UnitCache(tmp_path, "toy", config).get({"seed": 0}) == 1.0
 
 
-def test_disabled_cache_computes_everything_and_writes_nothing(tmp_path):
+def test_a_unit_key_is_its_study_config_design_numbers_and_unit(tmp_path, monkeypatch):
+    config = {"mode": "quick", "lr": 1e-3}
+    key = UnitCache(tmp_path, "toy", config, design=2).key({"seed": 0})
+    assert len(key) == 24 and int(key, 16) >= 0
+    assert UnitCache(tmp_path / "other", "toy", dict(config), design=2).key({"seed": 0}) == key
+    assert UnitCache(tmp_path, "toy", config, design=3).key({"seed": 0}) != key
+    assert UnitCache(tmp_path, "toy", config, design=2).key({"seed": 1}) != key
+    monkeypatch.setattr(units, "numerics_fingerprint", lambda: "0" * 16)
+    assert UnitCache(tmp_path, "toy", config, design=2).key({"seed": 0}) != key
+    monkeypatch.undo()
+    assert UnitCache(tmp_path, "toy", config, design=2).key({"seed": 0}) == key
+
+
+def test_disabled_cache_computes_everything_and_writes_nothing(tmp_path, monkeypatch):
+    def no_canary() -> str:
+        raise AssertionError("a disabled cache needs no fingerprint")
+
+    monkeypatch.setattr(units, "numerics_fingerprint", no_canary)
     cache = UnitCache(tmp_path / "units", "toy", {}, enabled=False)
     assert cache.run({"seed": 0}, lambda: 3) == 3
     assert not (tmp_path / "units").exists()
@@ -64,12 +82,6 @@ def test_a_damaged_unit_file_is_recomputed(tmp_path):
     cache.path({"seed": 0}).write_bytes(b"not a torch file")
     assert cache.run({"seed": 0}, lambda: 2.0) == 2.0
     assert UnitCache(tmp_path, "toy", {"lr": 1}).get({"seed": 0}) == 2.0
-
-
-def test_code_version_hashes_the_package_source():
-    version = code_version()
-    assert len(version) == 16 and int(version, 16) >= 0
-    assert code_version() == version
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,10 +52,17 @@ from convergent.studies.units import UnitCache, run_jobs, unit_session
 
 __all__ = ["VARIANTS", "Config", "claims_from_results", "gradient_rms", "run"]
 
+# The design of this study's units (`units.UnitCache`): raise it when the study's own code
+# would compute other numbers for the same config; the library's numbers are fingerprinted
+# (docs/design.md, "Unit keys").
+UNIT_DESIGN = 1
+
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run the study; figures go into `out_dir` (the caller writes report.md / results.json)."""
-    with unit_session("langevin", config, out_dir, config.threads, progress) as session:
+    with unit_session(
+        "langevin", config, out_dir, config.threads, progress, design=UNIT_DESIGN
+    ) as session:
         return _run(config, *session)
 
 

@@ -59,6 +59,10 @@ from .units import UnitCache, run_jobs
 
 __all__ = ["Config", "claims_from_results", "run"]
 
+# The design of this study's units (`units.UnitCache`): raise it when the study's own code
+# would compute other numbers for the same config; the library's numbers are fingerprinted
+# (docs/design.md, "Unit keys").
+UNIT_DESIGN = 1
 
 # Declared before the design-2 run. lr 0.1 is design 1's regime (its curves: a fast transient
 # over the first ~50 steps, then a slowly decaying slope); lr 0.01 is the small-step regime,
@@ -455,7 +459,7 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
     folder.mkdir(parents=True, exist_ok=True)
     log = print if progress else None
     init_std = config.resolved_init_std
-    units = UnitCache(folder / "units", "residual", json_ready(config))
+    units = UnitCache(folder / "units", "residual", json_ready(config), design=UNIT_DESIGN)
     gd_runs, tuning, tuned_runs = _one_layer_runs(config, units, log)
     result = StudyResult(name="residual", mode=config.mode, config=replace(config))
     result.data["one_layer_runs"] = [vars(run) for run in gd_runs]

@@ -59,6 +59,11 @@ __all__ = [
     "tuning_from_results",
 ]
 
+# The design of this study's units (`units.UnitCache`), its pilot's too: raise it when the
+# study's own code (`sparsity_runs`, ...) would compute other numbers for the same config; the
+# library's numbers are fingerprinted (docs/design.md, "Unit keys").
+UNIT_DESIGN = 1
+
 
 def _select(
     grids: dict[str, dict[str, tuple[float, ...]]],
@@ -239,7 +244,9 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run the study (resuming from ``out_dir / "units"``) and draw its figures into ``out_dir``."""
     started = time.perf_counter()
-    with unit_session("sparsity", config, out_dir, config.threads, progress) as session:
+    with unit_session(
+        "sparsity", config, out_dir, config.threads, progress, design=UNIT_DESIGN
+    ) as session:
         folder, log, cache = session
         vision = _vision_part(config, cache, log)
         language = _language_part(config, cache, log)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import json_ready
+from .sparsity import UNIT_DESIGN
 from .sparsity_config import Config
 from .sparsity_runs import VisionJob, vision_unit
 from .units import UnitCache, run_jobs
@@ -60,7 +61,9 @@ def run_pilot(
     for regime in PILOT_REGIMES:
         config = _regime_config(base, regime)
         # Keyed by the regime's whole config: a job names only its optimizer, point and seed.
-        cache = UnitCache(Path(out_dir) / "units", "sparsity-pilot", json_ready(config))
+        cache = UnitCache(
+            Path(out_dir) / "units", "sparsity-pilot", json_ready(config), design=UNIT_DESIGN
+        )
         sparse = [
             VisionJob(
                 config,

@@ -3,10 +3,13 @@
 A *unit* is one (configuration, seed) piece of a study, e.g. "HORST, lr 0.002, seed 1,
 AC/DC to 90 %". :class:`UnitCache` stores what a unit returned in ``OUT/units/`` under a
 key made of the study's name, its config (less the fields that only choose *which* units
-run: ``mode``, ``seeds``, ``workers``, ``threads``), the unit's own description and the
-code version (a hash of the package's source). An interrupted run therefore loses at most
-the unit in progress, a changed config or changed code never reuses a stale unit, and
-adding seeds (``--seeds 5`` after a 3-seed run) reuses the three finished ones.
+run: ``mode``, ``seeds``, ``workers``, ``threads``), the unit's own description, the study's
+declared unit design and the numbers' fingerprint (`canary.numerics_fingerprint`: a tiny
+canary run through the library's numerical code, hashed). An interrupted run therefore loses
+at most the unit in progress, a changed config or a change that moves a number never reuses a
+stale unit, a refactor that moves none keeps every finished one, and adding seeds
+(``--seeds 5`` after a 3-seed run) reuses the three finished ones. docs/design.md ("Unit
+keys") says when a study must raise its design instead.
 
 Values are whatever ``torch.save`` stores and ``torch.load(weights_only=True)`` reads back:
 numbers, strings, lists, dicts and tensors. Each file is written atomically.
@@ -24,13 +27,13 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from functools import cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import torch
 
 from ..train.checkpoint import save_torch_atomically
+from .canary import numerics_fingerprint
 from .common import json_ready
 
 Value = TypeVar("Value")
@@ -50,18 +53,6 @@ log = logging.getLogger(__name__)
 SELECTION_FIELDS = ("mode", "seeds", "workers", "threads")
 
 
-@cache
-def code_version() -> str:
-    """A short hash of every source file of the ``convergent`` package (path and content)."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def _canonical(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _canonical(v) for k, v in value.items()}
@@ -73,7 +64,7 @@ def _canonical(value: Any) -> Any:
 
 
 class UnitCache:
-    """Finished units of one study, kept in ``folder`` and keyed by config and code version.
+    """Finished units of one study, kept in ``folder`` and keyed by config, design and numbers.
 
     Args:
         folder: where the unit files go (e.g. ``OUT/NAME/units``).
@@ -81,6 +72,10 @@ class UnitCache:
         config: the study's config as a JSON-ready mapping.
         ignore: config fields left out of the key (see ``SELECTION_FIELDS``).
         enabled: False computes every unit and stores nothing.
+        design: the study's unit design (1 at first), a constant the study declares and
+            raises when its own code (data handling, model building, what a unit records)
+            would compute other numbers for the same config; the library's numbers are
+            covered by `numerics_fingerprint`.
     """
 
     def __init__(
@@ -90,6 +85,8 @@ class UnitCache:
         config: Mapping[str, Any],
         ignore: Iterable[str] = SELECTION_FIELDS,
         enabled: bool = True,
+        *,
+        design: int = 1,
     ) -> None:
         self.folder = Path(folder)
         self.enabled = enabled
@@ -97,14 +94,17 @@ class UnitCache:
         self._base = {
             "study": study,
             "config": _canonical({k: v for k, v in config.items() if k not in skipped}),
-            "code": code_version(),
+            "design": design,
         }
         self.hits = 0
         self.misses = 0
 
     def key(self, unit: Mapping[str, Any]) -> str:
-        """The file stem of ``unit``: a hash of the study, config, code version and unit."""
-        text = json.dumps({**self._base, "unit": _canonical(unit)}, sort_keys=True)
+        """The file stem of ``unit``: a hash of the study, config, design, numbers and unit."""
+        # The fingerprint is computed at the first key (once per process), not for a cache
+        # that is never asked.
+        key = {**self._base, "numerics": numerics_fingerprint(), "unit": _canonical(unit)}
+        text = json.dumps(key, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def path(self, unit: Mapping[str, Any]) -> Path:
@@ -112,8 +112,10 @@ class UnitCache:
 
     def get(self, unit: Mapping[str, Any]) -> Any | None:
         """The stored value of ``unit``, or None when it has not finished before."""
+        if not self.enabled:
+            return None
         path = self.path(unit)
-        if not self.enabled or not path.is_file():
+        if not path.is_file():
             return None
         try:
             stored = torch.load(path, weights_only=True)
@@ -209,11 +211,12 @@ def run_jobs(
 
 @contextlib.contextmanager
 def unit_session(
-    study: str, config: Any, out_dir: str | Path, threads: int, progress: bool
+    study: str, config: Any, out_dir: str | Path, threads: int, progress: bool, *, design: int
 ) -> Iterator[tuple[Path, Callable[[str], None], UnitCache]]:
     """The setting of a study run on units: its folder (created), a logger printing
-    ``[study] line`` when ``progress`` is on, and its :class:`UnitCache` in ``folder/units``;
-    torch runs ``threads`` threads in this process until the block ends."""
+    ``[study] line`` when ``progress`` is on, and its :class:`UnitCache` in ``folder/units``
+    (keyed with the study's unit ``design``); torch runs ``threads`` threads in this process
+    until the block ends."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -221,7 +224,7 @@ def unit_session(
         if progress:
             print(f"[{study}] {line}", flush=True)
 
-    cache = UnitCache(folder / "units", study, json_ready(config))
+    cache = UnitCache(folder / "units", study, json_ready(config), design=design)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

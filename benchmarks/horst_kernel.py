@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from convergent.optim import _fast
+from convergent.optim import HorstHyperparameters, _fast
 
 
 def _fastest(configurations: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -45,12 +45,12 @@ def main() -> None:
     theta = torch.randn(count, generator=generator)
     grad = torch.randn(count, generator=generator) * 1e-3
     exp_avg, exp_avg_sq = torch.zeros(count), torch.full((count,), 1e-6)
-    options = {"lr": 1e-4, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01,
-               "alpha": 1.0, "beta": 1e-3, "exponent_clamp": None}  # fmt: skip
+    hyperparameters = HorstHyperparameters(lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
+                                           weight_decay=0.01, alpha=1.0, beta=1e-3)  # fmt: skip
 
     def horst(polynomial: bool) -> Callable[[], object]:
         return lambda: _fast.compiled_horst_step(
-            [theta], [grad], [exp_avg], [exp_avg_sq], [10.0], [True], **options,
+            [theta], [grad], [exp_avg], [exp_avg_sq], [10.0], [True], hyperparameters,
             polynomial=polynomial,
         )  # fmt: skip
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from convergent.optim import HAM, HORST, _fast
+from convergent.optim import HAM, HORST, HorstHyperparameters, _fast
 from convergent.optim.horst import RATIO_BOUND
 
 F64 = torch.float64
@@ -70,9 +70,10 @@ def test_the_exponent_bound_covers_the_adam_direction_torch_takes():
         adamw.step()
         direction = (before - param.detach()).abs().max().item()  # |u|, weight decay off
         bound = _fast.adam_ratio_bound(bound, 0.9, 0.999)
-        exponent = _fast.horst_exponent_bound(
-            bound, step, lr=lr, beta1=0.9, beta2=0.999, alpha=alpha, beta=beta
+        hyperparameters = HorstHyperparameters(
+            lr=lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, alpha=alpha, beta=beta
         )
+        exponent = _fast.horst_exponent_bound(bound, step, hyperparameters)
         assert alpha * direction + lr * beta <= exponent * (1 + 1e-12)
 
 

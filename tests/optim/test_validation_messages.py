@@ -19,6 +19,7 @@ from convergent.optim import (
     HAM,
     HORST,
     EuclideanMap,
+    HorstHyperparameters,
     HyperbolicEntropyMap,
     _fast,
     first_nonfinite,
@@ -501,8 +502,9 @@ def test_operators_follow_their_formulas_at_zero_weights_and_with_defaults():
     g = torch.tensor([[0.5, -0.1], [-2.0, 0.3]], dtype=F64)
     m, v = torch.zeros_like(theta), torch.zeros_like(theta)
     # Without `mirror`, the step is M∘S: AdamW's first step, then the multiplicative mirror.
-    got = horst_reference_step(theta, g, m, v, step=1, lr=0.1, beta1=0.9, beta2=0.999, eps=0.0,
-                               weight_decay=0.0, alpha=2.0, beta=0.5)  # fmt: skip
+    hyperparameters = HorstHyperparameters(lr=0.1, beta1=0.9, beta2=0.999, eps=0.0,
+                                           weight_decay=0.0, alpha=2.0, beta=0.5)  # fmt: skip
+    got = horst_reference_step(theta, g, m, v, hyperparameters, step=1)
     u = 0.1 * torch.sign(g)
     after_s = theta - u
     want = after_s * torch.exp(-2.0 * torch.sign(after_s) * u - 0.1 * 0.5)

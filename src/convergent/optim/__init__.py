@@ -8,9 +8,10 @@ HORST is the composition M∘S of two operators, both exported as pure functions
   (`EuclideanMap`, `HyperbolicEntropyMap(scale)`); `horst_mirror_direction` gives HORST's
   dual step.
 
-`horst_reference_step` is one HORST step on one tensor; `HORST` runs it, or its foreach or
-compiled equivalent, behind the `torch.optim.Optimizer` interface. `build_optimizer(name,
-params, **overrides)` builds any of them by name with the class's own defaults.
+`horst_reference_step` is one HORST step on one tensor, with its numbers in one
+`HorstHyperparameters`; `HORST` runs it, or its foreach or compiled equivalent, behind the
+`torch.optim.Optimizer` interface. `build_optimizer(name, params, **overrides)` builds any of
+them by name with the class's own defaults.
 """
 
 from convergent.optim._nonfinite import NonFiniteGradientError
@@ -31,6 +32,7 @@ from convergent.optim.langevin import (
 )
 from convergent.optim.mirror import EuclideanMap, HyperbolicEntropyMap, MirrorMap, mirror_step
 from convergent.optim.operators import (
+    HorstHyperparameters,
     adam_direction,
     ham_mirror_step,
     horst_mirror_direction,
@@ -46,6 +48,7 @@ __all__ = [
     "HORST",
     "OPTIMIZERS",
     "EuclideanMap",
+    "HorstHyperparameters",
     "HyperbolicEntropyMap",
     "Langevin",
     "MirrorMap",

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from convergent.optim.operators import HorstHyperparameters
+
 __all__ = [
     "CHUNK_TENSORS",
     "COMPILE_MIN_NUMEL",
@@ -59,17 +61,10 @@ def foreach_horst_step(
     exp_avg_sqs: list[Tensor],
     steps: Sequence[float],
     mirror_flags: Sequence[bool],
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    alpha: float,
-    beta: float,
-    exponent_clamp: float | None,
+    hyperparameters: HorstHyperparameters,
 ) -> None:
     """The HORST step in place on tensors of one device and dtype, with foreach ops."""
+    lr, beta1, beta2, eps, weight_decay, alpha, beta, exponent_clamp = hyperparameters
     if weight_decay != 0:
         torch._foreach_mul_(thetas, 1 - lr * weight_decay)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
@@ -194,14 +189,7 @@ def _adamw_mirror_kernel(
 
 
 def horst_exponent_bound(
-    ratio_bound: float,
-    step: float,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    alpha: float,
-    beta: float,
+    ratio_bound: float, step: float, hyperparameters: HorstHyperparameters
 ) -> float:
     """An upper bound on |exponent| of HORST's mirror step for one tensor.
 
@@ -210,8 +198,9 @@ def horst_exponent_bound(
         <= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * R,
     so |alpha * sign * u + lr * beta| <= alpha * that + lr * |beta|.
     """
+    lr, beta1, beta2 = hyperparameters.lr, hyperparameters.beta1, hyperparameters.beta2
     scale = lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
-    return abs(alpha) * scale * ratio_bound + lr * abs(beta)
+    return abs(hyperparameters.alpha) * scale * ratio_bound + lr * abs(hyperparameters.beta)
 
 
 def adam_ratio_bound(previous: float, beta1: float, beta2: float) -> float:
@@ -267,21 +256,16 @@ def compiled_horst_step(
     exp_avg_sqs: list[Tensor],
     steps: Sequence[float],
     mirror_flags: Sequence[bool],
+    hyperparameters: HorstHyperparameters,
     *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    alpha: float,
-    beta: float,
-    exponent_clamp: float | None,
     polynomial: bool = False,
     gradient_exponent: bool = False,
 ) -> str | None:
     """The HORST step in place, compiled, `CHUNK_TENSORS` tensors per call.
 
     Args:
+        hyperparameters: the group's numbers; only whether exponent_clamp is None selects a
+            compiled graph (the numbers travel as a tensor, so a new lr is no recompile).
         polynomial: exp by `exp_polynomial`; only where every mirrored tensor's exponent is
             known to stay within `POLYNOMIAL_EXPONENT_LIMIT` (`horst_exponent_bound`).
         gradient_exponent: the mirror exponent reads the raw gradient, not the Adam direction:
@@ -295,6 +279,7 @@ def compiled_horst_step(
     the reference). A non-mirrored tensor gets alpha = beta = 0 and no clamp, so its factor
     is exactly 1.
     """
+    lr, beta1, beta2, eps, weight_decay, alpha, beta, exponent_clamp = hyperparameters
     clamped = exponent_clamp is not None
     key = ("adamw mirror", clamped, polynomial, gradient_exponent)
     kernel = _compiled(

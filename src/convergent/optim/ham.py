@@ -49,6 +49,7 @@ from convergent.optim._nonfinite import (
     skip_for_nonfinite_gradient,
 )
 from convergent.optim._validation import check_nonnegative, check_optional_bool
+from convergent.optim.operators import HorstHyperparameters
 
 _IMPLEMENTATIONS = ("auto", "foreach", "compiled")
 # AdamW options the one-pass kernel does not implement: with any of them the base steps alone.
@@ -281,14 +282,16 @@ class HAM(Optimizer):
             [state["exp_avg_sq"] for state in states],
             steps,
             flags,
-            lr=lr,
-            beta1=beta1,
-            beta2=beta2,
-            eps=float(group["eps"]),
-            weight_decay=float(group["weight_decay"]),
-            alpha=lr * alpha,
-            beta=beta,
-            exponent_clamp=None,
+            HorstHyperparameters(
+                lr=lr,
+                beta1=beta1,
+                beta2=beta2,
+                eps=float(group["eps"]),
+                weight_decay=float(group["weight_decay"]),
+                alpha=lr * alpha,
+                beta=beta,
+                exponent_clamp=None,
+            ),
             polynomial=polynomial,
             gradient_exponent=True,
         )

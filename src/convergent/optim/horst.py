@@ -45,7 +45,7 @@ from convergent.optim._validation import (
     check_positive_or_none,
 )
 from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap
-from convergent.optim.operators import horst_reference_step
+from convergent.optim.operators import HorstHyperparameters, horst_reference_step
 
 __all__ = ["DEFAULT_STRENGTH", "HORST", "first_nonfinite", "mirrored_mean_abs"]
 
@@ -103,6 +103,21 @@ def measured_ratio_bound(exp_avg: Tensor, exp_avg_sq: Tensor) -> float:
 def group_alpha(group: dict[str, Any]) -> float:
     """The group's alpha; 0 while a strength waits for a non-zero weight to measure."""
     return 0.0 if group["alpha"] is None else float(group["alpha"])
+
+
+def group_hyperparameters(group: dict[str, Any]) -> HorstHyperparameters:
+    """The group's numbers for one step, as floats (alpha from `group_alpha`)."""
+    beta1, beta2 = (float(value) for value in group["betas"])
+    return HorstHyperparameters(
+        lr=float(group["lr"]),
+        beta1=beta1,
+        beta2=beta2,
+        eps=float(group["eps"]),
+        weight_decay=float(group["weight_decay"]),
+        alpha=group_alpha(group),
+        beta=float(group["beta"]),
+        exponent_clamp=group["exponent_clamp"],
+    )
 
 
 class HORST(Optimizer):
@@ -326,18 +341,7 @@ class HORST(Optimizer):
     def _update_group(
         self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
     ) -> None:
-        beta1, beta2 = (float(value) for value in group["betas"])
-        lr = float(group["lr"])
-        options = {
-            "lr": lr,
-            "beta1": beta1,
-            "beta2": beta2,
-            "eps": float(group["eps"]),
-            "weight_decay": float(group["weight_decay"]),
-            "alpha": group_alpha(group),
-            "beta": float(group["beta"]),
-            "exponent_clamp": group["exponent_clamp"],
-        }
+        hyperparameters = group_hyperparameters(group)
         states = [self.state[param] for param in params]
         for state, param in zip(states, params, strict=True):
             if len(state) == 0:
@@ -355,17 +359,11 @@ class HORST(Optimizer):
         steps = [float(state["step"]) for state in states]
         exponent_bounds: list[float] = []
         for state, step in zip(states, steps, strict=True):
-            state[RATIO_BOUND] = _fast.adam_ratio_bound(float(state[RATIO_BOUND]), beta1, beta2)
+            state[RATIO_BOUND] = _fast.adam_ratio_bound(
+                float(state[RATIO_BOUND]), hyperparameters.beta1, hyperparameters.beta2
+            )
             exponent_bounds.append(
-                _fast.horst_exponent_bound(
-                    state[RATIO_BOUND],
-                    step,
-                    lr=lr,
-                    beta1=beta1,
-                    beta2=beta2,
-                    alpha=options["alpha"],
-                    beta=options["beta"],
-                )
+                _fast.horst_exponent_bound(state[RATIO_BOUND], step, hyperparameters)
             )
         flags = [is_mirrored(group, param) for param in params]
         implementation = self._resolve_implementation(params)
@@ -378,10 +376,10 @@ class HORST(Optimizer):
                         grad,
                         state["exp_avg"],
                         state["exp_avg_sq"],
+                        hyperparameters,
                         step=step,
                         mirror=flag,
                         mirror_map=self.mirror_map,
-                        **options,
                     )
                 )
             self.tensor_steps["reference"] += len(params)
@@ -418,12 +416,14 @@ class HORST(Optimizer):
                     thetas[indices[0]].dtype,
                     [min(exponent_bounds[i], float(clamp)) for i in indices if flags[i]],
                 )
-                failure = _fast.compiled_horst_step(*arguments, **options, polynomial=polynomial)
+                failure = _fast.compiled_horst_step(
+                    *arguments, hyperparameters=hyperparameters, polynomial=polynomial
+                )
                 if failure is None:
                     self.tensor_steps["compiled"] += len(indices)
                     continue
                 _fast.fall_back(self, failure, "HORST")
-            _fast.foreach_horst_step(*arguments, **options)
+            _fast.foreach_horst_step(*arguments, hyperparameters=hyperparameters)
             self.tensor_steps["foreach"] += len(indices)
 
     def _resolve_implementation(self, params: list[Tensor]) -> str:

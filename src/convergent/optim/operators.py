@@ -15,12 +15,15 @@ updated in place, as in torch.optim; parameters are returned as new tensors.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap, mirror_step
 
 __all__ = [
+    "HorstHyperparameters",
     "adam_direction",
     "ham_mirror_step",
     "horst_mirror_direction",
@@ -30,6 +33,32 @@ __all__ = [
 ]
 
 _MULTIPLICATIVE = HyperbolicEntropyMap(0.0)
+
+
+class HorstHyperparameters(NamedTuple):
+    """The numbers of one HORST step, shared by all of a group's tensors: one value for the
+    reference, foreach and compiled steps and the exponent bound (`HORST` builds it once per
+    group and step).
+
+    Attributes:
+        lr: learning rate.
+        beta1: first-moment decay.
+        beta2: second-moment decay.
+        eps: added to sqrt(v_hat).
+        weight_decay: decoupled weight decay.
+        alpha: strength of the mirror step.
+        beta: L1 shrinkage per unit learning rate.
+        exponent_clamp: None (default), or a bound c > 0 on |exponent| of the mirror step.
+    """
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    alpha: float
+    beta: float
+    exponent_clamp: float | None = None
 
 
 def adam_direction(
@@ -108,17 +137,10 @@ def horst_reference_step(
     grad: Tensor,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
+    hyperparameters: HorstHyperparameters,
     *,
     step: float,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    alpha: float,
-    beta: float,
     mirror: bool = True,
-    exponent_clamp: float | None = None,
     mirror_map: MirrorMap = _MULTIPLICATIVE,
 ) -> Tensor:
     """One HORST step M∘S on one tensor, the readable reference.
@@ -126,9 +148,20 @@ def horst_reference_step(
     theta_half = theta - u - lr * weight_decay * theta;
     theta_next = theta_half * exp(-alpha * sign(theta_half) * u - lr * beta).
 
+    Args:
+        theta: the weights (not changed).
+        grad: the gradient.
+        exp_avg: first-moment buffer m, updated in place.
+        exp_avg_sq: second-moment buffer v, updated in place.
+        hyperparameters: lr, the betas, eps, weight decay, alpha, beta and exponent clamp.
+        step: the step count t after incrementing (1 on the first step).
+        mirror: whether to take the mirror step M; False gives theta_half.
+        mirror_map: the map of M; the multiplicative map gives the update above.
+
     Returns:
         theta_next, a new tensor (the moments are updated in place).
     """
+    lr, beta1, beta2, eps, weight_decay, alpha, beta, exponent_clamp = hyperparameters
     direction = adam_direction(
         grad, exp_avg, exp_avg_sq, step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps
     )

@@ -167,7 +167,7 @@ def test_reproduce_seeds_overrides_the_mode_and_resumes_from_finished_units(
 
 def test_report_writes_and_checks_a_readme_results_section(monkeypatch, capsys, tmp_path):
     from convergent import studies
-    from convergent.studies.readme import END, START
+    from convergent.studies.framework.readme import END, START
 
     monkeypatch.setitem(studies.STUDIES, "toy", "tests.studies.toy_study")
     results = tmp_path / "docs" / "results"

@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from convergent.studies.claims import PREVIEW_BELOW, VERDICTS
-from convergent.studies.readme import END, START, replace_section, results_section, update_readme
+from convergent.studies.framework.claims import PREVIEW_BELOW, VERDICTS
+from convergent.studies.framework.readme import (
+    END,
+    START,
+    replace_section,
+    results_section,
+    update_readme,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "docs" / "results").glob("*/results.json"))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from convergent import __version__
 
 USER_ERROR_STATUS = 2
 
@@ -26,8 +26,8 @@ class UserError(Exception):
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from .data import DataSourceError
-    from .train import CheckpointError, TrainingDiverged
+    from convergent.data import DataSourceError
+    from convergent.train import CheckpointError, TrainingDiverged
 
     return (
         UserError,
@@ -40,7 +40,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from .commands.config import TrainConfig
+    from convergent.commands.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
@@ -85,9 +85,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 def _train_choices() -> dict[str, tuple[str, ...]]:
     """The values a train flag accepts, for --help (the config checks them too)."""
-    from .commands.config import MODELS, OPTIMIZER_CHOICES, SPARSITY_SCHEDULES
-    from .data import SPLIT_SOURCES
-    from .train.schedules import SCHEDULES
+    from convergent.commands.config import MODELS, OPTIMIZER_CHOICES, SPARSITY_SCHEDULES
+    from convergent.data import SPLIT_SOURCES
+    from convergent.train.schedules import SCHEDULES
 
     return {
         "data": (*SPLIT_SOURCES, "hf:NAME"),
@@ -116,7 +116,7 @@ def _train_default(field: dataclasses.Field[Any]) -> str:
     if field.default is not None:
         return f"(default {field.default})"
     if field.name in ("horst_strength", "horst_alpha"):
-        from .optim import DEFAULT_STRENGTH
+        from convergent.optim import DEFAULT_STRENGTH
 
         what = (
             "the first step's mirror/Adam move ratio (alpha = strength / mean |theta|)"
@@ -126,16 +126,16 @@ def _train_default(field: dataclasses.Field[Any]) -> str:
         return f"{what}; give at most one of the two (neither: strength {DEFAULT_STRENGTH})"
     if field.name in _OPTIONAL_HELP:
         return _OPTIONAL_HELP[field.name]
-    from .optim import optimizer_default
+    from convergent.optim import optimizer_default
 
     optimizer, option = field.name.split("_", 1)
     return f"(default: {optimizer.upper()}'s own, {optimizer_default(optimizer, option)})"
 
 
 def _train(arguments: argparse.Namespace) -> int:
-    from .commands.config import TrainConfig
-    from .commands.runs import resume_config
-    from .commands.train import run_training
+    from convergent.commands.config import TrainConfig
+    from convergent.commands.runs import resume_config
+    from convergent.commands.train import run_training
 
     values: dict[str, Any] = {}
     if arguments.config is not None:
@@ -197,7 +197,7 @@ def _train(arguments: argparse.Namespace) -> int:
 def _sparse_training_flags(arguments: argparse.Namespace) -> list[str]:
     """The sparse-training flags given (``--sparsity-schedule`` and the mask spec's), each
     with its value."""
-    from .sparse import MaskSpec
+    from convergent.sparse import MaskSpec
 
     names = ["sparsity_schedule", *(field.name for field in dataclasses.fields(MaskSpec))]
     return [
@@ -210,7 +210,7 @@ def _sparse_training_flags(arguments: argparse.Namespace) -> list[str]:
 def _train_mask_spec(from_file: dict[str, Any] | None, arguments: argparse.Namespace) -> Any:
     """The mask spec of ``train``: the --config file's ``mask_spec`` fields, replaced by the
     mask-spec flags given."""
-    from .sparse import MaskSpec
+    from convergent.sparse import MaskSpec
 
     if from_file is not None and not isinstance(from_file, dict):
         raise UserError(
@@ -238,7 +238,7 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
 
 
 def _data_list(arguments: argparse.Namespace) -> int:
-    from .data import GENERATED_SOURCES, cache_root, describe_sources
+    from convergent.data import GENERATED_SOURCES, cache_root, describe_sources
 
     rows = describe_sources()
     width = max(len(name) for name in [*(row["name"] for row in rows), *GENERATED_SOURCES])
@@ -256,7 +256,7 @@ def _data_list(arguments: argparse.Namespace) -> int:
 
 
 def _data_fetch(arguments: argparse.Namespace) -> int:
-    from .data import GENERATED_SOURCES, fetch
+    from convergent.data import GENERATED_SOURCES, fetch
 
     for name in arguments.names:
         if name in GENERATED_SOURCES:
@@ -268,7 +268,7 @@ def _data_fetch(arguments: argparse.Namespace) -> int:
 
 
 def _add_reproduce(commands: argparse._SubParsersAction) -> None:
-    from .studies import MODES, STUDIES
+    from convergent.studies import MODES, STUDIES
 
     parser = commands.add_parser(
         "reproduce",
@@ -305,7 +305,7 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
 
 
 def _reproduce(arguments: argparse.Namespace) -> int:
-    from .studies import STUDIES, run_study, write_index
+    from convergent.studies import STUDIES, run_study, write_index
 
     names = sorted(STUDIES) if arguments.names == ["all"] else list(arguments.names)
     for name in names:
@@ -363,8 +363,8 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
 
 
 def _report(arguments: argparse.Namespace) -> int:
-    from .studies import rescore
-    from .studies.readme import results_section, update_readme
+    from convergent.studies import rescore
+    from convergent.studies.framework.readme import results_section, update_readme
 
     if not arguments.folder.is_dir():
         raise UserError(f"{arguments.folder} is not a folder of study reports")
@@ -404,7 +404,7 @@ def add_mask_spec_arguments(group: Any) -> None:
     """One flag per :class:`~convergent.sparse.MaskSpec` field (their defaults are the spec's,
     quoted from it): ``--distribution``, ``--pattern``, ``--include-embeddings``, ...,
     ``--exclude NAME`` (repeatable)."""
-    from .sparse import DISTRIBUTIONS, MaskSpec
+    from convergent.sparse import DISTRIBUTIONS, MaskSpec
 
     for field in dataclasses.fields(MaskSpec):
         flag = "--" + field.name.replace("_", "-")
@@ -422,7 +422,7 @@ def add_mask_spec_arguments(group: Any) -> None:
 
 def mask_spec_from_arguments(arguments: argparse.Namespace) -> Any:
     """The :class:`~convergent.sparse.MaskSpec` of the flags given (the others: its defaults)."""
-    from .sparse import MaskSpec
+    from convergent.sparse import MaskSpec
 
     given = {
         field.name: getattr(arguments, field.name)
@@ -435,8 +435,8 @@ def mask_spec_from_arguments(arguments: argparse.Namespace) -> Any:
 
 
 def _add_prune(commands: argparse._SubParsersAction) -> None:
-    from .commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
-    from .sparse import METHODS
+    from convergent.commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
+    from convergent.sparse import METHODS
 
     parser = commands.add_parser(
         "prune",
@@ -527,8 +527,13 @@ HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
 
 
 def _prune(arguments: argparse.Namespace) -> int:
-    from .commands.hf_folders import HUGGING_FACE, folder_kind
-    from .commands.prune import DEFAULT_SPARSITIES, format_prune_summary, prune_hf_folder, prune_run
+    from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
+    from convergent.commands.prune import (
+        DEFAULT_SPARSITIES,
+        format_prune_summary,
+        prune_hf_folder,
+        prune_run,
+    )
 
     options: dict[str, Any] = {
         "spec": mask_spec_from_arguments(arguments),
@@ -586,7 +591,7 @@ def _add_diagnose(commands: argparse._SubParsersAction) -> None:
 
 
 def _diagnose(arguments: argparse.Namespace) -> int:
-    from .commands.diagnose import diagnose
+    from convergent.commands.diagnose import diagnose
 
     out = arguments.out
     if out is None:
@@ -621,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data(commands)
     _add_prune(commands)
     _add_diagnose(commands)
-    from .studies import STUDIES
+    from convergent.studies import STUDIES
 
     if STUDIES:  # the command appears once there is a study to run
         _add_reproduce(commands)

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from convergent.studies.units import UnitCache, run_jobs
+from convergent.studies.framework.units import UnitCache, run_jobs
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from convergent.optim import horst
-from convergent.studies import canary
+from convergent.studies.framework import canary
 
-PACKAGE = Path(canary.__file__).resolve().parents[1]
+PACKAGE = Path(canary.__file__).resolve().parents[2]  # src/convergent
 # With torch on ``argv[1]`` threads, imports each package root of ``argv[2:]`` in turn (its
 # modules only: torch is imported once, which keeps these tests near 10 s) and prints where
 # its HORST came from and its fingerprint.
@@ -34,7 +34,7 @@ for root in sys.argv[2:]:
     sys.path.insert(0, root)
     importlib.invalidate_caches()
     from convergent.optim import horst
-    from convergent.studies.canary import numerics_fingerprint
+    from convergent.studies.framework.canary import numerics_fingerprint
     print(horst.__file__, numerics_fingerprint())
     sys.path.remove(root)
 """

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from convergent.studies.claims import (
+from convergent.studies.framework.claims import (
     PAIRED_T_INTERVAL,
     VERDICTS,
     Check,

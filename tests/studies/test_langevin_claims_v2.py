@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from convergent.studies import langevin_claims_v1 as v1
-from convergent.studies.common import json_ready
+from convergent.studies.framework.common import json_ready
 from convergent.studies.langevin_claims import (
     NOISE_CHECK,
     OVERFIT_CHECK,

@@ -17,7 +17,7 @@ from convergent.regularize import (
 )
 from convergent.studies import VERDICTS, langevin_runs
 from convergent.studies import langevin as study
-from convergent.studies.common import write_study
+from convergent.studies.framework.common import write_study
 from convergent.studies.langevin import Config, run
 from convergent.studies.langevin_claims import claims_from_results
 from convergent.studies.langevin_pilot import PILOT_REGIMES, regime_named

@@ -13,7 +13,7 @@ from scipy import stats
 
 from convergent.studies import VERDICTS, rescore
 from convergent.studies import residual as study
-from convergent.studies.common import json_ready, write_study
+from convergent.studies.framework.common import json_ready, write_study
 from convergent.studies.residual import Config, run
 from convergent.studies.residual_claims import claims_from_results
 from convergent.studies.residual_claims_v1 import (

@@ -19,8 +19,8 @@ from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS, rescore, sparsity_runs
-from convergent.studies.claims import decide
-from convergent.studies.common import json_ready, write_study
+from convergent.studies.framework.claims import decide
+from convergent.studies.framework.common import json_ready, write_study
 from convergent.studies.sparsity import (
     Config,
     claims_from_results,

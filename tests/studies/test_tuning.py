@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from convergent.studies.tuning import TuningData, edge_note, grid_points, tune
+from convergent.studies.framework.tuning import TuningData, edge_note, grid_points, tune
 
 
 class _Untouchable:
@@ -131,7 +131,7 @@ def test_the_helper_never_reads_the_test_split():
 
 
 def test_the_tuning_table_shows_every_methods_own_axes():
-    from convergent.studies.common import tuning_lines
+    from convergent.studies.framework.common import tuning_lines
 
     record = {
         "criterion": "validation accuracy (higher is better)",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from convergent.studies import units
-from convergent.studies.units import UnitCache, run_jobs
+from convergent.studies.framework import units
+from convergent.studies.framework.units import UnitCache, run_jobs
 
 
 def test_a_finished_unit_is_reused_and_only_it(tmp_path):

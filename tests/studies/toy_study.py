@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.claims import Check, Claim, at_least, claim_from_seeds
-from convergent.studies.common import StudyResult, check_mode, json_ready
-from convergent.studies.units import UnitCache
+from convergent.studies.framework.claims import Check, Claim, at_least, claim_from_seeds
+from convergent.studies.framework.common import StudyResult, check_mode, json_ready
+from convergent.studies.framework.units import UnitCache
 
 OFFSETS = (0.1, -0.2, 0.05, 0.15, -0.1, 0.0, 0.2)
 COMPUTED: list[int] = []  # the seeds measured in this process (not taken from the cache)

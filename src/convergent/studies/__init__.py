@@ -15,11 +15,15 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from .claims import VERDICTS, Check, Claim, Threshold, claim_from_seeds
-from .common import (
+from convergent.studies.framework import (
     MODES,
+    VERDICTS,
+    Check,
+    Claim,
     StudyResult,
+    Threshold,
     check_mode,
+    claim_from_seeds,
     json_ready,
     load_study,
     render_markdown,

@@ -26,13 +26,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .common import StudyResult, json_ready
+from convergent.studies.framework import (
+    StudyResult,
+    Tuning,
+    TuningData,
+    UnitCache,
+    grid_points,
+    json_ready,
+    run_jobs,
+    tune,
+    unit_session,
+)
+
 from .descent_claims import DESIGN, claims_from_results
 from .descent_config import METHODS, Config
 from .descent_report import draw_figures, study_notes, study_tables
 from .descent_runs import Job, denoising_score, robust_score, text_unit, video_unit
-from .tuning import Tuning, TuningData, grid_points, tune
-from .units import UnitCache, run_jobs, unit_session
 
 __all__ = ["Config", "claims_from_results", "run"]
 

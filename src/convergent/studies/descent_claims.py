@@ -26,9 +26,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convergent.studies.framework import Check, Claim, at_least, at_most, claim_from_seeds
+
 from ..diagnostics import acting
 from . import descent_claims_v1 as v1
-from .claims import Check, Claim, at_least, at_most, claim_from_seeds
 
 DESIGN = 2
 CLEAN_PAPER_MARGIN = 0.003  # the paper: clean accuracy within 0.3 %

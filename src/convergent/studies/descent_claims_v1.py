@@ -18,8 +18,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from convergent.studies.framework import (
+    Check,
+    Claim,
+    at_least,
+    at_most,
+    claim_from_seeds,
+    not_measured,
+)
+
 from ..diagnostics import acting
-from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured
 
 # Fixed before any run: differences smaller than these are not counted as an effect.
 ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .common import check_mode
-from .tuning import grid_points
+from convergent.studies.framework import check_mode, grid_points
 
 METHODS = ("erm", "constrained")
 

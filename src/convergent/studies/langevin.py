@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from convergent.studies.common import StudyResult, json_ready
+from convergent.studies.framework.common import StudyResult, json_ready
+from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
 from convergent.studies.langevin_claims import DESIGN, claims_from_results
 from convergent.studies.langevin_config import VARIANTS, Config
 from convergent.studies.langevin_parts import DarcyData, darcy_pool, gradient_rms
@@ -48,7 +49,6 @@ from convergent.studies.langevin_pilot import PILOT_OVERFIT, regime_named, run_p
 from convergent.studies.langevin_plots import plot_curves, plot_norms
 from convergent.studies.langevin_runs import EXPERIMENTS, final_runs, select_lam, temperatures
 from convergent.studies.langevin_tables import notes_of, tables_of
-from convergent.studies.units import UnitCache, run_jobs, unit_session
 
 __all__ = ["VARIANTS", "Config", "claims_from_results", "gradient_rms", "run"]
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convergent.studies import langevin_claims_v1 as v1
-from convergent.studies.claims import Check, at_least, at_most, not_measured
-from convergent.studies.claims import stored_number as number
+from convergent.studies.framework.claims import Check, at_least, at_most, not_measured
+from convergent.studies.framework.claims import stored_number as number
 from convergent.studies.langevin_measures import (
     NOISE_AT_LEAST,
     NOISE_CHECK,

@@ -46,7 +46,7 @@ from typing import Any
 
 from convergent.regularize import diffusion_radius
 from convergent.studies import langevin_claims_v1 as v1
-from convergent.studies.claims import (
+from convergent.studies.framework.claims import (
     Check,
     Claim,
     at_least,
@@ -54,7 +54,7 @@ from convergent.studies.claims import (
     claim_from_seeds,
     format_number,
 )
-from convergent.studies.claims import stored_number as number
+from convergent.studies.framework.claims import stored_number as number
 from convergent.studies.langevin_checks import (
     FIT_CHECK,
     OUTCOME_CHECK,

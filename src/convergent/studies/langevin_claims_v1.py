@@ -27,7 +27,7 @@ import statistics
 from typing import Any
 
 from convergent.regularize import PENALTIES
-from convergent.studies.claims import (
+from convergent.studies.framework.claims import (
     Check,
     Claim,
     at_least,

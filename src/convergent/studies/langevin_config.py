@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from convergent.diagnostics import acting
-from convergent.studies.common import check_mode
+from convergent.studies.framework.common import check_mode
 
 VARIANTS = ("none", "log", "power")
 # The temperature grid, hottest first. "hot" is design 1's s = 2 / N; "calibrated" samples the

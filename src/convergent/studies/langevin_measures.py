@@ -22,8 +22,8 @@ from typing import Any
 from convergent.diagnostics import fit_saturation
 from convergent.optim.langevin import implied_noise_variance
 from convergent.regularize import PENALTIES
-from convergent.studies.claims import Check, at_least, not_measured
-from convergent.studies.claims import stored_number as number
+from convergent.studies.framework.claims import Check, at_least, not_measured
+from convergent.studies.framework.claims import stored_number as number
 from convergent.studies.langevin_report import trend
 
 # Below this the noise is a tenth of the drift per step: the run is plain SGD.

@@ -42,7 +42,7 @@ from torch import nn
 
 from convergent.optim.langevin import Langevin
 from convergent.regularize import Penalty, penalty
-from convergent.studies.claims import (
+from convergent.studies.framework.claims import (
     Check,
     Claim,
     at_most,
@@ -50,7 +50,7 @@ from convergent.studies.claims import (
     format_number,
     not_measured,
 )
-from convergent.studies.claims import stored_number as number
+from convergent.studies.framework.claims import stored_number as number
 from convergent.studies.langevin_measures import (
     Experiment,
     Record,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convergent.studies.claims import stored_number as number
+from convergent.studies.framework.claims import stored_number as number
 from convergent.studies.langevin_claims import phase2_table, temperature_rows
 
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from .common import StudyResult, check_mode, json_ready
+from convergent.studies.framework import StudyResult, UnitCache, check_mode, json_ready, run_jobs
+
 from .residual_claims import claims_from_results, regimes_of
 from .residual_depth import (
     DepthRun,
@@ -55,7 +56,6 @@ from .residual_tables import (
     tuning_table,
     worst_final_losses,
 )
-from .units import UnitCache, run_jobs
 
 __all__ = ["Config", "claims_from_results", "run"]
 

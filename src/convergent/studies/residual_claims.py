@@ -33,9 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..diagnostics import band_log_slope, geometric_envelope, smallest_envelope_rate
-from . import residual_claims_v1 as v1
-from .claims import (
+from convergent.studies.framework import (
     Check,
     Claim,
     at_least,
@@ -45,7 +43,10 @@ from .claims import (
     not_measured,
     t_interval,
 )
-from .claims import stored_number as number
+from convergent.studies.framework import stored_number as number
+
+from ..diagnostics import band_log_slope, geometric_envelope, smallest_envelope_rate
+from . import residual_claims_v1 as v1
 
 BROKEN_EXCESS = 10.0  # a run whose curve cannot be tested (diverged) counts as this excess
 BAND_LOW_MARGIN = 1.05  # the band ends 5 % above the highest final loss, so every curve gets there

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .claims import (
+from convergent.studies.framework import (
     Check,
     Claim,
     at_least,
@@ -41,7 +41,7 @@ from .claims import (
     not_measured,
     t_interval,
 )
-from .claims import stored_number as number
+from convergent.studies.framework import stored_number as number
 
 LINEAR_R_SQUARED = 0.9  # the whole-curve fit's R^2 that counts as linear
 SAME_ORDER = 1.0  # Spearman of exactly 1: the two orders agree

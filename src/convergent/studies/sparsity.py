@@ -32,7 +32,18 @@ from typing import Any
 
 import torch
 
-from .common import StudyResult, json_ready
+from convergent.studies.framework import (
+    StudyResult,
+    Tuning,
+    TuningData,
+    UnitCache,
+    grid_points,
+    json_ready,
+    run_jobs,
+    tune,
+    unit_session,
+)
+
 from .sparsity_claims import (
     DESIGN,
     LANGUAGE_CRITERION,
@@ -48,8 +59,6 @@ from .sparsity_config import RMS_FRACTION, Config
 from .sparsity_plots import plot_alpha_sweep, plot_histograms, plot_sparsity_curves
 from .sparsity_report import study_notes, study_tables
 from .sparsity_runs import LanguageJob, VisionJob, language_unit, vision_unit
-from .tuning import Tuning, TuningData, grid_points, tune
-from .units import UnitCache, run_jobs, unit_session
 
 __all__ = [
     "Config",

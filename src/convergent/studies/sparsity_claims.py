@@ -32,9 +32,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convergent.studies.framework import Check, Claim, at_least, at_most, claim_from_seeds, within
+from convergent.studies.framework import stored_number as number
+
 from . import sparsity_claims_v1 as v1
-from .claims import Check, Claim, at_least, at_most, claim_from_seeds, within
-from .claims import stored_number as number
 
 DESIGN = 2
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this

@@ -28,10 +28,19 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convergent.studies.framework import (
+    Check,
+    Claim,
+    Tuning,
+    at_least,
+    at_most,
+    claim_from_seeds,
+    not_measured,
+    within,
+)
+from convergent.studies.framework import stored_number as number
+
 from ..diagnostics import acting
-from .claims import Check, Claim, at_least, at_most, claim_from_seeds, not_measured, within
-from .claims import stored_number as number
-from .tuning import Tuning
 
 HIGH_SPARSITY = 0.8  # claims 1-2 average the AC/DC targets at or above this
 HALF = 0.5  # claim 1: "far less" read as at most half of AdamW's loss

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from convergent.studies.framework import check_mode, grid_points
+
 from ..sparse import MaskSpec
-from .common import check_mode
-from .tuning import grid_points
 
 OPTIMIZERS = ("adamw", "ham", "horst")
 # The masks the committed numbers were measured with, pinned so that the library's defaults

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import json_ready
+from convergent.studies.framework import UnitCache, json_ready, run_jobs
+
 from .sparsity import UNIT_DESIGN
 from .sparsity_config import Config
 from .sparsity_runs import VisionJob, vision_unit
-from .units import UnitCache, run_jobs
 
 PILOT_LRS = (2e-3, 4e-3, 8e-3, 1.6e-2)
 PILOT_WEIGHT_DECAY = 0.01

@@ -41,16 +41,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import diagnostics, regularize
-from ..data import (
+from convergent import diagnostics, regularize
+from convergent.data import (
     DictDataset,
     perturb_texts,
     perturbed_embeddings,
     random_split_indices,
     to_patches,
 )
-from ..models import Transformer, TransformerConfig
-from ..optim import (
+from convergent.models import Transformer, TransformerConfig
+from convergent.optim import (
     HORST,
     build_optimizer,
     calibrated_s,
@@ -58,10 +58,16 @@ from ..optim import (
     horst_move_ratio,
     horst_strength,
 )
-from ..sparse import ACDCSchedule, GradualSchedule, MaskSpec, magnitude_masks, prune_one_shot
-from ..sparse.sparsegpt import hessian, sparsegpt_prune
-from ..sparse.wanda import input_squared_norms, wanda_mask
-from ..train import (
+from convergent.sparse import (
+    ACDCSchedule,
+    GradualSchedule,
+    MaskSpec,
+    magnitude_masks,
+    prune_one_shot,
+)
+from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
+from convergent.sparse.wanda import input_squared_norms, wanda_mask
+from convergent.train import (
     ErmStep,
     MaskedStep,
     RegularizedStep,

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from ..train.checkpoint import write_text_atomically
-from .claims import PREVIEW_BELOW, Claim, format_interval, format_number
+from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, format_interval, format_number
+from convergent.train.checkpoint import write_text_atomically
 
 MODES = ("smoke", "quick", "full")
 
@@ -60,6 +61,48 @@ class StudyResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     tuning: dict[str, Any] = field(default_factory=dict)
+
+
+def finish(
+    name: str,
+    config: Any,
+    started: float,
+    summary: str,
+    *,
+    claims: list[Claim],
+    data: dict[str, Any],
+    tables: dict[str, list[dict[str, Any]]] | None = None,
+    figures: list[str] | None = None,
+    notes: list[str] | None = None,
+    tuning: dict[str, Any] | None = None,
+) -> StudyResult:
+    """The result of study ``name``: what its run measured, with the unit cache's ``summary``
+    as the last note and the wall time since ``started`` (a `time.perf_counter` value).
+
+    Args:
+        name: the study.
+        config: its config (``config.mode`` names the mode).
+        started: when the run began.
+        summary: `UnitCache.summary()` of the run.
+        claims: the claims scored from the stored results.
+        data: every other number the report keeps.
+        tables: named tables.
+        figures: PNG file names, relative to the study's folder.
+        notes: the study's own notes.
+        tuning: the grid searches behind the selected hyperparameters.
+    """
+    return StudyResult(
+        name=name,
+        mode=config.mode,
+        config=config,
+        tables=dict(tables or {}),
+        claims=list(claims),
+        figures=list(figures or []),
+        data=data,
+        notes=[*(notes or []), summary + "."],
+        seconds=time.perf_counter() - started,
+        tuning=dict(tuning or {}),
+    )
 
 
 def json_ready(value: Any) -> Any:
@@ -116,7 +159,7 @@ def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
 
 def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     """The report's tuning section from ``StudyResult.tuning``."""
-    from ..report import markdown_table
+    from convergent.report import markdown_table
 
     lines: list[str] = []
     for experiment, methods in tuning.items():
@@ -158,7 +201,7 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
 
 def render_markdown(result: StudyResult) -> str:
     """The study's ``report.md``."""
-    from ..report import markdown_table
+    from convergent.report import markdown_table
 
     lines = [f"# Study `{result.name}` ({result.mode} mode)", ""]
     if result.claims:

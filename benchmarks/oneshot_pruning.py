@@ -1,13 +1,15 @@
 """One-shot pruning of two trained language models: magnitude, Wanda and SparseGPT side by side.
 
-For each model and method it prunes a fresh copy at 50 %, 70 % and 2:4 (layer-wise, every
-linear layer of the blocks, embeddings and the LM head dense: ``MaskSpec()``) and measures:
+For each model, method and target (50 %, 70 % and 2:4) a fresh process loads the model and
+prunes it in place (layer-wise, every linear layer of the blocks, embeddings and the LM head
+dense: ``MaskSpec()``), then evaluates it. It measures:
 
 - validation perplexity (the same windows for every method; dense first);
 - seconds per pruned layer (the whole ``prune_one_shot`` call, calibration passes included,
   divided by the number of pruned matrices), and as a ratio to magnitude's in the same run;
-- peak resident memory above the loaded model and data (``ru_maxrss`` of a fresh process per
-  model and method), and as a ratio to magnitude's.
+- peak resident memory of the pruning above the loaded model and data (the process's resident
+  set sampled every millisecond during ``prune_one_shot``, minus its value just before; the
+  largest of the three targets), and as a ratio to magnitude's.
 
 Wanda and SparseGPT calibrate on a seeded sample of the *training* split (128 windows by
 default), never on the windows they are scored on.
@@ -24,11 +26,11 @@ The models (trained beforehand, see benchmarks/README.md):
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import resource
+import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -39,16 +41,45 @@ from convergent.commands.runs import load_run
 from convergent.sparse import METHODS, MaskSpec, prune_one_shot
 from convergent.train import calibration_batches, evaluate
 
-TARGETS: tuple[tuple[str, float, MaskSpec], ...] = (
-    ("50%", 0.5, MaskSpec()),
-    ("70%", 0.7, MaskSpec()),
-    ("2:4", 0.5, MaskSpec(pattern="2:4")),
-)
+TARGETS: dict[str, tuple[float, MaskSpec]] = {
+    "50%": (0.5, MaskSpec()),
+    "70%": (0.7, MaskSpec()),
+    "2:4": (0.5, MaskSpec(pattern="2:4")),
+}
 BATCH_SIZE = 16
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as statm:  # Linux: size, resident, ... in pages
+        return int(statm.read().split()[1]) * PAGE_MIB
+
+
+class PeakResident:
+    """The largest resident memory of this process while the block runs, sampled every
+    millisecond by a thread (the process's own high-water mark would report the loading's)."""
+
+    def __enter__(self) -> PeakResident:
+        self.start = self.peak = _resident_mib()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, _resident_mib())
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _resident_mib())
+
+    @property
+    def above_start(self) -> float:
+        return self.peak - self.start
 
 
 def _load(kind: str, path: str, examples: int, calibration_examples: int) -> dict[str, Any]:
@@ -80,38 +111,36 @@ def _load(kind: str, path: str, examples: int, calibration_examples: int) -> dic
     }
 
 
-def measure(kind: str, path: str, method: str, examples: int, calibration: int) -> dict[str, Any]:
-    """One model and method in this process: perplexities, seconds per layer, peak memory."""
+def measure(
+    kind: str, path: str, method: str, target: str, examples: int, calibration: int
+) -> dict[str, Any]:
+    """One model, method and target in this process: perplexity, seconds, layers, peak memory.
+
+    The model is pruned in place before it is evaluated, so the peak above the loaded model
+    and data is the pruning's own. ``target`` "dense" only evaluates.
+    """
     torch.manual_seed(0)
     data = _load(kind, path, examples, calibration)
     model = data["model"].eval()
-
-    def perplexity(candidate: torch.nn.Module) -> float:
-        return evaluate(candidate, data["validation"], "lm", batch_size=data["batch_size"])[
-            "perplexity"
-        ]
-
-    row: dict[str, Any] = {"model": kind, "method": method, "dense": perplexity(model)}
-    baseline = _peak_mib()
-    seconds, layers = 0.0, 0
-    for label, sparsity, spec in TARGETS:
-        pruned = copy.deepcopy(model)
-        start = time.perf_counter()
-        report = prune_one_shot(
-            pruned,
-            sparsity,
-            spec=spec,
-            method=method,
-            calibration=None if method == "magnitude" else data["calibration"],
-        )
-        seconds += time.perf_counter() - start
-        layers += len(report.masks)
-        row[label] = perplexity(pruned)
-        row[f"{label} sparsity"] = report.sparsity
-        del pruned
-    row["seconds per layer"] = seconds / max(layers, 1)
-    row["peak MiB above loaded"] = max(_peak_mib() - baseline, 0.0)
-    row["calibration windows"] = 0 if method == "magnitude" else calibration
+    row: dict[str, Any] = {"model": kind, "method": method, "target": target}
+    if target != "dense":
+        sparsity, spec = TARGETS[target]
+        with PeakResident() as memory:
+            start = time.perf_counter()
+            report = prune_one_shot(
+                model,
+                sparsity,
+                spec=spec,
+                method=method,
+                calibration=None if method == "magnitude" else data["calibration"],
+            )
+            row["seconds"] = time.perf_counter() - start
+        row["layers"] = len(report.masks)
+        row["sparsity"] = report.sparsity
+        row["peak MiB above loaded"] = memory.above_start
+    row["perplexity"] = evaluate(model, data["validation"], "lm", batch_size=data["batch_size"])[
+        "perplexity"
+    ]
     return row
 
 
@@ -122,46 +151,64 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=256, help="validation windows")
     parser.add_argument("--calibration-examples", type=int, default=128)
     parser.add_argument(
-        "--one", nargs=3, metavar=("KIND", "PATH", "METHOD"), help=argparse.SUPPRESS
+        "--one", nargs=4, metavar=("KIND", "PATH", "METHOD", "TARGET"), help=argparse.SUPPRESS
     )
     arguments = parser.parse_args()
-    if arguments.one:  # a child process: one model and method, one JSON line
-        kind, path, method = arguments.one
-        row = measure(kind, path, method, arguments.examples, arguments.calibration_examples)
+    if arguments.one:  # a child process: one model, method and target, one JSON line
+        row = measure(*arguments.one, arguments.examples, arguments.calibration_examples)
         print(json.dumps(row))
         return
     rows = []
     for kind, path in (("gpt2", arguments.gpt2), ("charlm", arguments.charlm)):
         if path is None:
             continue
-        for method in METHODS:
+        runs = [("magnitude", "dense")] + [(m, t) for m in METHODS for t in TARGETS]
+        for method, target in runs:
             command = [
-                sys.executable, __file__, "--one", kind, path, method,
+                sys.executable, __file__, "--one", kind, path, method, target,
                 "--examples", str(arguments.examples),
                 "--calibration-examples", str(arguments.calibration_examples),
             ]  # fmt: skip
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(output.strip().splitlines()[-1]))
-            print(f"done: {kind} {method}", file=sys.stderr)
+            print(f"done: {kind} {method} {target}", file=sys.stderr)
     print(table(rows))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table, with time and memory as ratios to magnitude's on the same model."""
+    """The markdown table: one line per model and method, with time and memory as ratios to
+    magnitude's on the same model (memory: the largest peak of the three targets)."""
     lines = [
         "| model | method | dense ppl | 50 % | 70 % | 2:4 | s / layer | vs magnitude |"
         " peak MiB | vs magnitude |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        base = next(r for r in rows if r["model"] == row["model"] and r["method"] == "magnitude")
-        time_ratio = row["seconds per layer"] / max(base["seconds per layer"], 1e-9)
-        memory_ratio = row["peak MiB above loaded"] / max(base["peak MiB above loaded"], 1e-9)
-        lines.append(
-            f"| {row['model']} | {row['method']} | {row['dense']:.2f} | {row['50%']:.2f} | "
-            f"{row['70%']:.2f} | {row['2:4']:.2f} | {row['seconds per layer']:.3f} | "
-            f"{time_ratio:.1f}x | {row['peak MiB above loaded']:.0f} | {memory_ratio:.1f}x |"
+
+    def summary(model: str, method: str) -> dict[str, Any]:
+        mine = [r for r in rows if r["model"] == model and r["method"] == method]
+        pruned = [r for r in mine if r["target"] != "dense"]
+        return {
+            **{r["target"]: r["perplexity"] for r in pruned},
+            "seconds per layer": sum(r["seconds"] for r in pruned)
+            / max(sum(r["layers"] for r in pruned), 1),
+            "peak": max(r["peak MiB above loaded"] for r in pruned),
+        }
+
+    for model in dict.fromkeys(r["model"] for r in rows):
+        dense = next(
+            r["perplexity"] for r in rows if r["model"] == model and r["target"] == "dense"
         )
+        base = summary(model, "magnitude")
+        for method in METHODS:
+            row = summary(model, method)
+            time_ratio = row["seconds per layer"] / max(base["seconds per layer"], 1e-9)
+            # Below a MiB the allocator's rounding decides; a ratio to it would mean nothing.
+            memory_ratio = f"{row['peak'] / base['peak']:.1f}x" if base["peak"] >= 1 else "-"
+            lines.append(
+                f"| {model} | {method} | {dense:.2f} | {row['50%']:.2f} | {row['70%']:.2f} | "
+                f"{row['2:4']:.2f} | {row['seconds per layer']:.3f} | {time_ratio:.1f}x | "
+                f"{row['peak']:.0f} | {memory_ratio} |"
+            )
     return "\n".join(lines)
 
 

@@ -51,7 +51,7 @@ def test_descent_trainer_trains_minilm_with_constraints_in_a_few_lines(tmp_path)
 def test_sequence_classification_readout_reproduces_the_model_logits():
     from transformers import BertForSequenceClassification
 
-    from convergent.train.primal_dual_hf import sequence_classification_readout
+    from convergent.losses import sequence_classification_readout
 
     config = tiny_bert_config(num_labels=3)
     model = BertForSequenceClassification(config).eval()
@@ -69,7 +69,7 @@ def test_sequence_classification_readout_reproduces_roberta_logits():
     # RoBERTa's head takes the whole sequence and picks the first token itself.
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    from convergent.train.primal_dual_hf import sequence_classification_readout
+    from convergent.losses import sequence_classification_readout
 
     config = RobertaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                            num_attention_heads=2, intermediate_size=64,

@@ -12,7 +12,7 @@ def tiny_bert_descent(examples: int) -> tuple[torch.nn.Module, TensorDataset, Pr
     """A 2-layer BERT without dropout, `examples` random sentences, an active descent step."""
     from transformers import BertForSequenceClassification
 
-    from convergent.train.primal_dual_hf import sequence_classification_readout
+    from convergent.losses import sequence_classification_readout
 
     config = tiny_bert_config(num_labels=2, hidden_dropout_prob=0.0,
                               attention_probs_dropout_prob=0.0)  # fmt: skip

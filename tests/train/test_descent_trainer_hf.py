@@ -90,7 +90,7 @@ def test_resuming_a_plain_bert_classifier_restores_the_multipliers(trained, tmp_
 
 
 def test_an_explicit_readout_argument_is_the_one_used(tmp_path):
-    from convergent.train.primal_dual_hf import sequence_classification_readout
+    from convergent.losses import sequence_classification_readout
 
     calls = []
 

@@ -7,12 +7,17 @@ functions, and writes a run or report folder. `runs` finds and rebuilds the run 
 ``diagnose``. Library packages never import from here.
 """
 
-from .config import TrainConfig, build_model
-from .diagnose import diagnose
-from .hf_folders import HFFolderError, HFModel, is_hf_model_folder, load_hf_folder
-from .prune import format_prune_summary, prune_hf_folder, prune_run
-from .runs import LoadedRun, find_run_folder, load_run, read_run_config
-from .train import run_training
+from convergent.commands.config import TrainConfig, build_model
+from convergent.commands.diagnose import diagnose
+from convergent.commands.hf_folders import (
+    HFFolderError,
+    HFModel,
+    is_hf_model_folder,
+    load_hf_folder,
+)
+from convergent.commands.prune import format_prune_summary, prune_hf_folder, prune_run
+from convergent.commands.runs import LoadedRun, find_run_folder, load_run, read_run_config
+from convergent.commands.train import run_training
 
 __all__ = [
     "HFFolderError",

@@ -12,13 +12,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import Splits, is_token_source, minilm_path
-from ..models import HFEncoder, Transformer, TransformerConfig
-from ..optim import posterior_s
-from ..sparse import ACDCSchedule, GradualSchedule, MaskSpec
-from ..train.masked import MaskedStep
-from ..train.schedules import SCHEDULES
-from ..train.steps import TrainingStep
+from convergent.data import Splits, is_token_source, minilm_path
+from convergent.models import HFEncoder, Transformer, TransformerConfig
+from convergent.optim import posterior_s
+from convergent.sparse import ACDCSchedule, GradualSchedule, MaskSpec
+from convergent.train.masked import MaskedStep
+from convergent.train.schedules import SCHEDULES
+from convergent.train.steps import TrainingStep
 
 MODELS = ("transformer", "minilm")
 OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham", "langevin")

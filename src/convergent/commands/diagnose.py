@@ -26,8 +26,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import Splits, load_splits, minilm_path
-from ..diagnostics import (
+from convergent.commands.config import split_options
+from convergent.commands.hf_folders import (
+    HUGGING_FACE,
+    evaluation_data,
+    folder_kind,
+    load_hf_folder,
+)
+from convergent.commands.runs import load_run
+from convergent.data import Splits, load_splits, minilm_path
+from convergent.diagnostics import (
     SpectraRecorder,
     monotonicity_report,
     plots,
@@ -36,19 +44,10 @@ from ..diagnostics import (
     weight_matrices,
     weight_statistics,
 )
-from ..losses import losses_from_hidden_states, task_loss
-from ..models import HFEncoder
-from ..report import markdown_table
-from ..train.batches import take, trim_padding
-from .config import split_options
-from .hf_folders import (
-    HUGGING_FACE,
-    evaluation_data,
-    folder_kind,
-    layerwise_readout_losses,
-    load_hf_folder,
-)
-from .runs import load_run
+from convergent.losses import layerwise_readout_losses, losses_from_hidden_states, task_loss
+from convergent.models import HFEncoder
+from convergent.report import markdown_table
+from convergent.train.batches import take, trim_padding
 
 MINILM = "minilm"
 # (hidden_states, labels, attention_mask) -> [L + 1] layer-wise losses.

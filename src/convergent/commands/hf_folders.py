@@ -18,22 +18,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
-
-from ..data import DictDataset, is_token_source, load_splits, tokenize
-from ..losses import IGNORE_INDEX, losses_from_hidden_states
+from convergent.data import DictDataset, is_token_source, load_splits, tokenize
+from convergent.losses import next_token_labels
+from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
 
-CAUSAL_LM = "causal-lm"
-SEQUENCE_CLASSIFICATION = "sequence-classification"
 HUGGING_FACE = "hugging-face"
 RUN = "run"
 # The data each kind is measured on when the user names none.
@@ -64,8 +60,6 @@ CHARACTERS_PER_TOKEN = 4
 # Logits entries per evaluation batch (64 MB in fp32): a language model's logits are
 # [B, T, vocabulary], which at GPT-2's 50k vocabulary is the memory that matters.
 LOGITS_PER_BATCH = 2**24
-# The final normalization that decoder stacks apply before their head (GPT-2, LLaMA, OPT).
-FINAL_NORM_NAMES = ("ln_f", "norm", "final_layer_norm")
 
 
 class HFFolderError(ValueError):
@@ -241,14 +235,6 @@ def evaluation_tokenizer(tokenizer: Any) -> Any:
     return padded
 
 
-def next_token_labels(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Labels aligned with a causal LM's logits: position t holds token t + 1, and
-    ``-100`` where the next position is padding or past the end."""
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
-    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
-    return labels
-
-
 @dataclass
 class EvaluationData:
     """Validation examples of a named source, ready for the model.
@@ -347,57 +333,3 @@ def evaluation_batch_size(loaded: HFModel, max_length: int) -> int:
         return 64
     vocabulary = int(loaded.model.get_output_embeddings().weight.shape[0])
     return max(1, min(64, LOGITS_PER_BATCH // (max_length * vocabulary)))
-
-
-def _final_norm(model: nn.Module) -> nn.Module | None:
-    base = getattr(model, "base_model", model)
-    for name in FINAL_NORM_NAMES:
-        module = getattr(base, name, None)
-        if isinstance(module, nn.Module):
-            return module
-    return None
-
-
-def _classifier_readout(model: nn.Module) -> Callable[..., Tensor]:
-    from ..train.primal_dual_hf import sequence_classification_readout
-
-    try:
-        return sequence_classification_readout(model)
-    except ValueError as error:
-        raise HFFolderError(str(error)) from None
-
-
-def layerwise_readout_losses(
-    loaded: HFModel,
-    hidden_states: Sequence[Tensor],
-    labels: Tensor,
-    attention_mask: Tensor | None = None,
-) -> Tensor:
-    """f_0 .. f_L: the loss of every hidden state read through the model's own head.
-
-    A causal LM's head is its output embedding after the final norm (the "logit lens");
-    the last hidden state already has that norm applied, so it is read as it is. A
-    classifier's head is its pooler and classifier (BERT) or its classification head.
-
-    Args:
-        loaded: the model folder.
-        hidden_states: L + 1 tensors from ``output_hidden_states=True``.
-        labels: the task's labels (next-token labels for a causal LM).
-        attention_mask: the padding mask.
-
-    Returns:
-        ``[L + 1]`` losses.
-    """
-    model = loaded.model
-    if loaded.kind == CAUSAL_LM:
-        head, norm = model.get_output_embeddings(), _final_norm(model)
-        states = list(hidden_states)
-        if norm is not None:
-            states = [norm(state) for state in states[:-1]] + states[-1:]
-        return losses_from_hidden_states(
-            lambda hidden, mask: head(hidden), states, labels, "lm", attention_mask
-        )
-    readout = _classifier_readout(model)
-    return losses_from_hidden_states(
-        readout, hidden_states, labels, "classification", attention_mask
-    )

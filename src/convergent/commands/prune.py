@@ -34,20 +34,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from matplotlib.figure import Figure
 from torch import nn
 
-from ..report import layer_sparsity_table, markdown_table, plot_layer_sparsity
-from ..sparse import MaskSpec, PruningReport, prune_one_shot
-from ..sparse.blockwise import check_method
-from ..sparse.masks import check_sparsity
-from ..train import calibration_batches, evaluate, save_checkpoint
-from ..train.checkpoint import write_text_atomically
-from .hf_folders import (
+from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     evaluation_batch_size,
     evaluation_data,
     load_hf_folder,
     quiet_progress,
 )
-from .runs import load_run, prepare_new_run
+from convergent.commands.runs import load_run, prepare_new_run
+from convergent.io import write_text_atomically
+from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
+from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
+from convergent.sparse.blockwise import check_method
+from convergent.sparse.masks import check_sparsity
+from convergent.train import calibration_batches, evaluate, save_checkpoint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

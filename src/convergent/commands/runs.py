@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import nn
 
-from ..data import Splits, load_splits
-from ..train import CheckpointError, holds_a_run, load_checkpoint, resolve_checkpoint
-from .config import TrainConfig, build_model, split_options
+from convergent.commands.config import TrainConfig, build_model, split_options
+from convergent.data import Splits, load_splits
+from convergent.train import CheckpointError, holds_a_run, load_checkpoint, resolve_checkpoint
 
 __all__ = [
     "RESUMABLE",

@@ -19,11 +19,22 @@ from typing import Any
 import torch
 import transformers
 
-from ..data import load_splits
-from ..optim import HORST, build_optimizer, decay_groups
-from ..regularize import VillaniRegularizer
-from ..report import plot_training_curves
-from ..train import (
+from convergent.commands.config import (
+    SPARSITY_SCHEDULES,
+    TrainConfig,
+    build_masked_step,
+    build_model,
+    check_device,
+    optimizer_options,
+    split_options,
+)
+from convergent.commands.runs import RunFolderError, prepare_new_run, resume_config
+from convergent.data import load_splits
+from convergent.io import write_text_atomically
+from convergent.optim import HORST, build_optimizer, decay_groups
+from convergent.regularize import VillaniRegularizer
+from convergent.report import plot_training_curves
+from convergent.train import (
     ErmStep,
     MaskedStep,
     RegularizedStep,
@@ -35,18 +46,7 @@ from ..train import (
     seed_everything,
     warmup_schedule,
 )
-from ..train.callbacks import HorstStrengthLog
-from ..train.checkpoint import write_text_atomically
-from .config import (
-    SPARSITY_SCHEDULES,
-    TrainConfig,
-    build_masked_step,
-    build_model,
-    check_device,
-    optimizer_options,
-    split_options,
-)
-from .runs import RunFolderError, prepare_new_run, resume_config
+from convergent.train.callbacks import HorstStrengthLog
 
 logger = logging.getLogger(__name__)
 

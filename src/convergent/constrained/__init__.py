@@ -13,8 +13,13 @@ Example:
     >>> loss.backward(); primal_optimizer.step(); dual.step(slacks)
 """
 
-from .constraints import DescentConstraints, check_layer_losses, descent_slacks, resolve_alpha
-from .dual import (
+from convergent.constrained.constraints import (
+    DescentConstraints,
+    check_layer_losses,
+    descent_slacks,
+    resolve_alpha,
+)
+from convergent.constrained.dual import (
     CADENCES,
     DualAscent,
     DualCadence,
@@ -23,8 +28,8 @@ from .dual import (
     dual_metrics,
     lagrangian,
 )
-from .multipliers import Multipliers, ResilientRelaxation
-from .sampling import (
+from convergent.constrained.multipliers import Multipliers, ResilientRelaxation
+from convergent.constrained.sampling import (
     check_token_fraction,
     inverse_probability_losses,
     sample_layers,

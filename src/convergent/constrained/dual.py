@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .multipliers import Multipliers, ResilientRelaxation
+from convergent.constrained.multipliers import Multipliers, ResilientRelaxation
 
 CADENCES = ("step", "every", "epoch")
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models import unwrap_model
+from convergent.models import unwrap_model
 
 PERTURBATIONS = ("gaussian", "uniform", "discrete")
 

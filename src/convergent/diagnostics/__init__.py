@@ -6,9 +6,8 @@ Everything here is a pure function of a model, a batch or a curve, plus one hook
 ``convergent diagnose`` command lives in `convergent.commands.diagnose`.
 """
 
-from ..losses import losses_from_hidden_states
-from . import acting
-from .convergence import (
+from convergent.diagnostics import acting
+from convergent.diagnostics.convergence import (
     BandSlope,
     EnvelopeTest,
     FloorFit,
@@ -19,10 +18,14 @@ from .convergence import (
     smallest_envelope_rate,
     steps_to_reach,
 )
-from .layerwise import MonotonicityReport, layerwise_losses, monotonicity_report
-from .rank import layerwise_rank_collapse, rank_collapse
-from .rates import RateFit, fit_linear_rate
-from .spectra import (
+from convergent.diagnostics.layerwise import (
+    MonotonicityReport,
+    layerwise_losses,
+    monotonicity_report,
+)
+from convergent.diagnostics.rank import layerwise_rank_collapse, rank_collapse
+from convergent.diagnostics.rates import RateFit, fit_linear_rate
+from convergent.diagnostics.spectra import (
     AttentionSite,
     AttentionSpectra,
     SpectraRecorder,
@@ -32,8 +35,9 @@ from .spectra import (
     singular_value_extremes,
     singular_values,
 )
-from .villani import flat_potential, villani_along_ray, villani_quantity
-from .weights import query_key_norms, weight_matrices, weight_statistics
+from convergent.diagnostics.villani import flat_potential, villani_along_ray, villani_quantity
+from convergent.diagnostics.weights import query_key_norms, weight_matrices, weight_statistics
+from convergent.losses import losses_from_hidden_states
 
 __all__ = [
     "AttentionSite",

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..losses import losses_from_hidden_states
-from ..models import unwrap_model
+from convergent.losses import losses_from_hidden_states
+from convergent.models import unwrap_model
 
 
 def layerwise_losses(

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .spectra import AttentionSpectra
+from convergent.diagnostics.spectra import AttentionSpectra
 
 
 def _save(figure: Figure, path: Path) -> Path:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..models import unwrap_model
+from convergent.models import unwrap_model
 
 
 def rank_collapse(

@@ -10,11 +10,11 @@ Training with masks (re-masked after every step, AC/DC phase flips) is
 :class:`convergent.train.masked.MaskedStep`; this package knows nothing of training loops.
 """
 
-from .acdc import ACDCSchedule, Phase
-from .blockwise import METHODS
-from .enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
-from .gmp import GradualSchedule
-from .masks import (
+from convergent.sparse.acdc import ACDCSchedule, Phase
+from convergent.sparse.blockwise import METHODS
+from convergent.sparse.enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
+from convergent.sparse.gmp import GradualSchedule
+from convergent.sparse.masks import (
     Masks,
     global_magnitude_masks,
     layer_sparsity,
@@ -23,10 +23,10 @@ from .masks import (
     n_m_masks,
     uniform_magnitude_masks,
 )
-from .oneshot import PruningReport, perplexity, prune_one_shot
-from .selection import Selection, is_conv1d, select_prunable
-from .spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
-from .topk import (
+from convergent.sparse.oneshot import PruningReport, perplexity, prune_one_shot
+from convergent.sparse.selection import Selection, is_conv1d, select_prunable
+from convergent.sparse.spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
+from convergent.sparse.topk import (
     Threshold,
     count_to_prune,
     keep_largest,

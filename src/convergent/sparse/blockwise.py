@@ -38,11 +38,11 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .masks import Masks, check_sparsity, magnitude_masks
-from .selection import Selection, is_conv1d
-from .sparsegpt import hessian, sparsegpt_prune
-from .spec import MaskSpec
-from .wanda import input_squared_norms, wanda_mask
+from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
+from convergent.sparse.selection import Selection, is_conv1d
+from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
+from convergent.sparse.spec import MaskSpec
+from convergent.sparse.wanda import input_squared_norms, wanda_mask
 
 logger = logging.getLogger(__name__)
 

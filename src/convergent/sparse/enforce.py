@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .masks import Masks
+from convergent.sparse.masks import Masks
 
 RESETS = ("none", "momentum", "moments")
 RESET_HOWS = ("mask", "zero")

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .spec import MaskSpec
-from .topk import count_to_prune, keep_largest
+from convergent.sparse.spec import MaskSpec
+from convergent.sparse.topk import count_to_prune, keep_largest
 
 
 class Masks:

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blockwise import CALIBRATED, BlockwisePruner, check_method
-from .masks import Masks, check_sparsity, magnitude_masks
-from .spec import MaskSpec
+from convergent.sparse.blockwise import CALIBRATED, BlockwisePruner, check_method
+from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
+from convergent.sparse.spec import MaskSpec
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from .selection import Selection, select_prunable
+from convergent.sparse.selection import Selection, select_prunable
 
 DISTRIBUTIONS = ("global", "uniform")
 PATTERNS = ("unstructured", "n:m")

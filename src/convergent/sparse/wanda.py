@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .masks import check_sparsity
-from .spec import check_n_m_fits
-from .topk import count_to_prune, keep_largest_in_groups
+from convergent.sparse.masks import check_sparsity
+from convergent.sparse.spec import check_n_m_fits
+from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
 
 
 def input_squared_norms(inputs: Tensor) -> Tensor:

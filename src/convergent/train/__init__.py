@@ -1,24 +1,24 @@
 """The training loop, its steps, checkpoints, metrics and the distributed helpers."""
 
-from . import distributed
-from .batches import calibration_batches, iterate_batches
-from .callbacks import HorstStrengthLog
-from .checkpoint import (
+from convergent.train import distributed
+from convergent.train.batches import calibration_batches, iterate_batches
+from convergent.train.callbacks import HorstStrengthLog
+from convergent.train.checkpoint import (
     CheckpointError,
     load_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
     verify_checkpoint,
 )
-from .checks import MethodChecks
-from .loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
-from .masked import MaskedStep
-from .metrics import MetricsLogger, read_metrics
-from .primal_dual import PrimalDualStep, dataset_layer_losses, descent_step
-from .regularized import RegularizedStep
-from .reproducibility import rng_state, seed_everything, set_rng_state
-from .schedules import warmup_schedule
-from .steps import ErmStep, TrainingStep, split_batch
+from convergent.train.checks import MethodChecks
+from convergent.train.loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
+from convergent.train.masked import MaskedStep
+from convergent.train.metrics import MetricsLogger, read_metrics
+from convergent.train.primal_dual import PrimalDualStep, dataset_layer_losses, descent_step
+from convergent.train.regularized import RegularizedStep
+from convergent.train.reproducibility import rng_state, seed_everything, set_rng_state
+from convergent.train.schedules import warmup_schedule
+from convergent.train.steps import ErmStep, TrainingStep, split_batch
 
 __all__ = [
     "CheckpointError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..optim import HORST, horst_move_ratio, horst_strength
+from convergent.optim import HORST, horst_move_ratio, horst_strength
 
 logger = logging.getLogger(__name__)
 

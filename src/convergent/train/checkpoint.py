@@ -40,14 +40,15 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
+
+from convergent.io import fsync_directory, write_bytes_atomically, write_text_atomically
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
@@ -74,50 +75,6 @@ def _warn_once(message: str, *args: Any) -> None:
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, damaged or not one of ours."""
-
-
-def _fsync_directory(path: Path) -> None:
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except OSError:  # some file systems do not allow opening folders
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _replace_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
-
-    def write(handle: BinaryIO) -> None:
-        handle.write(text.encode())
-
-    _replace_atomically(path, write)
-
-
-def save_torch_atomically(obj: Any, path: str | Path) -> None:
-    """``torch.save(obj, path)`` through a temporary file and ``os.replace``: never half written.
-
-    Save only tensors, numbers, strings and containers, so that ``torch.load(path,
-    weights_only=True)`` reads it back.
-    """
-    _replace_atomically(Path(path), lambda handle: torch.save(obj, handle))
 
 
 def file_sha256(path: Path) -> str:
@@ -156,7 +113,8 @@ def load_state_file(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def save_torch_with_checksum(obj: Any, path: str | Path) -> None:
-    """:func:`save_torch_atomically`, plus ``<path>.sha256`` (``sha256sum`` format) after it.
+    """:func:`~convergent.io.save_torch_atomically`, plus ``<path>.sha256`` (``sha256sum``
+    format) after it.
 
     The old checksum goes first, so an interruption leaves a file without a checksum (loaded
     with a warning), never a checksum that disagrees with a whole file.
@@ -168,10 +126,7 @@ def save_torch_with_checksum(obj: Any, path: str | Path) -> None:
     checksum = path.with_name(path.name + CHECKSUM_SUFFIX)
     checksum.unlink(missing_ok=True)
 
-    def write(handle: BinaryIO) -> None:
-        handle.write(data)
-
-    _replace_atomically(path, write)
+    write_bytes_atomically(path, data)
     write_text_atomically(checksum, f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
 
 
@@ -314,7 +269,7 @@ def save_checkpoint(
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
         _write_manifest(temporary, step, sequence)
-        _fsync_directory(temporary)
+        fsync_directory(temporary)
         if final.exists():  # a rerun of the same step: move the old one aside, then drop it
             aside = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.old."))
             os.replace(final, aside / name)
@@ -325,7 +280,7 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    _fsync_directory(root)
+    fsync_directory(root)
     write_text_atomically(root / LATEST_FILE, name + "\n")
     protected = {name, _latest_name(root)}
     for old in _checkpoint_folders(root)[keep:]:

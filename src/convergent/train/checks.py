@@ -30,11 +30,11 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from ..diagnostics import acting
-from ..optim import HAM, HORST, Langevin, _sharding, ham_move_ratio, horst_move_ratio
-from ..sparse import GradualSchedule
-from .masked import MaskedStep
-from .primal_dual import PrimalDualStep
+from convergent.diagnostics import acting
+from convergent.optim import HAM, HORST, Langevin, _sharding, ham_move_ratio, horst_move_ratio
+from convergent.sparse import GradualSchedule
+from convergent.train.masked import MaskedStep
+from convergent.train.primal_dual import PrimalDualStep
 
 logger = logging.getLogger(__name__)
 

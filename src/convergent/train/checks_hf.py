@@ -22,8 +22,8 @@ from torch import nn
 from torch.optim import Optimizer
 from transformers import TrainerCallback
 
-from ..diagnostics.acting import ActingCheck
-from .checks import MethodChecks, log_failures
+from convergent.diagnostics.acting import ActingCheck
+from convergent.train.checks import MethodChecks, log_failures
 
 __all__ = ["MethodChecksCallback", "TrainerChecks", "add_to_log"]
 

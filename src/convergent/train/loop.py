@@ -22,16 +22,16 @@ from torch.optim import Optimizer
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from ..losses import SCORE_KEYS, summarize_scores, task_scores
-from ..models import unwrap_model
-from ..optim import Langevin, describe_temperature
-from . import distributed
-from .batches import iterate_batches, take, trim_padding
-from .checkpoint import load_checkpoint, save_checkpoint
-from .checks import MethodChecks, log_failures
-from .metrics import MetricsLogger
-from .reproducibility import rng_state, set_rng_state
-from .steps import ErmStep, TrainingStep, split_batch
+from convergent.losses import SCORE_KEYS, summarize_scores, task_scores
+from convergent.models import unwrap_model
+from convergent.optim import Langevin, describe_temperature
+from convergent.train import distributed
+from convergent.train.batches import iterate_batches, take, trim_padding
+from convergent.train.checkpoint import load_checkpoint, save_checkpoint
+from convergent.train.checks import MethodChecks, log_failures
+from convergent.train.metrics import MetricsLogger
+from convergent.train.reproducibility import rng_state, set_rng_state
+from convergent.train.steps import ErmStep, TrainingStep, split_batch
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger(__name__)

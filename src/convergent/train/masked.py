@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from ..models import unwrap_model
-from ..sparse import (
+from convergent.models import unwrap_model
+from convergent.sparse import (
     ACDCSchedule,
     GradualSchedule,
     Masks,
@@ -28,8 +28,8 @@ from ..sparse import (
     magnitude_masks,
     reset_optimizer_state,
 )
-from ..sparse.masks import check_sparsity
-from .steps import ErmStep, TrainingStep
+from convergent.sparse.masks import check_sparsity
+from convergent.train.steps import ErmStep, TrainingStep
 
 
 class MaskedStep:

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import write_text_atomically
-from .distributed import is_main_process
+from convergent.io import write_text_atomically
+from convergent.train.distributed import is_main_process
 
 
 class MetricsLogger:

@@ -17,8 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..chunked_cross_entropy import chunked_linear_cross_entropy
-from ..constrained import (
+from convergent.constrained import (
     DescentConstraints,
     DualAscent,
     DualCadence,
@@ -31,11 +30,17 @@ from ..constrained import (
     sample_layers,
     sample_tokens,
 )
-from ..losses import IGNORE_INDEX, check_task, losses_from_hidden_states, task_loss
-from ..models import unwrap_model
-from . import distributed
-from .batches import take, trim_padding
-from .steps import split_batch
+from convergent.losses import (
+    IGNORE_INDEX,
+    check_task,
+    chunked_linear_cross_entropy,
+    losses_from_hidden_states,
+    task_loss,
+)
+from convergent.models import unwrap_model
+from convergent.train import distributed
+from convergent.train.batches import take, trim_padding
+from convergent.train.steps import split_batch
 
 
 def _inner(model: nn.Module) -> Any:
@@ -72,7 +77,7 @@ class PrimalDualStep:
             last layer stays exact. None reads out every token.
         logit_chunk_tokens: task "lm" with a model whose readout is ``head(final_norm(h))``
             (`convergent.models.Transformer`): the inner layers' losses by
-            `convergent.chunked_cross_entropy`, never holding more than this many tokens'
+            `convergent.losses.chunked_cross_entropy`, never holding more than this many tokens'
             logits at once; None computes each layer's logits whole.
         seed: seeds the layer draws (identical on every process).
         readout: the shared head ``readout(hidden_state, attention_mask)``; the model's own

@@ -12,8 +12,8 @@ objective, the per-layer losses, the slacks, lambda and u. The model's forward m
 ``output_hidden_states=True`` and return ``logits`` and ``hidden_states`` (our ``HFEncoder``
 and ``Transformer``, or any ``*ForSequenceClassification`` model). The per-layer readout is,
 in this order: the trainer's ``readout=``, the step's ``readout``, the model's own
-``readout``, or else :func:`sequence_classification_readout` of the model, so a plain
-Hugging Face classification model needs nothing extra.
+``readout``, or else :func:`~convergent.losses.readout.sequence_classification_readout` of
+the model, so a plain Hugging Face classification model needs nothing extra.
 
 The dual state is saved as ``descent_state.pt`` in each ``checkpoint-*`` folder with a
 ``descent_state.pt.sha256`` checksum, verified when resuming.
@@ -30,39 +30,13 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, get_last_checkpoint
 
-from ..models import unwrap_model
-from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
-from .checks_hf import TrainerChecks
-from .primal_dual import PrimalDualStep
+from convergent.losses.readout import sequence_classification_readout
+from convergent.models import unwrap_model
+from convergent.train.checkpoint import load_torch_with_checksum, save_torch_with_checksum
+from convergent.train.checks_hf import TrainerChecks
+from convergent.train.primal_dual import PrimalDualStep
 
 STATE_FILE = "descent_state.pt"
-
-
-def sequence_classification_readout(model: nn.Module) -> Callable[..., torch.Tensor]:
-    """The shared head of a ``*ForSequenceClassification`` model, for any layer.
-
-    BERT family: the model's own pooler (if it has one: [CLS] -> dense -> tanh), dropout and
-    linear ``classifier``; RoBERTa family: its classification head, which picks the first
-    token itself. Either way layer L reproduces the model's logits in eval mode.
-    """
-    classifier = getattr(model, "classifier", None)
-    if not isinstance(classifier, nn.Module):
-        raise ValueError(
-            f"{type(model).__name__} has no classifier module; pass readout= explicitly"
-        )
-    if not isinstance(classifier, nn.Linear):
-        # A head module (RoBERTa, DeBERTa-style) takes the whole sequence and pools it.
-        return lambda hidden_state, attention_mask=None: classifier(hidden_state)
-    pooler = getattr(getattr(model, "base_model", None), "pooler", None)
-    dropout = getattr(model, "dropout", None)
-
-    def readout(hidden_state: torch.Tensor, attention_mask: Any = None) -> torch.Tensor:
-        pooled = pooler(hidden_state) if pooler is not None else hidden_state[:, 0]
-        if dropout is not None:
-            pooled = dropout(pooled)
-        return classifier(pooled)
-
-    return readout
 
 
 class DescentCallback(TrainerCallback):

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..losses import check_task, task_loss
-from .steps import split_batch
+from convergent.losses import check_task, task_loss
+from convergent.train.steps import split_batch
 
 
 class RegularizedStep:

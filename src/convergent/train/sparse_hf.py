@@ -39,12 +39,12 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..models import unwrap_model
-from ..sparse import ACDCSchedule, GradualSchedule, MaskSpec, layer_sparsity
-from ..sparse.masks import check_sparsity
-from .checkpoint import load_torch_with_checksum, save_torch_with_checksum
-from .checks_hf import TrainerChecks, add_to_log
-from .masked import MaskedStep
+from convergent.models import unwrap_model
+from convergent.sparse import ACDCSchedule, GradualSchedule, MaskSpec, layer_sparsity
+from convergent.sparse.masks import check_sparsity
+from convergent.train.checkpoint import load_torch_with_checksum, save_torch_with_checksum
+from convergent.train.checks_hf import TrainerChecks, add_to_log
+from convergent.train.masked import MaskedStep
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from ..losses import check_task, task_loss
+from convergent.losses import check_task, task_loss
 
 
 @runtime_checkable

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from convergent.io import write_text_atomically
 from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, format_interval, format_number
-from convergent.train.checkpoint import write_text_atomically
 
 MODES = ("smoke", "quick", "full")
 

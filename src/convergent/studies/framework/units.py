@@ -32,9 +32,9 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from convergent.io import save_torch_atomically
 from convergent.studies.framework.canary import numerics_fingerprint
 from convergent.studies.framework.common import json_ready
-from convergent.train.checkpoint import save_torch_atomically
 
 Value = TypeVar("Value")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from convergent.chunked_cross_entropy import chunked_linear_cross_entropy
+from convergent.losses import chunked_linear_cross_entropy
 from convergent.models import Transformer, TransformerConfig
 from convergent.train.primal_dual import descent_step
 

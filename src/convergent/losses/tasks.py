@@ -1,4 +1,4 @@
-"""Loss and score functions shared by the training loop, the pillars and the studies.
+"""Each task's loss and scores, next-token labels, and the per-layer losses through a readout.
 
 A task is one of ``"classification"`` (logits ``[B, C]``, integer labels ``[B]``),
 ``"regression"`` (predictions and targets of the same shape) or ``"lm"`` (logits
@@ -33,6 +33,14 @@ def check_task(task: str) -> str:
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     return task
+
+
+def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Labels aligned with a causal LM's logits: position t holds token t + 1, and
+    ``-100`` where the next position is padding or past the end."""
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[:, :-1] = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
+    return labels
 
 
 def task_loss(

@@ -12,6 +12,14 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+__all__ = [
+    "layer_sparsity_table",
+    "markdown_table",
+    "moving_average",
+    "plot_layer_sparsity",
+    "plot_training_curves",
+]
+
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:
     """Trailing mean over at most ``window`` values (the first points use what exists)."""

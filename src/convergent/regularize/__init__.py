@@ -12,11 +12,11 @@
 
 from convergent.regularize.penalties import (
     PENALTIES,
+    Penalty,
     log_amplified_penalty,
     penalty,
     super_quadratic_penalty,
 )
-from convergent.regularize.penalties import Penalty as Penalty
 from convergent.regularize.regularizer import VillaniRegularizer
 from convergent.regularize.stationary import (
     diffusion_radius,
@@ -24,12 +24,13 @@ from convergent.regularize.stationary import (
     radial_relaxation_time,
     stationary_radius,
 )
-from convergent.regularize.targets import PRESETS, lora_pairs, select_parameters
-from convergent.regularize.targets import Syntax as Syntax
+from convergent.regularize.targets import PRESETS, Syntax, lora_pairs, select_parameters
 
 __all__ = [
     "PENALTIES",
     "PRESETS",
+    "Penalty",
+    "Syntax",
     "VillaniRegularizer",
     "diffusion_radius",
     "lam_for_stationary_radius",

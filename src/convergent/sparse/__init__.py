@@ -25,6 +25,7 @@ from convergent.sparse.masks import (
 )
 from convergent.sparse.oneshot import PruningReport, perplexity, prune_one_shot
 from convergent.sparse.selection import Selection, is_conv1d, select_prunable
+from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
 from convergent.sparse.spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
 from convergent.sparse.topk import (
     Threshold,
@@ -33,6 +34,7 @@ from convergent.sparse.topk import (
     magnitude_threshold,
     magnitude_threshold_reference,
 )
+from convergent.sparse.wanda import input_squared_norms, wanda_mask
 
 __all__ = [
     "DISTRIBUTIONS",
@@ -51,6 +53,8 @@ __all__ = [
     "check_reset",
     "count_to_prune",
     "global_magnitude_masks",
+    "hessian",
+    "input_squared_norms",
     "is_conv1d",
     "keep_largest",
     "layer_sparsity",
@@ -64,5 +68,7 @@ __all__ = [
     "prune_one_shot",
     "reset_optimizer_state",
     "select_prunable",
+    "sparsegpt_prune",
     "uniform_magnitude_masks",
+    "wanda_mask",
 ]

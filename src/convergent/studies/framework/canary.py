@@ -62,11 +62,13 @@ from convergent.sparse import (
     ACDCSchedule,
     GradualSchedule,
     MaskSpec,
+    hessian,
+    input_squared_norms,
     magnitude_masks,
     prune_one_shot,
+    sparsegpt_prune,
+    wanda_mask,
 )
-from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
-from convergent.sparse.wanda import input_squared_norms, wanda_mask
 from convergent.train import (
     ErmStep,
     MaskedStep,

@@ -74,8 +74,7 @@ from convergent.optim import (
     horst_move_ratio,
     horst_strength,
 )
-from convergent.studies.sparsity_config import Config
-from convergent.studies.sparsity_models import language_model, subset, vision_model
+from convergent.studies.sparsity import Config, language_model, subset, vision_model
 from convergent.train import TrainingDiverged, fit, seed_everything, warmup_schedule
 
 # name: (label, build_optimizer name, options beyond lr)

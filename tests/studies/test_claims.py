@@ -153,3 +153,18 @@ def test_bad_thresholds_are_refused_in_one_sentence():
         within(1.0, 0.0)
     with pytest.raises(ValueError, match="needs one number"):
         Threshold(">=", (0.0, 1.0))
+
+
+def test_check_design_passes_the_current_design_and_refuses_others_in_one_sentence():
+    from convergent.studies.framework import check_design
+
+    check_design("toy", 3, 3)
+    with pytest.raises(ValueError) as refused:
+        check_design("toy", None, 3)
+    assert str(refused.value) == (
+        "these toy results are of design 1 (no design number), and this code scores design 3 "
+        "only; earlier designs' full results, with the claims they were scored with, are in "
+        "docs/results/toy-full/history/"
+    )
+    with pytest.raises(ValueError, match=r"^these toy results are of design 2, and"):
+        check_design("toy", 2, 3)

@@ -12,17 +12,18 @@ import torch
 from scipy import stats
 
 from convergent.studies import VERDICTS, write_study
-from convergent.studies import descent_parts as parts
-from convergent.studies.descent import Config, claims_from_results, run
-from convergent.studies.descent_claims import DESIGN
-from convergent.studies.descent_claims_v1 import constraints_acted
-from convergent.studies.descent_parts import multiplier_activity, video_crops
-from convergent.studies.descent_runs import denoising_score, dual_trajectory, robust_score
+from convergent.studies.descent import DESIGN, Config, claims_from_results, run
+from convergent.studies.descent import runs as descent_runs
+from convergent.studies.descent.claims import constraints_acted
+from convergent.studies.descent.measures import dual_trajectory, multiplier_activity
+from convergent.studies.descent.runs import video_crops
+from convergent.studies.descent.study import denoising_score, robust_score
 from tests.conftest import assert_drawn_figure
 
-COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
-# The design-1 full results, as committed before design 3 replaced them.
-DESIGN_1 = Path(__file__).parent / "data" / "descent_design1_results.json"
+RESULTS = Path(__file__).parents[2] / "docs" / "results" / "descent-full"
+COMMITTED = RESULTS / "results.json"
+# The full results of earlier designs, each with the claims it was scored with.
+HISTORY = sorted((RESULTS / "history").glob("design*.results.json*"))
 
 
 def test_configs_for_every_mode():
@@ -62,7 +63,7 @@ def test_options_give_erm_its_own_lr_and_decay_and_the_constrained_model_its_con
         "alpha": 0.2,
         "resilient_cost": None,
     }
-    # Design 3: a constrained point carries ERM's selected lr scale and weight decay.
+    # A constrained point carries ERM's selected lr scale and weight decay.
     inherited = {"resilient_cost": 10.0, "alpha": 0.05, "lr_scale": 2.0, "weight_decay": 0.1}
     assert config.options("constrained", inherited, "text") == {
         "lr": pytest.approx(2e-4),
@@ -147,13 +148,12 @@ def test_selection_scores_skip_points_that_give_up_clean_quality():
 
 
 def test_a_diverged_run_is_a_nan_unit_that_selection_skips(monkeypatch):
-    from convergent.studies import descent_runs
     from convergent.train import TrainingDiverged
 
     def diverge(*args, **kwargs):
         raise TrainingDiverged("the training loss is nan at step 3")
 
-    monkeypatch.setattr(parts, "train_model", diverge)
+    monkeypatch.setattr(descent_runs, "train_model", diverge)
     config = Config.for_mode("smoke")
     point = {"lr_scale": 1.0, "weight_decay": 0.01}
     grid = descent_runs.video_unit(descent_runs.Job(config, "video", "erm", point, 0, final=False))
@@ -167,7 +167,7 @@ def test_a_diverged_run_is_a_nan_unit_that_selection_skips(monkeypatch):
     assert all(math.isnan(value) for value in [*final["rmse"], *final["layer_losses"]])
 
 
-def test_constraints_acted_needs_every_seed_and_only_lower_bounds_from_final_values():
+def test_constraints_acted_needs_every_seed_measured():
     measured = constraints_acted(
         [
             {"multiplier_max": 0.5, "multipliers": [0.0]},
@@ -176,13 +176,12 @@ def test_constraints_acted_needs_every_seed_and_only_lower_bounds_from_final_val
         "text",
     )
     assert measured.value == pytest.approx(0.05) and measured.passed is False
-    # an older payload: only final multipliers, which bound the maximum from below
-    passed = constraints_acted([{"multipliers": [0.2, 0.0]}, {"multipliers": [0.0, 0.15]}], "text")
+    passed = constraints_acted([{"multiplier_max": 0.2}, {"multiplier_max": 0.15}], "text")
     assert passed.value == pytest.approx(0.15) and passed.passed is True
-    assert "lower bound" in passed.note
-    unknown = constraints_acted([{"multipliers": [0.0, 0.0002]}], "video")
-    assert unknown.value is None and unknown.passed is None
-    assert "0.0002" in unknown.note and "not stored" in unknown.note
+    # a diverged seed records no multiplier: not measured, whatever the other seeds did
+    diverged = constraints_acted([{"multiplier_max": 0.5}, {"multiplier_max": None}], "video")
+    assert diverged.value is None and diverged.passed is None
+    assert "diverged" in diverged.note
 
 
 def _t_interval(values: list[float]) -> tuple[float, float]:
@@ -190,89 +189,36 @@ def _t_interval(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values) - half, statistics.fmean(values) + half
 
 
-def test_committed_design_3_results_rescore_to_their_stored_claims():
+def test_committed_results_rescore_to_their_stored_claims():
     payload = json.loads(COMMITTED.read_text())
+    assert payload["data"]["design"] == DESIGN
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert len(payload["config"]["seeds"]) == 5
 
 
-def test_design_1_results_rescore_from_their_raw_numbers():
-    payload = json.loads(DESIGN_1.read_text())
-    claims = claims_from_results(payload)
-    assert len(claims) == 7
-    text, video = payload["data"]["text"], payload["data"]["video"]
-    by_seed = {
-        part: {
-            method: {r["seed"]: r for r in runs}
-            for method, runs in payload["data"][part]["runs"].items()
-        }
-        for part in ("text", "video")
-    }
-    seeds = sorted(by_seed["text"]["erm"])
-    assert seeds == [0, 1, 2]
+def test_earlier_designs_are_refused_with_one_clear_sentence():
+    payload = json.loads(HISTORY[0].read_text())  # design 1: no design key
+    with pytest.raises(ValueError) as refused:
+        claims_from_results(payload)
+    message = str(refused.value)
+    assert message == (
+        f"these descent results are of design 1 (no design number), and this code scores "
+        f"design {DESIGN} only; earlier designs' full results, with the claims they were scored "
+        "with, are in docs/results/descent-full/history/"
+    )
+    later = {**payload, "data": {**payload["data"], "design": DESIGN + 1}}
+    with pytest.raises(ValueError, match=f"of design {DESIGN + 1}, and this code scores"):
+        claims_from_results(later)
 
-    # Gaussian robustness: ERM's mean drop minus the constrained model's, paired by seed.
-    def drop(record: dict, kind: str) -> float:
-        return sum(record["clean"] - a for a in record[kind]) / len(record[kind])
 
-    gaussian = [
-        drop(by_seed["text"]["erm"][s], "gaussian")
-        - drop(by_seed["text"]["constrained"][s], "gaussian")
-        for s in seeds
-    ]
-    claim = claims[1]
-    assert "gaussian" in claim.statement and "(here:" in claim.statement
-    assert list(claim.per_seed) == pytest.approx(gaussian, abs=1e-12)
-    assert claim.interval == pytest.approx(_t_interval(gaussian), abs=1e-12)
-
-    # Out-of-distribution denoising: worst relative RMSE reduction over levels >= 2x.
-    beyond = [i for i, m in enumerate(payload["config"]["noise_multiples"]) if m >= 2]
-    assert beyond == [3, 4, 5]
-    reduction = [
-        min(
-            1
-            - by_seed["video"]["constrained"][s]["rmse"][i] / by_seed["video"]["erm"][s]["rmse"][i]
-            for i in beyond
-        )
-        for s in seeds
-    ]
-    claim = claims[5]
-    assert list(claim.per_seed) == pytest.approx(reduction, abs=1e-12)
-    assert claim.interval == pytest.approx(_t_interval(reduction), abs=1e-12)
-
-    # Clean accuracy: constrained minus ERM.
-    clean = [
-        by_seed["text"]["constrained"][s]["clean"] - by_seed["text"]["erm"][s]["clean"]
-        for s in seeds
-    ]
-    assert list(claims[4].per_seed) == pytest.approx(clean, abs=1e-12)
-    # Monotonicity: the constrained model's largest layer-to-layer increase of test loss.
-    increases = [
-        max(b - a for a, b in itertools.pairwise(losses))
-        for losses in (by_seed["text"]["constrained"][s]["layer_losses"] for s in seeds)
-    ]
-    assert list(claims[0].per_seed) == pytest.approx(increases, abs=1e-6)
-
-    assert all(c.n == 3 and not c.preview and c.verdict in VERDICTS for c in claims)
-    # Part (b): the final multipliers (largest 0.0002) cannot show that the constraints
-    # acted and the maximum during training was not stored, so both claims are untested.
-    for claim in claims[5:]:
-        assert claim.verdict == "untested"
-        unstored = [c for c in claim.checks if c.passed is None]
-        assert len(unstored) == 1 and "not stored" in unstored[0].note
-    # Part (a): the final multipliers (>= 0.2 in every seed) pass as a lower bound.
-    for claim in claims[:5]:
-        assert claim.checks[0].passed is True and "lower bound" in claim.checks[0].note
-    # Only 1 of 3 ERM runs had a bump in part (a): no room to show the contrast.
-    assert claims[0].verdict == "untested"
-    assert claims[0].checks[1].value == pytest.approx(1 / 3) and claims[0].checks[1].passed is False
-    assert [c.verdict for c in claims[1:5]] == [
-        "inconclusive",
-        "not reproduced",
-        "inconclusive",
-        "inconclusive",
-    ]
-    assert text["test_examples"] == 1056 and len(video["sigmas"]) == 6
+def test_every_history_file_holds_the_claims_it_was_scored_with():
+    assert [path.name for path in HISTORY] == ["design1.results.json"]
+    for path in HISTORY:
+        payload = json.loads(path.read_text())
+        assert payload["name"] == "descent" and payload["mode"] == "full"
+        assert payload["data"].get("design", 1) != DESIGN
+        assert payload["claims"]
+        assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
 
 
 def _design_two_payload() -> dict:
@@ -437,7 +383,7 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
     def no_training(*args, **kwargs):
         raise AssertionError("a finished unit was trained again")
 
-    monkeypatch.setattr(parts, "train_model", no_training)
+    monkeypatch.setattr(descent_runs, "train_model", no_training)
     again = run(config, folder, progress=False)
     assert sorted((folder / "units").glob("*.pt")) == units
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]

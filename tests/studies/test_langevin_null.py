@@ -1,27 +1,20 @@
-"""Designs 5 and 6 of the langevin claims: "bounded" measured against the penalty-only chain.
+"""The langevin claim "bounded": the matrices' joint norm, gated by the penalty-only chain.
 
 The chain is checked against the Euler-Maruyama rule written out here (the log penalty's
 gradient by hand, the noise from torch generators seeded as `Langevin` documents); the claim on
-the synthetic payload of the design-2 and design-3 tests, with answers worked out here.
+the synthetic payload (`langevin_payload`), with answers worked out here.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
 import torch
 
-from convergent.studies.langevin_claims import claims_from_results
-from convergent.studies.langevin_null import (
-    NULL_CRITERION_CHECK,
-    NULL_SEED_OFFSET,
-    joint_excess,
-    penalty_chain,
-)
-from tests.studies.test_langevin_claims_v2 import MATRICES, SEEDS, by_name
-from tests.studies.test_langevin_claims_v3 import design_3
+from convergent.studies.langevin import NULL_SEED_OFFSET, claims_from_results, joint_excess
+from convergent.studies.langevin.null import NULL_CRITERION_CHECK, penalty_chain
+from tests.studies.langevin_payload import MATRICES, by_name, payload
 
 
 def test_the_chain_is_langevin_on_the_penalty_alone():
@@ -52,49 +45,6 @@ def test_the_chain_is_langevin_on_the_penalty_alone():
         assert record["norms"] == pytest.approx(norms, rel=1e-12)
 
 
-def design_5(null_scale: float) -> dict:
-    """The design-3 payload as design 5, each seed's null for log and power its own bound run
-    with every norm times ``null_scale``."""
-    results = design_3()
-    results["data"]["design"] = 5
-    for experiment in MATRICES:
-        for run in results["data"]["runs"][experiment]:
-            run["null"] = {}
-            for penalty in ("log", "power"):
-                record = copy.deepcopy(run["phase2"]["hot"][penalty])
-                for entry in record["trace"]:
-                    entry["norms"] = {m: v * null_scale for m, v in entry["norms"].items()}
-                run["null"][penalty] = {
-                    "trace": record["trace"],
-                    "stationary_radius": record["stationary_radius"],
-                }
-    return results
-
-
-def test_a_run_that_matches_its_null_is_bounded_whatever_its_peak():
-    claims = claims_from_results(design_5(1.0))
-    for experiment in MATRICES:
-        bounded = by_name(claims, experiment)["bounded"]
-        assert "exceed the same statistic of the penalty alone" in bounded.statement
-        assert list(bounded.per_seed) == [0.0] * len(SEEDS)
-        assert bounded.effect == 0.0
-
-
-def test_the_effect_is_the_run_statistic_minus_the_nulls():
-    # Design 4's claim (no nulls) gives each seed's run statistic e; a null with every norm
-    # scaled by c has peak and asymptote scaled by c, so its statistic is c (1 + e) - 1 and
-    # the difference (1 - c)(1 + e) (the larger of log and power: both are the same here).
-    old = design_3()
-    old["data"]["design"] = 4
-    scale = 0.8
-    new = claims_from_results(design_5(scale))
-    for experiment in MATRICES:
-        run = by_name(claims_from_results(old), experiment)["bounded"].per_seed
-        got = by_name(new, experiment)["bounded"].per_seed
-        expected = [(1 - scale) * (1 + e) for e in run]
-        assert list(got) == pytest.approx(expected, rel=1e-6)
-
-
 def test_the_null_seed_is_the_runs_plus_a_fixed_offset():
     # a chain's noise is its own but reproducible: the same seed gives the same chain
     options = {"s": 0.02, "lr": 0.01, "steps": 20, "every": 10, "eps": 1.0}
@@ -121,16 +71,10 @@ def test_the_joint_statistic_of_a_falling_curve_is_its_second_half_peak():
     assert joint_excess(record) == pytest.approx(expected, rel=1e-12)
 
 
-def design_6(null_scale: float) -> dict:
-    results = design_5(null_scale)
-    results["data"]["design"] = 6
-    return results
-
-
-def test_design_6_scores_the_run_alone_and_checks_the_criterion_on_the_chain():
-    base = claims_from_results(design_6(1.0))
+def test_the_claim_scores_the_run_alone_and_checks_the_criterion_on_the_chain():
+    base = claims_from_results(payload(null_scale=1.0))
     scale = 0.9
-    scaled = claims_from_results(design_6(scale))
+    scaled = claims_from_results(payload(null_scale=scale))
     for experiment in MATRICES:
         one, other = by_name(base, experiment)["bounded"], by_name(scaled, experiment)["bounded"]
         assert "joint norm" in one.statement
@@ -148,7 +92,7 @@ def test_design_6_scores_the_run_alone_and_checks_the_criterion_on_the_chain():
 
 def test_a_chain_that_fails_the_criterion_leaves_the_claim_untested():
     for experiment in MATRICES:
-        bounded = by_name(claims_from_results(design_6(3.0)), experiment)["bounded"]
+        bounded = by_name(claims_from_results(payload(null_scale=3.0)), experiment)["bounded"]
         check = {c.name: c for c in bounded.checks}[NULL_CRITERION_CHECK]
         assert check.passed is False
         assert bounded.verdict == "untested"

@@ -1,8 +1,7 @@
-"""The ``langevin`` study, design 4: config, the run-length rule, lam selection, a smoke run."""
+"""The ``langevin`` study: config, the run-length rule, lam selection, a smoke run, figures."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from dataclasses import replace
@@ -15,24 +14,24 @@ from convergent.regularize import (
     radial_relaxation_time,
     stationary_radius,
 )
-from convergent.studies import VERDICTS, langevin_runs
-from convergent.studies import langevin as study
-from convergent.studies.framework.common import write_study
-from convergent.studies.langevin import Config, run
-from convergent.studies.langevin_claims import claims_from_results
-from convergent.studies.langevin_pilot import PILOT_REGIMES, regime_named
-from convergent.studies.langevin_plots import plot_curves, plot_norms
-from tests.conftest import assert_drawn_figure, assert_same_claims
+from convergent.studies import VERDICTS
+from convergent.studies.framework import write_study
+from convergent.studies.langevin import Config, claims_from_results, run, study
+from convergent.studies.langevin import runs as langevin_runs
+from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
+from convergent.studies.langevin.plots import plot_curves, plot_norms
+from tests.conftest import assert_drawn_figure
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
 
 
 def test_config_modes_and_bad_values():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    # design 6's seeds are unseen by designs 3 and 4 (which reported 0-4) and 5 (5-9)
+    # the full mode's seeds are unseen by the earlier designs' runs (0-9)
     assert full.seeds == (10, 11, 12, 13, 14) and len(quick.seeds) == 1
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
     assert full.temperatures == ("hot", "warm", "calibrated", "cold", "zero")
     assert full.claim_temperatures == ("hot", "warm", "calibrated")
-    # Design 2 selected its grid's edge (4) everywhere: design 3's grid goes past it.
     assert max(full.radius_factors) > 4
     assert full.selection_seed not in full.seeds
     with pytest.raises(ValueError, match=r"selection_seed=0 is one of seeds=\(0,\)"):
@@ -62,11 +61,11 @@ def _grid(rmses: list[float]) -> list[dict[str, float]]:
 
 
 def test_selection_takes_the_strongest_penalty_within_the_tolerance_of_the_best():
-    # Design 3's LoRA/log selection grid: flat from factor 2 on.
+    # A flat grid from factor 2 on (the full run's LoRA/log selection grid, seed 100).
     lora = _grid([0.106987, 0.106515, 0.106079, 0.106009, 0.105997])
     # best 0.105997; x 1.005 = 0.1065270, so 0.106515 (factor 2) is within, 0.106987 is not.
     assert langevin_runs.selected_factor(lora, 0.005) == 2.0
-    assert langevin_runs.selected_factor(lora, 0.0) == 16.0  # design 3's rule: the best point
+    assert langevin_runs.selected_factor(lora, 0.0) == 16.0  # no tolerance: the best point
     assert langevin_runs.selected_factor(lora, 0.01) == 1.5  # 0.106987 <= 0.1070570
     # Attention/log: a clear minimum at 8; 16 is within 0.5 % but is the lighter penalty.
     attention = _grid([0.222155, 0.164478, 0.127209, 0.124454, 0.12494])
@@ -134,7 +133,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     assert s["calibrated"] == pytest.approx(4 * data["noise_variance"] / (examples * 256))
     assert s["cold"] == pytest.approx(s["calibrated"] / config.cold_factor) and s["zero"] == 0
     assert s["warm"] == pytest.approx(math.sqrt(s["hot"] * s["calibrated"]))
-    # The gap and accuracy claims at every claim temperature, each with the design-3 checks.
+    # The gap and accuracy claims at every claim temperature, each gated against s = 0.
     for temperature in config.claim_temperatures:
         at = [c for c in result.claims if f"at the {temperature} temperature" in c.statement]
         gated = [c for c in at if any("at s = 0" in check.name for check in c.checks)]
@@ -200,14 +199,8 @@ def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
     assert [c.to_json() for c in parallel.claims] == [c.to_json() for c in alone.claims]
 
 
-# The design-2 full results, as committed before design 3 replaced them.
-DESIGN_2 = Path(__file__).resolve().parent / "data" / "langevin_design2_results.json"
-
-
-def test_design_2_results_rescore_and_plot(tmp_path):
-    payload = json.loads(DESIGN_2.read_text())
-    assert payload["data"]["design"] == 2
-    assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])
+def test_figures_draw_the_committed_full_run_whose_seeds_differ_in_length(tmp_path):
+    payload = json.loads((RESULTS / "results.json").read_text())
     # The bound temperature's run length depends on each seed's start weights: the seeds'
     # traces differ in length, and the figures must still draw.
     hot = [run["phase2"]["hot"]["log"]["steps"] for run in payload["data"]["runs"]["lora"]]
@@ -218,50 +211,3 @@ def test_design_2_results_rescore_and_plot(tmp_path):
         *plot_curves(payload["data"], tmp_path),
     ):
         assert_drawn_figure(tmp_path / name)
-
-
-# The design-3 full results, as committed before design 4 (the selection rule) replaced them.
-DESIGN_3 = Path(__file__).resolve().parent / "data" / "langevin_design3_results.json.gz"
-
-
-# The design-4 full results, as committed before design 5 (the null for "bounded") replaced
-# them; their "bounded" claims keep the peak criterion (no penalty-only chains were run).
-DESIGN_4 = Path(__file__).resolve().parent / "data" / "langevin_design4_results.json.gz"
-
-
-# The design-5 full results, as committed before design 6 (the joint norm for "bounded")
-# replaced them; their "bounded" claims are each matrix's statistic minus the chain's.
-DESIGN_5 = Path(__file__).resolve().parent / "data" / "langevin_design5_results.json.gz"
-
-
-@pytest.mark.parametrize("design", [3, 4])
-def test_earlier_full_results_rescore_to_their_committed_claims(design):
-    path = {3: DESIGN_3, 4: DESIGN_4}[design]
-    payload = json.loads(gzip.decompress(path.read_bytes()))
-    assert payload["data"]["design"] == design
-    assert ("selection_tolerance" in payload["config"]) == (design >= 4)
-    assert_same_claims([c.to_json() for c in claims_from_results(payload)], payload["claims"])
-
-
-def test_design_5_results_rescore_except_where_a_fit_was_not_identified():
-    payload = json.loads(gzip.decompress(DESIGN_5.read_bytes()))
-    assert payload["data"]["design"] == 5
-    rescored = [c.to_json() for c in claims_from_results(payload)]
-    committed = payload["claims"]
-    # LoRA's "bounded" claim went through saturating fits of flat, noisy 64-entry curves whose
-    # asymptotes are not identified (6e4 r on seed 9, 12 r in seed 6's chain): their values move
-    # in the fourth digit between BLAS builds, which is why design 6 fits the joint norm.
-    lora = [
-        i
-        for i, c in enumerate(committed)
-        if c["statement"].startswith("lora: with a light") and "stay bounded" in c["statement"]
-    ]
-    assert len(lora) == 1
-    (index,) = lora
-    assert_same_claims(
-        rescored[:index] + rescored[index + 1 :], committed[:index] + committed[index + 1 :]
-    )
-    new, old = rescored[index], committed[index]
-    assert new["verdict"] == old["verdict"] == "inconclusive"
-    assert new["per_seed"][-1] > 1e4 and old["per_seed"][-1] > 1e4
-    assert new["per_seed"][:-1] == pytest.approx(old["per_seed"][:-1], rel=1e-3)

@@ -1,42 +1,35 @@
 from __future__ import annotations
 
-import copy
 import json
 import math
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from convergent.studies import VERDICTS, rescore
-from convergent.studies import residual as study
-from convergent.studies.framework.common import json_ready, write_study
-from convergent.studies.residual import Config, run
-from convergent.studies.residual_claims import claims_from_results
-from convergent.studies.residual_claims_v1 import (
+from convergent.studies.framework import json_ready, write_study
+from convergent.studies.residual import Config, claims_from_results, run, study
+from convergent.studies.residual import runs as unit_runs
+from convergent.studies.residual.measures import (
+    Regime,
     depth_gaps,
     floor_decades,
     head_and_tail_means,
     smallest_gap_growth,
-    spearman,
-    worst_r_squared,
 )
-from convergent.studies.residual_depth import (
+from convergent.studies.residual.models import ScaledResidualOutput, set_residual_coefficient
+from convergent.studies.residual.report import plot_speed_against_ratio
+from convergent.studies.residual.runs import (
     DepthRun,
-    ScaledResidualOutput,
+    GradientDescentRun,
     depth_run_to_dict,
-    set_residual_coefficient,
+    run_to_dict,
 )
-from convergent.studies.residual_onelayer import GradientDescentRun, run_to_dict
 from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
-# The design-1 full results, as committed before design 2 replaced them: residual_claims_v1
-# still scores such payloads.
-DESIGN_1 = Path(__file__).resolve().parent / "data" / "residual_design1_results.json"
 
 
 def _tiny_bert():
@@ -96,16 +89,6 @@ def test_head_and_tail_means_use_a_tenth_of_the_steps():
     assert head_and_tail_means(losses) == (1.0, 0.25)
 
 
-def test_worst_r_squared_counts_a_failed_fit_as_zero():
-    good = {"r_squared": 0.95, "rate_high": 0.99, "diverged": False}
-    worse = {"r_squared": 0.91, "rate_high": 0.999, "diverged": False}
-    assert worst_r_squared([good, worse]) == pytest.approx(0.91)
-    assert worst_r_squared([good, {**worse, "diverged": True}]) == 0.0
-    assert worst_r_squared([good, {**worse, "rate_high": 1.0}]) == 0.0
-    assert worst_r_squared([good, {**worse, "r_squared": "nan"}]) == 0.0
-    assert math.isnan(worst_r_squared([]))
-
-
 def test_floor_decades_and_gap_growth():
     rows = [
         {"beta": 0.0, "residual_sigma_min_min": 1e-4},
@@ -122,8 +105,6 @@ def test_floor_decades_and_gap_growth():
         {"depth": 2, "beta": 1.0, "losses": [0.5] * 9 + [0.3]},
     ]
     assert depth_gaps(runs) == {2: pytest.approx(0.6)}  # tail of 1 step: 0.9 - 0.3
-    assert spearman([0.0, 0.5, 1.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
-    assert math.isnan(spearman([0.0, 0.5, 1.0], [2.0, 2.0, 2.0]))  # no order to compare
 
 
 def test_unit_values_survive_a_weights_only_load(tmp_path):
@@ -143,109 +124,18 @@ def test_unit_values_survive_a_weights_only_load(tmp_path):
     assert DepthRun(**loaded["depth"]) == depth
 
 
-# --- the committed full-mode results (3 seeds, written before this claim record) ------------
-
-
-def _committed() -> dict:
-    return json.loads(DESIGN_1.read_text())
-
-
-def _t_interval(values: list[float]) -> tuple[float, float]:
-    mean, spread = float(np.mean(values)), float(np.std(values, ddof=1))
-    half = stats.t.ppf(0.975, len(values) - 1) * spread / math.sqrt(len(values))
-    return mean - half, mean + half
-
-
-def test_claims_from_committed_results_recompute_independently():
-    payload = _committed()
-    claims = claims_from_results(payload)
-    assert len(claims) == 5
-    rows = payload["data"]["one_layer_fits"]["full_curve"]
-    seeds = [0, 1, 2]
-
-    # Claim 1: per seed, min over beta > 0 of R^2, a diverged run or rate_high >= 1 as 0.
-    linear = []
-    for seed in seeds:
-        values = []
-        for row in rows:
-            if row["seed"] == seed and row["beta"] > 0:
-                broken = row["diverged"] or row["rate_high"] >= 1
-                values.append(0.0 if broken else row["r_squared"])
-        linear.append(min(values))
-    assert claims[0].per_seed == pytest.approx(linear)
-    assert claims[0].interval == pytest.approx(_t_interval(linear))
-    assert claims[0].threshold.bounds == (0.9, math.inf)
-
-    # Claim 3: per seed, log10(min over beta > 0 of the floor / the floor at beta 0).
-    decades = []
-    for seed in seeds:
-        floor = {r["beta"]: r["residual_sigma_min_min"] for r in rows if r["seed"] == seed}
-        decades.append(math.log10(min(v for b, v in floor.items() if b > 0) / floor[0.0]))
-    assert claims[2].per_seed == pytest.approx(decades)
-    assert claims[2].interval == pytest.approx(_t_interval(decades))
-
-    # Claim 4: per seed, Spearman(beta, 1 - rate) over the five betas.
-    speed = []
-    for seed in seeds:
-        chosen = sorted((r for r in rows if r["seed"] == seed), key=lambda r: r["beta"])
-        speed.append(
-            stats.spearmanr([r["beta"] for r in chosen], [1 - r["rate"] for r in chosen]).statistic
-        )
-    assert claims[3].per_seed == pytest.approx(speed)
-
-    # Claim 5: per seed, the gap of the last-20-step mean loss (200 steps), beta 0 minus 1,
-    # and its smallest increase from depth 2 to 6 to 10.
-    growth = []
-    for seed in seeds:
-        tail = {
-            (r["depth"], r["beta"]): sum(r["losses"][-20:]) / 20
-            for r in payload["data"]["depth_runs"]
-            if r["seed"] == seed
-        }
-        gap = [tail[(d, 0.0)] - tail[(d, 1.0)] for d in (2, 6, 10)]
-        growth.append(min(gap[1] - gap[0], gap[2] - gap[1]))
-    assert claims[4].per_seed == pytest.approx(growth)
-    assert claims[4].interval == pytest.approx(_t_interval(growth))
-
-    # Every check's quantity was stored in the old payload: nothing is untested, and
-    # the verdicts follow from the intervals above.
-    for claim in claims:
-        assert claim.n == 3 and not claim.preview
-        assert all(check.value is not None and check.passed for check in claim.checks)
-        assert "(here: " in claim.statement
-    assert [claim.verdict for claim in claims] == [
-        "inconclusive",  # R^2 interval [0.879, 0.917] straddles 0.9
-        "not reproduced",
-        "reproduced",
-        "not reproduced",
-        "reproduced",
-    ]
-
-
-def test_a_check_quantity_that_was_not_stored_makes_the_claim_untested():
-    payload = copy.deepcopy(_committed())
-    for row in payload["data"]["one_layer_fits"]["full_curve"]:
-        del row["squared_ratio_mean"]
-    claims = claims_from_results(payload)
-    # The collapse check backs claims 2 and 3; the effects are still reported.
-    assert [c.verdict for c in claims] == [
-        "inconclusive", "untested", "untested", "not reproduced", "reproduced",
-    ]  # fmt: skip
-    collapse = [c for c in claims[2].checks if c.name.startswith("softmax collapses")]
-    assert collapse[0].value is None and "not measured" in collapse[0].note
-    assert claims[2].effect == pytest.approx(claims_from_results(_committed())[2].effect)
-
-    for row in payload["data"]["one_layer_fits"]["full_curve"]:
-        del row["initial_loss"]
-    assert [c.verdict for c in claims_from_results(payload)[:4]] == ["untested"] * 4
+# --- the committed full-mode results ------------------------------------------------------
 
 
 def test_rescore_of_the_committed_folder(tmp_path):
     folder = tmp_path / "residual-full"
     folder.mkdir()
-    (folder / "results.json").write_text(COMMITTED.read_text())
+    committed = COMMITTED.read_text()
+    (folder / "results.json").write_text(committed)
     result = rescore(folder)
     written = json.loads((folder / "results.json").read_text())
+    # Rescoring the committed data gives the committed claims, to the letter.
+    assert written["claims"] == json.loads(committed)["claims"]
     assert [c["verdict"] for c in written["claims"]] == [c.verdict for c in result.claims]
     report = (folder / "report.md").read_text()
     for claim in result.claims:
@@ -336,9 +226,6 @@ def test_the_selection_seeds_must_not_be_reported_seeds():
 
 
 def test_the_speed_plot_draws_when_every_run_diverged(tmp_path):
-    from convergent.studies.residual_claims import Regime
-    from convergent.studies.residual_plots import plot_speed_against_ratio
-
     runs = [
         run_to_dict(GradientDescentRun(beta, 0, 0.1, 4, losses=[1.0, math.inf], diverged=True))
         | {"residual_sigma_min": [0.1], "squared_ratio": [0.1], "residual_squared_ratio": [0.1]}
@@ -360,7 +247,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a finished unit was computed again")
 
-    monkeypatch.setattr(study, "train_one_beta", refuse)
+    monkeypatch.setattr(unit_runs, "train_one_beta", refuse)
     monkeypatch.setattr(study, "train_one_depth", refuse)
     second = run(config, tmp_path, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
@@ -371,14 +258,14 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     # A field that changes what a unit computes makes every unit new.
     monkeypatch.undo()
     computed: list[str] = []
-    for name in ("train_one_beta", "train_one_depth"):
-        original = getattr(study, name)
+    for module, name in ((unit_runs, "train_one_beta"), (study, "train_one_depth")):
+        original = getattr(module, name)
 
         def counting(*args, _original=original, _name=name, **kwargs):
             computed.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(study, name, counting)
+        monkeypatch.setattr(module, name, counting)
     changed = run(replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
     assert sorted(computed) == ["train_one_beta"] * (3 + 6 + 3) + ["train_one_depth"] * 4
     assert len(list((tmp_path / "units").glob("*.pt"))) == 19 + 16

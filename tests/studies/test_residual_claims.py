@@ -1,19 +1,22 @@
-"""Design 2 of the residual claims, on synthetic payloads whose answers are worked out here."""
+"""The residual claims, on synthetic payloads whose answers are worked out here; the retired
+designs' results kept as data."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from convergent.studies.residual_claims import (
-    BROKEN_EXCESS,
-    claims_from_results,
-    common_band,
-    measure,
-)
+from convergent.studies.framework import VERDICTS
+from convergent.studies.residual import DESIGN, claims_from_results
+from convergent.studies.residual.measures import BROKEN_EXCESS, common_band, measure
+
+HISTORY = Path(__file__).resolve().parents[2] / "docs/results/residual-full/history"
 
 STEPS = 200
 BETAS = (0.0, 0.5, 1.0)
@@ -125,7 +128,7 @@ def test_a_plateau_at_one_seed_moves_the_bound_effect_and_its_interval():
     assert "broken (excess > 0.01) in 1 of 3 runs" in with_zero.evidence
 
 
-def test_regimes_are_scored_apart_and_a_design_1_payload_goes_to_v1():
+def test_regimes_are_scored_apart():
     small = [{**run, "lr": 0.01} for run in _sweep()]
     payload = _payload(_sweep() + small, regimes=((0.1, STEPS), (0.01, STEPS)))
     claims = claims_from_results(payload)
@@ -168,3 +171,39 @@ def test_an_empty_band_or_an_untrained_curve_makes_the_claims_untested():
     slow = _sweep()
     slow[1] = _run(0.5, 0, [1.0 - 0.5 * t / STEPS for t in range(STEPS + 1)])
     assert claims_from_results(_payload(slow))[0].verdict == "untested"
+
+
+def _history() -> list[Path]:
+    return sorted(HISTORY.glob("design*.results.json*"))
+
+
+def _read(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+def test_each_history_file_holds_the_claims_it_was_scored_with():
+    assert [path.name for path in _history()] == ["design1.results.json"]
+    for path in _history():
+        payload = _read(path)
+        assert payload["name"] == "residual"
+        assert payload["claims"], path
+        assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
+
+
+def test_a_payload_of_an_earlier_design_is_refused_with_one_sentence():
+    payload = _read(HISTORY / "design1.results.json")
+    message = (
+        rf"these residual results are of design 1, and this code scores design {DESIGN} only; "
+        r"earlier designs' full results, with the claims they were scored with, are in "
+        r"docs/results/residual-full/history/$"
+    )
+    with pytest.raises(ValueError, match=message):
+        claims_from_results(payload)
+    # A stored design key is read before the config's shape.
+    current = _payload(_sweep())
+    current["data"]["design"] = 1
+    with pytest.raises(ValueError, match="of design 1,"):
+        claims_from_results(current)
+    current["data"]["design"] = DESIGN
+    assert len(claims_from_results(current)) == 4

@@ -1,5 +1,6 @@
 """The sparsity study: smoke run end to end, resume, claims re-scored from the committed full
-results, a sweep that never reads the test split, and `convergent prune` on a run folder."""
+results (and refused for an earlier design's), a sweep that never reads the test split, and
+`convergent prune` on a run folder."""
 
 from __future__ import annotations
 
@@ -18,24 +19,22 @@ from torch.utils.data import Dataset
 from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
-from convergent.studies import VERDICTS, rescore, sparsity_runs
-from convergent.studies.framework.claims import decide
-from convergent.studies.framework.common import json_ready, write_study
+from convergent.studies import VERDICTS
+from convergent.studies.framework import json_ready, write_study
 from convergent.studies.sparsity import (
     Config,
     claims_from_results,
     pruned_score_of_good_dense,
     run,
-    tuning_from_results,
 )
-from convergent.studies.sparsity_runs import LanguageJob, VisionJob
+from convergent.studies.sparsity import runs as sparsity_runs
+from convergent.studies.sparsity.runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
-# The full results of the study's first design (alpha fixed at 1), kept to test that payloads
-# written before design 2 are still scored as they were.
-LEGACY = Path(__file__).resolve().parent / "data" / "sparsity-full-v1.json"
+# The full results of earlier designs, with the claims they were scored with (data only).
+HISTORY = COMMITTED / "history"
 
 
 def _needs(name: str) -> None:
@@ -254,10 +253,6 @@ def _committed() -> dict:
     return json.loads((COMMITTED / "results.json").read_text())
 
 
-def _legacy() -> dict:
-    return json.loads(LEGACY.read_text())
-
-
 def _t_interval(values: list[float]) -> tuple[float, float]:
     count = len(values)
     mean = sum(values) / count
@@ -266,68 +261,30 @@ def _t_interval(values: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def test_first_design_results_rescore_per_seed():
-    payload = _legacy()
-    claims = claims_from_results(payload)
-    assert len(claims) == 4
-    accuracy = payload["data"]["vision"]["accuracy"]
-
-    def drop(name: str, seed: int) -> float:  # dense minus the mean over 80 % and 90 %
-        runs = accuracy[name]
-        return runs["dense"][seed] - (runs["80%"][seed] + runs["90%"][seed]) / 2
-
-    seeds = range(len(payload["config"]["seeds"]))
-    half_adamw = [drop("horst", s) - 0.5 * drop("adamw", s) for s in seeds]
-    than_ham = [drop("horst", s) - drop("ham", s) for s in seeds]
-    perplexity = payload["data"]["language"]["perplexity"]
-    ratios = [
-        perplexity["horst"]["90%"][s] / perplexity["horst"]["0%"][s]
-        - perplexity["adamw"]["90%"][s] / perplexity["adamw"]["0%"][s]
-        for s in seeds
-    ]
-    for claim, expected in zip(claims[:3], (half_adamw, than_ham, ratios), strict=True):
-        assert claim.n == 3 and not claim.preview
-        assert claim.per_seed == pytest.approx(expected, rel=1e-12)
-        assert claim.interval == pytest.approx(_t_interval(expected), rel=1e-9)
-    assert claims[0].effect == pytest.approx(0.0013667, abs=1e-6)
-    near_zero = payload["data"]["near_zero_fraction"]
-    assert claims[3].per_seed == pytest.approx([near_zero["horst"] - near_zero["adamw"]])
-    assert claims[3].n == 1 and claims[3].preview and "only the first seed" in claims[3].evidence
-    # The move ratio was never stored: every verdict is untested, whatever the effect says.
-    for claim in claims:
-        assert claim.verdict == "untested"
-        move = claim.checks[0]
-        assert move.value is None and move.passed is None
-        assert "not stored by this run" in move.note and "0.016" in move.note
-    # Without the checks: HAM's claim holds on all 3 seeds, the others straddle 0.
-    verdicts = [decide(c.effect, c.interval, c.threshold, []) for c in claims]
-    assert verdicts == ["inconclusive", "reproduced", "inconclusive", "reproduced"]
-    # AC/DC did reach its targets in those runs.
-    assert claims[0].checks[1].passed is True and claims[1].checks[1].passed is True
+def test_an_earlier_design_is_refused_with_one_sentence_naming_both_designs():
+    first = json.loads((HISTORY / "design1.results.json").read_text())
+    assert "design" not in first["data"]
+    message = (
+        r"^these sparsity results are of design 1 \(no design number\), and this code scores "
+        r"design 2 only; earlier designs' full results, with the claims they were scored with, "
+        r"are in docs/results/sparsity-full/history/$"
+    )
+    with pytest.raises(ValueError, match=message):
+        claims_from_results(first)
+    later = _payload(adamw_dense=0.86, adamw_90=0.78)
+    later["data"]["design"] = 3
+    with pytest.raises(ValueError, match="of design 3, and this code scores design 2 only"):
+        claims_from_results(later)
 
 
-def test_first_design_results_tuning_and_rescore(tmp_path):
-    payload = _legacy()
-    records = tuning_from_results(payload)
-    vision = records["(a) ViT, dense, first seed"]
-    language = records["(b) LM, dense, first seed"]
-    assert {k: v["selected"]["lr"] for k, v in vision.items()} == payload["data"]["vision"][
-        "chosen_lr"
-    ]
-    assert vision["horst"]["points"][1] == {"lr": 0.002, "validation": 0.8388}
-    assert vision["ham"]["on_edge"] == ["lr"] and vision["adamw"]["on_edge"] == ["lr"]
-    assert language["horst"]["criterion"] == "validation perplexity (lower is better)"
-    assert all(r["selected"] == {"lr": 0.004} and r["on_edge"] == ["lr"] for r in language.values())
-    folder = tmp_path / "sparsity-full"
-    folder.mkdir()
-    shutil.copy(LEGACY, folder / "results.json")
-    result = rescore(folder)
-    written = json.loads((folder / "results.json").read_text())
-    assert [c["verdict"] for c in written["claims"]] == ["untested"] * 4
-    assert written["tuning"] == json.loads(json.dumps(records))
-    assert written["data"] == payload["data"]
-    assert "Selected on the edge of its grid" in (folder / "report.md").read_text()
-    assert len(result.claims) == 4
+def test_history_files_hold_the_claims_they_were_scored_with():
+    files = sorted(HISTORY.glob("design*.results.json"))
+    assert [path.name for path in files] == ["design1.results.json"]
+    for path in files:
+        payload = json.loads(path.read_text())
+        assert payload["name"] == "sparsity" and payload["mode"] == "full"
+        assert payload["claims"]
+        assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
 
 
 def test_committed_full_results_follow_design_two_and_rescore_per_seed():

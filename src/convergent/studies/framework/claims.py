@@ -360,3 +360,34 @@ def stored_number(value: Any) -> float:
 def finite_or_none(value: float | None) -> float | None:
     """``value`` as a float when finite, else None (JSON's null)."""
     return float(value) if value is not None and math.isfinite(value) else None
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (``statistics.fmean``'s sum); NaN when there are none."""
+    finite = [float(v) for v in values if math.isfinite(v)]
+    return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def format_percent(fraction: float) -> str:
+    """A fraction as a percentage for a claim's text: 0.05 -> ``"5 %"`` (``:g`` digits)."""
+    return f"{fraction * 100:g} %"
+
+
+def check_design(study: str, found: int | None, current: int) -> None:
+    """Refuse results of a design other than ``current``, the only one a study's code scores.
+
+    Args:
+        study: the study's name.
+        found: the payload's design (None when it carries no number: the first design's).
+        current: the design the study's scorer implements.
+
+    Raises:
+        ValueError: one sentence naming both designs and where the earlier ones are kept.
+    """
+    if found != current:
+        stated = "1 (no design number)" if found is None else found
+        raise ValueError(
+            f"these {study} results are of design {stated}, and this code scores design "
+            f"{current} only; earlier designs' full results, with the claims they were scored "
+            f"with, are in docs/results/{study}-full/history/"
+        )

@@ -1,0 +1,107 @@
+"""The ``descent`` study's models and their training: MiniLM-L6 with a fresh classification
+head for part (a), an unrolled Transformer denoiser for part (b), and one training routine in
+which ERM and the descent-constrained model differ only by the training step (same AdamW,
+warm-up, clipping, steps and seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from convergent.data import minilm_path
+from convergent.models import HFEncoder, Transformer, TransformerConfig
+from convergent.train import ErmStep, descent_step, fit, seed_everything, warmup_schedule
+
+
+def text_model(seed: int, layers: int | None) -> HFEncoder:
+    """MiniLM-L6 (or its first ``layers`` layers) with a fresh mean-pooled 2-class head."""
+    from transformers.utils import logging as hf_logging
+
+    seed_everything(seed)
+    options: dict[str, Any] = {} if layers is None else {"num_hidden_layers": layers}
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # a cut model's unused layers are expected, not news
+    hf_logging.disable_progress_bar()  # one bar per run of a study is noise
+    try:
+        model = HFEncoder.from_pretrained(
+            minilm_path(), num_outputs=2, pooling="mean", attn_implementation="sdpa", **options
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    return model.train()
+
+
+def denoiser(seed: int, patch: int, tokens: int, d_model: int, layers: int) -> Transformer:
+    """An unrolled denoiser: L pre-norm blocks whose every layer is read out to clean pixels."""
+    seed_everything(seed)
+    config = TransformerConfig(
+        task="regression",
+        input_dim=patch * patch,
+        num_outputs=patch * patch,
+        max_len=tokens,
+        d_model=d_model,
+        n_heads=4,
+        n_layers=layers,
+        pooling="token",
+        norm="pre",
+    )
+    return Transformer(config).train()
+
+
+def train_model(
+    model: nn.Module,
+    method: str,
+    train: Any,
+    *,
+    task: str,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    alpha: float,
+    dual_lr: float,
+    resilient_cost: float | None,
+    progress: bool,
+    weight_decay: float = 0.01,
+) -> dict[str, Any]:
+    """Train ``model`` by ERM or primal-dual with the same AdamW, warm-up and clipping.
+
+    Returns:
+        ``{"train_loss", "multipliers", "history"}`` (multipliers: the final lambda, or []).
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = warmup_schedule(optimizer, steps, warmup_steps=steps // 10, kind="linear")
+    step = (
+        ErmStep(task)
+        if method == "erm"
+        else descent_step(
+            task,
+            model.num_layers,  # type: ignore[arg-type]
+            alpha=alpha,
+            dual_lr=dual_lr,
+            resilient_cost=resilient_cost,
+            seed=seed,
+        )
+    )
+    result = fit(
+        model,
+        optimizer,
+        train,
+        max_steps=steps,
+        batch_size=batch_size,
+        task=task,
+        training_step=step,
+        scheduler=scheduler,
+        grad_clip=1.0,
+        seed=seed,
+        progress=progress,
+        tensorboard=False,
+    )
+    multipliers = step.dual.value().tolist() if method != "erm" else []  # type: ignore[union-attr]
+    return {"train_loss": result.train_loss, "multipliers": multipliers, "history": result.history}

@@ -1,0 +1,266 @@
+"""The tables and figures of the ``descent`` study's report."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from convergent.studies.descent.config import METHODS
+
+XLABELS = {
+    "gaussian": "gamma (x embedding RMS)",
+    "uniform": "gamma (x embedding RMS)",
+    "discrete": "gamma (replacement probability)",
+    "typos": "typo rate (per letter)",
+    "word_dropout": "drop rate (per word)",
+}
+GRID_AXES = ("lr_scale", "weight_decay", "resilient_cost", "alpha")
+KINDS = ("gaussian", "uniform", "discrete", "typos", "word_dropout")
+
+
+def _spread(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _fmt(values: list[float], digits: int = 4) -> str:
+    mean, std = _spread(values)
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+
+
+def _selected(point: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in point.items())
+
+
+def _grid_rows(part: dict[str, Any], scores: dict[str, str]) -> list[dict[str, Any]]:
+    axes = list(
+        dict.fromkeys(
+            key for entries in part["selection"].values() for key in entries[0] if key in GRID_AXES
+        )
+    )
+    rows = []
+    for method, entries in part["selection"].items():
+        for entry in entries:
+            point = {axis: entry.get(axis, "") for axis in axes}
+            rows.append(
+                {
+                    "method": method,
+                    **{
+                        axis: "hard"
+                        if axis == "resilient_cost" and value is None and method == "constrained"
+                        else value
+                        for axis, value in point.items()
+                    },
+                    **{label: entry[key] for key, label in scores.items()},
+                    "largest lambda": entry.get("multiplier_max"),
+                    "share active": entry.get("multiplier_active_share"),
+                    "selected": "yes"
+                    if {a: entry.get(a) for a in axes if a in part["selected"][method]}
+                    == part["selected"][method]
+                    else "",
+                }
+            )
+    return rows
+
+
+def study_tables(config: Any, data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Both grids, the final runs' test numbers, per-layer losses and the constraints."""
+    text, video = data["text"], data["video"]
+    runs, levels = text["runs"], text["levels"]
+    robustness = []
+    for method in METHODS:
+        row: dict[str, Any] = {"model": method, "clean": _fmt([r["clean"] for r in runs[method]])}
+        for kind, gammas in levels.items():
+            for index, gamma in enumerate(gammas):
+                row[f"{kind} {gamma:g}"] = _fmt([r[kind][index] for r in runs[method]])
+        robustness.append(row)
+    tables = {
+        "(a) grid (selection seed, validation)": _grid_rows(
+            text, {"validation_clean": "clean accuracy", "validation_robust": "noisy accuracy"}
+        ),
+        "(a) test accuracy of the selected configurations, clean and shifted (level)": robustness,
+        "(a) per-layer test loss (cross-entropy)": _layer_rows(runs, 4),
+        "(a) layer constraints (final runs)": _constraint_rows(runs),
+        "(b) grid (selection seed, validation)": _grid_rows(
+            video,
+            {
+                "validation_rmse_train_noise": "RMSE at training noise",
+                "validation_rmse_selection": f"RMSE at {config.selection_multiple:g}x",
+            },
+        ),
+    }
+    vruns = video["runs"]
+    tables["(b) denoising test RMSE by noise level"] = [
+        {
+            "noise sigma": round(sigma, 4),
+            "x training": config.noise_multiples[index],
+            **{m: _fmt([r["rmse"][index] for r in vruns[m]]) for m in METHODS},
+        }
+        for index, sigma in enumerate(video["sigmas"])
+    ]
+    tables["(b) per-layer test MSE at the training noise"] = _layer_rows(vruns, 5)
+    tables["(b) layer constraints (final runs)"] = _constraint_rows(vruns)
+    return tables
+
+
+def _layer_rows(runs: dict[str, list[dict[str, Any]]], digits: int) -> list[dict[str, Any]]:
+    count = len(runs["erm"][0]["layer_losses"])
+    return [
+        {
+            "layer": layer,
+            **{m: _fmt([r["layer_losses"][layer] for r in runs[m]], digits) for m in METHODS},
+        }
+        for layer in range(count)
+    ]
+
+
+def _constraint_rows(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    rows = []
+    for method in METHODS:
+        records = runs[method]
+        row: dict[str, Any] = {
+            "model": method,
+            "satisfied on train": _fmt([r["train_fraction_satisfied"] for r in records], 3),
+            "satisfied on test": _fmt([r["fraction_satisfied"] for r in records], 3),
+            "largest increase f_l - f_(l-1)": _fmt([r["largest_increase"] for r in records]),
+        }
+        if method == "constrained":
+            row["largest lambda"] = _fmt([r["multiplier_max"] for r in records], 3)
+            row["share of steps active"] = _fmt([r["multiplier_active_share"] for r in records], 3)
+        rows.append(row)
+    return rows
+
+
+def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
+    """What ran, how it was selected, and what the budget forced."""
+    text, video = data["text"], data["video"]
+    model = (
+        "MiniLM-L6"
+        if config.text_layers is None
+        else (f"MiniLM-L6 cut to {config.text_layers} layers")
+    )
+    notes = [
+        f"(a) {model}, mean-pooled linear head shared by every layer, on rt-sentences "
+        f"(max_length {config.max_length}); final runs: {config.text_steps} AdamW steps of "
+        f"{config.text_batch_size} (10 % warm-up, linear decay, clip 1.0); grid runs: "
+        f"{config.text_grid_steps} steps. Scope: {model}, on 2 CPU cores; the paper used "
+        "RoBERTa, DistilBERT and Llama-8B.",
+        f"Grids (the same size): constrained over resilient cost c in "
+        f"{list(config.constrained_costs)} (None: hard) x alpha in "
+        f"{list(config.constrained_alphas)} at ERM's selected lr and weight decay, dual lr "
+        f"{config.dual_lr:g} every step; ERM over lr in {list(config.erm_lrs)} (video: the same "
+        f"multiples of {config.video_lr:g}) x weight decay {list(config.erm_weight_decays)}. "
+        f"Selected: (a) {', '.join(f'{m}: {_selected(p)}' for m, p in text['selected'].items())}"
+        f"; (b) {', '.join(f'{m}: {_selected(p)}' for m, p in video['selected'].items())}.",
+        "Shifts: Gaussian and uniform embedding noise have RMS gamma x the RMS of the "
+        "word-embedding matrix; discrete replaces a token's embedding by a random token's with "
+        "probability gamma (special tokens never perturbed); typos edit each letter with "
+        "probability rate (swap, drop, insert, replace); word dropout drops each word with "
+        "probability rate; all at test time only, the same draws for both models. Selection "
+        f"noise: Gaussian gamma {config.selection_gamma:g}, drawn on the validation split.",
+        f"(b) {config.video_frames} frames of street-video (first 60 % train, next 15 % "
+        f"validation, last 25 % test), {config.crop}x{config.crop} crops as "
+        f"{config.patch}x{config.patch}-pixel tokens, Gaussian noise sigma "
+        f"{config.train_noise} in training; a {config.denoiser_layers}-layer pre-norm "
+        f"Transformer (d_model {config.denoiser_width}); final runs {config.video_steps} "
+        f"steps, grid runs {config.video_grid_steps}.",
+        f"Final seeds {list(config.seeds)}, selection seed {config.selection_seed}: the test "
+        "split scores only the final runs, once each.",
+    ]
+    if len(config.seeds) < 3:
+        notes.append(f"{len(config.seeds)} final seed(s): every verdict is a preview.")
+    return notes
+
+
+def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style: str) -> None:
+    means = [statistics.fmean(column) for column in zip(*runs, strict=True)]
+    axis.plot(x, means, style, label=label)
+    if len(runs) > 1:
+        stds = [statistics.stdev(column) for column in zip(*runs, strict=True)]
+        axis.fill_between(
+            x,
+            [m - s for m, s in zip(means, stds, strict=True)],
+            [m + s for m, s in zip(means, stds, strict=True)],
+            alpha=0.2,
+        )
+
+
+def draw_figures(
+    text: dict[str, Any], video: dict[str, Any], noise_multiples: Sequence[float], out: Path
+) -> list[str]:
+    """Accuracy under each shift, per-layer losses, denoising RMSE by noise level and the
+    multipliers and slacks over training, as PNG files in ``out``; returns their names."""
+    names = []
+    figure = Figure(figsize=(19, 3.6))
+    for axis, kind in zip(figure.subplots(1, len(KINDS)), KINDS, strict=True):
+        gammas = [0.0, *text["levels"][kind]]
+        for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+            runs = [[r["clean"], *r[kind]] for r in text["runs"][method]]
+            _band(axis, gammas, runs, method, style)
+        axis.set_title(f"{kind} perturbation")
+        axis.set_xlabel(XLABELS[kind])
+        axis.set_ylabel("test accuracy")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "robustness.png", dpi=110)
+    names.append("robustness.png")
+
+    figure = Figure(figsize=(11, 3.8))
+    text_axis, video_axis = figure.subplots(1, 2)
+    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+        runs = [r["layer_losses"] for r in text["runs"][method]]
+        _band(text_axis, list(range(len(runs[0]))), runs, method, style)
+        runs = [r["layer_losses"] for r in video["runs"][method]]
+        _band(video_axis, list(range(len(runs[0]))), runs, method, style)
+    text_axis.set_title("(a) MiniLM, rt-sentences: test loss per layer")
+    text_axis.set_ylabel("cross-entropy")
+    video_axis.set_title("(b) denoiser: test MSE per layer")
+    video_axis.set_yscale("log")
+    video_axis.set_ylabel("MSE")
+    for axis in (text_axis, video_axis):
+        axis.set_xlabel("layer l (0 = embedding output)")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "layer_losses.png", dpi=110)
+    names.append("layer_losses.png")
+
+    figure = Figure(figsize=(5.5, 3.8))
+    axis = figure.subplots()
+    multiples = list(noise_multiples)
+    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+        _band(axis, multiples, [r["rmse"] for r in video["runs"][method]], method, style)
+    axis.plot(multiples, video["sigmas"], ":", color="gray", label="noisy input")
+    axis.axvline(1.0, color="gray", linewidth=0.8)
+    axis.set_xlabel("test noise / training noise")
+    axis.set_ylabel("test RMSE")
+    axis.set_title("(b) street-video denoising")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "denoising.png", dpi=110)
+    names.append("denoising.png")
+
+    figure = Figure(figsize=(11, 7))
+    for row, (title, part) in enumerate((("(a) text", text), ("(b) denoiser", video))):
+        left, right = figure.add_subplot(2, 2, 2 * row + 1), figure.add_subplot(2, 2, 2 * row + 2)
+        records = [r["trajectory"] for r in part["runs"]["constrained"] if r["trajectory"]["steps"]]
+        if records:
+            steps = records[0]["steps"]
+            for layer in range(len(records[0]["lambda"])):
+                for key, axis in (("lambda", left), ("slack", right)):
+                    series = [r[key][layer] for r in records if r[key]]
+                    if series and all(len(s) == len(steps) for s in series):
+                        _band(axis, steps, series, f"l = {layer + 1}", "-")
+        left.set_title(f"{title}: multipliers lambda_l (final runs)")
+        right.set_title(f"{title}: slack s_l = f_l - (1 - alpha) f_(l-1) (mini-batch)")
+        right.axhline(0.0, color="gray", linewidth=0.8)
+        for axis in (left, right):
+            axis.set_xlabel("training step")
+            if axis.get_legend_handles_labels()[0]:
+                axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(out / "multipliers.png", dpi=110)
+    names.append("multipliers.png")
+    return names

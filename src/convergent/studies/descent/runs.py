@@ -1,0 +1,352 @@
+"""What one unit of the ``descent`` study computes: a :class:`Job` trains one method at one
+grid point from one seed, then measures it.
+
+Selection jobs (``final=False``) train for the grid's steps and are scored on the validation
+split only; final jobs train for the final steps and are scored on test. Every run records
+how hard its constraints pushed (:func:`~convergent.studies.descent.measures.dual_trajectory`),
+the study's manipulation check. :func:`text_unit` and :func:`video_unit` return what
+``torch.load(weights_only=True)`` reads back, for the resumable unit cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from convergent.data import (
+    DictDataset,
+    load_rt_sentences,
+    load_splits,
+    load_street_video,
+    minilm_path,
+    perturb_texts,
+    tokenize,
+)
+from convergent.studies.descent.config import Config
+from convergent.studies.descent.measures import (
+    denoising_rmse,
+    dual_trajectory,
+    layer_report,
+    multiplier_activity,
+    noisy_pairs,
+    robustness,
+)
+from convergent.studies.descent.models import denoiser, text_model, train_model
+from convergent.train import evaluate
+
+TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on train"
+SELECTION_NOISE_SEED = 500  # the validation noise draw of the text selection score
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run: ``part`` is ``"text"`` (MiniLM on rt-sentences) or ``"video"`` (the
+    denoiser on street-video crops)."""
+
+    config: Config
+    part: str
+    method: str
+    point: dict[str, Any]
+    seed: int
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": self.part,
+            "method": self.method,
+            **self.point,
+            "seed": self.seed,
+            "final": self.final,
+        }
+
+
+@dataclass(frozen=True)
+class TextData:
+    """rt-sentences as the study uses it: tokenized splits and the raw test sentences."""
+
+    train: DictDataset
+    validation: DictDataset
+    test: DictDataset
+    test_texts: list[str]
+    special_ids: list[int]
+    tokenizer: Any
+
+
+@functools.lru_cache(maxsize=2)
+def text_data(
+    max_length: int, train: int | None, validation: int | None, test: int | None
+) -> TextData:
+    """The splits (seed 0), each cut to its first examples, loaded once per process."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=max_length)
+
+    def cut(dataset: DictDataset, count: int | None) -> DictDataset:
+        return (
+            dataset
+            if count is None or count >= len(dataset)
+            else dataset.subset(torch.arange(count))
+        )
+
+    def by_length(dataset: DictDataset) -> torch.Tensor:
+        # Scored in order of length, evaluation batches carry little padding (about a third
+        # less compute on rt-sentences); accuracies are sums over examples, order-free.
+        return torch.argsort(dataset.tensors["attention_mask"].sum(1), stable=True)
+
+    test_set = cut(splits.test, test)
+    test_order = by_length(test_set)
+    validation_set = cut(splits.validation, validation)
+    texts, _ = load_rt_sentences()
+    order = splits.info["indices"]["test"][: len(test_set)][test_order].tolist()
+    return TextData(
+        train=cut(splits.train, train),
+        validation=validation_set.subset(by_length(validation_set)),
+        test=test_set.subset(test_order),
+        test_texts=[texts[i] for i in order],
+        special_ids=list(tokenizer.all_special_ids),
+        tokenizer=tokenizer,
+    )
+
+
+def text_shift_accuracies(
+    model: torch.nn.Module,
+    data: TextData,
+    kind: str,
+    rates: Sequence[float],
+    seed: int,
+    max_length: int,
+) -> list[float]:
+    """Test accuracy on sentences perturbed by ``kind`` (typos, word dropout) at each rate,
+    re-tokenized; the draws depend only on ``seed`` and the rate's index (paired models)."""
+    labels = data.test.tensors["labels"]
+    accuracies = []
+    for index, rate in enumerate(rates):
+        texts = perturb_texts(data.test_texts, kind, rate, seed=seed + index)
+        shifted = DictDataset({**tokenize(texts, data.tokenizer, max_length), "labels": labels})
+        accuracies.append(evaluate(model, shifted, "classification")["accuracy"])
+    return accuracies
+
+
+def _training_record(
+    config: Config,
+    job: Job,
+    part: str,
+    model: torch.nn.Module,
+    train: Any,
+    steps: int,
+    batch_size: int,
+) -> dict[str, Any] | None:
+    options = config.options(job.method, job.point, part)
+    try:
+        training = train_model(
+            model,
+            job.method,
+            train,
+            task="classification" if part == "text" else "regression",
+            steps=steps,
+            batch_size=batch_size,
+            lr=options["lr"],
+            weight_decay=options["weight_decay"],
+            seed=job.seed,
+            alpha=options["alpha"],
+            dual_lr=config.dual_lr,
+            resilient_cost=options["resilient_cost"],
+            progress=False,
+        )
+    except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
+        return None
+    return {
+        "seed": job.seed,
+        "train_loss": training["train_loss"],
+        "multipliers": training["multipliers"],
+        **multiplier_activity(training["history"]),
+        "trajectory": dual_trajectory(training["history"]),
+    }
+
+
+# What a diverged run scores: NaN, so that selection skips it and the claims drop its seed.
+LAYER_SCORES = ("fraction_satisfied", "largest_increase", "train_fraction_satisfied")
+TEXT_SELECTION_SCORES = ("validation_clean", "validation_robust", *LAYER_SCORES)
+TEXT_SCORES = ("clean", *LAYER_SCORES)
+VIDEO_SELECTION_SCORES = ("validation_rmse_train_noise", "validation_rmse_selection", *LAYER_SCORES)
+VIDEO_SCORES = LAYER_SCORES
+
+
+def diverged_record(seed: int, scores: Sequence[str], **lists: int) -> dict[str, Any]:
+    """The unit of a run whose loss or gradient turned NaN: ``diverged``, NaN ``scores`` and,
+    for each ``name=length`` of ``lists``, a list of that many NaNs."""
+    return {
+        **{name: [math.nan] * length for name, length in lists.items()},
+        "seed": seed,
+        "diverged": True,
+        "train_loss": math.nan,
+        "multipliers": [],
+        "multiplier_max": None,
+        "multiplier_active_share": None,
+        "trajectory": dual_trajectory([]),
+        **dict.fromkeys(scores, math.nan),
+    }
+
+
+def _probe(dataset: DictDataset) -> DictDataset:
+    return dataset if len(dataset) <= TRAIN_PROBE else dataset.subset(torch.arange(TRAIN_PROBE))
+
+
+def text_unit(job: Job) -> dict[str, Any]:
+    """Train a text :class:`Job`; selection runs: clean and noisy validation accuracy and
+    validation layer losses; final runs: every test perturbation and test layer losses."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    data = text_data(
+        config.max_length,
+        config.train_examples,
+        config.validation_examples,
+        config.test_examples,
+    )
+    model = text_model(job.seed, config.text_layers)
+    steps = config.text_steps if job.final else config.text_grid_steps
+    record = _training_record(config, job, "text", model, data.train, steps, config.text_batch_size)
+    if record is None:
+        if not job.final:
+            return diverged_record(job.seed, TEXT_SELECTION_SCORES)
+        return diverged_record(
+            job.seed,
+            TEXT_SCORES,
+            layer_losses=model.num_layers + 1,
+            gaussian=len(config.additive_gammas),
+            uniform=len(config.additive_gammas),
+            discrete=len(config.discrete_gammas),
+            typos=len(config.typo_rates),
+            word_dropout=len(config.dropout_rates),
+        )
+    alpha = config.options(job.method, job.point, "text")["alpha"]
+    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    train_report = layer_report(model, _probe(data.train), "classification", report_alpha)
+    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
+    if not job.final:
+        noisy = robustness(
+            model,
+            data.validation,
+            {"gaussian": (config.selection_gamma,)},
+            data.special_ids,
+            seed=SELECTION_NOISE_SEED,
+        )
+        record["validation_clean"] = noisy["clean"]
+        record["validation_robust"] = noisy["gaussian"][0]
+        record.update(layer_report(model, data.validation, "classification", report_alpha))
+        return record
+    levels = {
+        "gaussian": config.additive_gammas,
+        "uniform": config.additive_gammas,
+        "discrete": config.discrete_gammas,
+    }
+    record.update(robustness(model, data.test, levels, data.special_ids, seed=1000))
+    record["typos"] = text_shift_accuracies(
+        model, data, "typos", config.typo_rates, 3000, config.max_length
+    )
+    record["word_dropout"] = text_shift_accuracies(
+        model, data, "word_dropout", config.dropout_rates, 4000, config.max_length
+    )
+    record.update(layer_report(model, data.test, "classification", report_alpha))
+    return record
+
+
+def video_crops(
+    frames: torch.Tensor, count: int, crop: int, patch: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Random ``crop`` x ``crop`` pixel crops as tokens of ``patch`` x ``patch`` pixels.
+
+    Args:
+        frames: uint8 ``[F, H, W]`` gray frames.
+        count: how many crops.
+        crop: crop side in pixels (a multiple of ``patch``).
+        patch: token side in pixels.
+        generator: the random source.
+
+    Returns:
+        float ``[count, (crop / patch) ** 2, patch * patch]`` in [0, 1].
+    """
+    if crop % patch:
+        raise ValueError(f"crop {crop} must be a multiple of the patch size {patch}")
+    number, height, width = frames.shape
+    f = torch.randint(0, number, (count,), generator=generator)
+    y = torch.randint(0, height - crop + 1, (count,), generator=generator)
+    x = torch.randint(0, width - crop + 1, (count,), generator=generator)
+    rows = y[:, None] + torch.arange(crop)
+    cols = x[:, None] + torch.arange(crop)
+    pixels = frames[f[:, None, None], rows[:, :, None], cols[:, None, :]].float() / 255.0
+    side = crop // patch
+    tokens = pixels.reshape(count, side, patch, side, patch).permute(0, 1, 3, 2, 4)
+    return tokens.reshape(count, side * side, patch * patch)
+
+
+@functools.lru_cache(maxsize=2)
+def video_data(
+    frames: int, crop: int, patch: int, train: int, validation: int, test: int, noise: float
+) -> tuple[DictDataset, torch.Tensor, torch.Tensor, DictDataset, DictDataset]:
+    """Training pairs, clean validation and test crops, and validation / test pairs at the
+    training noise; frames split by time (60 / 15 / 25 %)."""
+    video = load_street_video(max_frames=frames)
+    first, second = int(0.6 * len(video)), int(0.75 * len(video))
+    generator = torch.Generator().manual_seed(0)
+    train_clean = video_crops(video[:first], train, crop, patch, generator)
+    validation_clean = video_crops(video[first:second], validation, crop, patch, generator)
+    test_clean = video_crops(video[second:], test, crop, patch, generator)
+    return (
+        noisy_pairs(train_clean, noise, seed=1),
+        validation_clean,
+        test_clean,
+        noisy_pairs(validation_clean, noise, seed=2500),
+        noisy_pairs(test_clean, noise, seed=3000),
+    )
+
+
+def video_unit(job: Job) -> dict[str, Any]:
+    """Train a video :class:`Job`; selection runs: validation RMSE at the training and the
+    selection noise; final runs: test RMSE at every level and test layer losses."""
+    config = job.config
+    torch.set_num_threads(config.threads)
+    train, validation_clean, test_clean, validation_pairs, test_pairs = video_data(
+        config.video_frames,
+        config.crop,
+        config.patch,
+        config.train_crops,
+        config.validation_crops,
+        config.test_crops,
+        config.train_noise,
+    )
+    tokens = (config.crop // config.patch) ** 2
+    model = denoiser(job.seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers)
+    steps = config.video_steps if job.final else config.video_grid_steps
+    record = _training_record(config, job, "video", model, train, steps, config.video_batch_size)
+    if record is None:
+        if not job.final:
+            return diverged_record(job.seed, VIDEO_SELECTION_SCORES)
+        return diverged_record(
+            job.seed,
+            VIDEO_SCORES,
+            layer_losses=config.denoiser_layers + 1,
+            rmse=len(config.noise_multiples),
+        )
+    alpha = config.options(job.method, job.point, "video")["alpha"]
+    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    train_report = layer_report(model, _probe(train), "regression", report_alpha)
+    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
+    if not job.final:
+        sigmas = [config.train_noise, config.selection_multiple * config.train_noise]
+        at_training, at_selection = denoising_rmse(model, validation_clean, sigmas, 2200)
+        record["validation_rmse_train_noise"] = at_training
+        record["validation_rmse_selection"] = at_selection
+        record.update(layer_report(model, validation_pairs, "regression", report_alpha))
+        return record
+    sigmas = [m * config.train_noise for m in config.noise_multiples]
+    record["rmse"] = denoising_rmse(model, test_clean, sigmas, seed=2000)
+    record.update(layer_report(model, test_pairs, "regression", report_alpha))
+    return record

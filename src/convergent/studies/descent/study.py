@@ -1,0 +1,213 @@
+"""The ``descent`` study's run: both parts, each selected on its grids and then trained from
+every final seed.
+
+Each part follows the same protocol (:mod:`convergent.studies.descent.config`): both methods'
+declared grids (the same size) are trained with the selection seed and scored on validation;
+one rule selects each method's point (the best score under a validation shift among the
+points whose clean score is within a tolerance of the method's best clean one); the selected
+configurations train from every final seed and are scored once on test. Every run is a unit
+in ``OUT/units`` (resumable); units run in ``workers`` processes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from convergent.studies.descent.claims import DESIGN, claims_from_results
+from convergent.studies.descent.config import METHODS, Config
+from convergent.studies.descent.report import draw_figures, study_notes, study_tables
+from convergent.studies.descent.runs import Job, text_unit, video_unit
+from convergent.studies.framework import (
+    StudyResult,
+    Tuning,
+    TuningData,
+    UnitCache,
+    finish,
+    grid_points,
+    json_ready,
+    run_jobs,
+    tune,
+    unit_session,
+)
+
+# The design of this study's units (`units.UnitCache`): raise it when the study's own code
+# would compute other numbers for the same config; the library's numbers are fingerprinted
+# (docs/design.md, "Unit keys").
+UNIT_DESIGN = 1
+
+TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
+VIDEO_TUNING = "(b) street-video denoiser, selection seed"
+
+
+# The constrained grid trains at the learning rate and weight decay ERM selected, so that the
+# two methods differ by the constraints alone.
+SHARED_AXES = ("lr_scale", "weight_decay")
+
+
+def robust_score(
+    units: Sequence[Mapping[str, Any]], tolerance: float
+) -> Callable[[Mapping[str, Any]], float]:
+    """The text selection score: validation accuracy under the selection noise, NaN (never
+    selected) for a unit whose clean validation accuracy is more than ``tolerance`` below the
+    best clean one among ``units`` (one method's grid)."""
+    clean = [u["validation_clean"] for u in units if math.isfinite(u["validation_clean"])]
+    floor = max(clean) - tolerance if clean else math.nan
+
+    def score(unit: Mapping[str, Any]) -> float:
+        return unit["validation_robust"] if unit["validation_clean"] >= floor else math.nan
+
+    return score
+
+
+def denoising_score(
+    units: Sequence[Mapping[str, Any]], tolerance: float
+) -> Callable[[Mapping[str, Any]], float]:
+    """The video selection score (lower is better): validation RMSE at the selection noise,
+    NaN for a unit whose RMSE at the training noise exceeds (1 + ``tolerance``) x the best
+    among ``units`` (one method's grid)."""
+    at_training = [u["validation_rmse_train_noise"] for u in units]
+    finite = [value for value in at_training if math.isfinite(value)]
+    ceiling = (1 + tolerance) * min(finite) if finite else math.nan
+
+    def score(unit: Mapping[str, Any]) -> float:
+        if unit["validation_rmse_train_noise"] <= ceiling:
+            return float(unit["validation_rmse_selection"])
+        return math.nan
+
+    return score
+
+
+def _part(
+    config: Config,
+    cache: UnitCache,
+    part: str,
+    compute: Callable[[Any], dict[str, Any]],
+    scorer: Callable[..., Callable[[dict[str, Any]], float]],
+    maximize: bool,
+    criterion: str,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """Select on the grids (validation; ERM first, the constrained grid at ERM's selected lr
+    and weight decay), then train the selected points from every final seed."""
+    grids = config.grids()
+    points = {name: grid_points(axes) for name, axes in grids.items()}
+    units: dict[tuple[str, int], dict[str, Any]] = {}
+    tunings: dict[str, Tuning[Any]] = {}
+    shared: dict[str, dict[str, Any]] = {}
+    for name in METHODS:
+        shared[name] = (
+            {axis: tunings["erm"].selected_point[axis] for axis in SHARED_AXES}
+            if name == "constrained"
+            else {}
+        )
+        jobs = [
+            Job(config, part, name, {**point, **shared[name]}, config.selection_seed, final=False)
+            for point in points[name]
+        ]
+        done = run_jobs(cache, jobs, compute, config.workers, log)
+        units.update({(name, index): unit for index, unit in enumerate(done)})
+        # Each method's clean floor is its own best clean point: what the constraints cost
+        # in clean quality is the clean-accuracy claim's to judge, on test.
+        score = scorer(done, config.clean_tolerance)
+        # The grid ran already (in parallel); tune() only scores and selects on its units.
+        tunings.update(
+            tune(
+                {name: grids[name]},
+                lambda method, point, _: units[(method, points[method].index(point))],
+                score,
+                TuningData(None, None),
+                maximize=maximize,
+                criterion=criterion,
+                log=log,
+            )
+        )
+    finals = [
+        Job(config, part, name, {**tunings[name].selected_point, **shared[name]}, seed, True)
+        for name in METHODS
+        for seed in config.seeds
+    ]
+    results = run_jobs(cache, finals, compute, config.workers, log)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
+    for job, unit in zip(finals, results, strict=True):
+        runs[job.method].append(unit)
+    return {
+        "selected": {
+            name: {**tuning.selected_point, **shared[name]} for name, tuning in tunings.items()
+        },
+        "selection": {
+            name: [
+                {**point, **shared[name], **units[(name, i)]}
+                for i, point in enumerate(points[name])
+            ]
+            for name in METHODS
+        },
+        "runs": runs,
+        "tunings": tunings,
+    }
+
+
+def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
+    """Run both parts (resuming from ``out_dir / "units"``) and draw the figures there."""
+    started = time.perf_counter()
+    with unit_session(
+        "descent", config, out_dir, config.threads, progress, design=UNIT_DESIGN
+    ) as session:
+        folder, log, cache = session
+        text = _part(
+            config,
+            cache,
+            "text",
+            text_unit,
+            robust_score,
+            True,
+            f"validation accuracy under Gaussian embedding noise (gamma {config.selection_gamma:g}"
+            f"), among the method's points within {100 * config.clean_tolerance:g} point of its "
+            "best clean validation accuracy (n/a: outside)",
+            lambda line: log(f"(a) {line}"),
+        )
+        video = _part(
+            config,
+            cache,
+            "video",
+            video_unit,
+            denoising_score,
+            False,
+            f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
+            f"the method's points within {100 * config.clean_tolerance:g} % of its best RMSE at "
+            "the training noise (n/a: outside)",
+            lambda line: log(f"(b) {line}"),
+        )
+    log(cache.summary())
+    text["levels"] = {
+        "gaussian": config.additive_gammas,
+        "uniform": config.additive_gammas,
+        "discrete": config.discrete_gammas,
+        "typos": config.typo_rates,
+        "word_dropout": config.dropout_rates,
+    }
+    video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
+    shown_text = {k: v for k, v in text.items() if k != "tunings"}
+    shown_video = {k: v for k, v in video.items() if k != "tunings"}
+    data: dict[str, Any] = {"design": DESIGN, "text": shown_text, "video": shown_video}
+    tuning = {
+        TEXT_TUNING: {name: t.to_json() for name, t in text["tunings"].items()},
+        VIDEO_TUNING: {name: t.to_json() for name, t in video["tunings"].items()},
+    }
+    claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
+    figures = draw_figures(shown_text, shown_video, config.noise_multiples, folder)
+    return finish(
+        "descent",
+        config,
+        started,
+        cache.summary(),
+        claims=claims,
+        data=data,
+        tables=study_tables(config, data),
+        figures=figures,
+        notes=study_notes(config, data),
+        tuning=tuning,
+    )

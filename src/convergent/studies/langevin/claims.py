@@ -1,0 +1,303 @@
+"""The ``langevin`` study's claims, scored from a ``results.json`` payload alone.
+
+The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
+(``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
+and B) five claims, each with one number per seed (the runs of one seed share the pre-trained
+model, the data order and the noise draws):
+
+1. bounded, at ``bound_temperature``: the larger over log and power of the matrices' joint
+   norm statistic (`null.joint_excess`: max(peak over the second half, upper end of the fitted
+   asymptote's interval) / joint stationary radius - 1); holds if <= ``bound_tolerance``.
+2. grows, at the same temperature: the unregularized total norm's end / start - 1; holds if
+   >= ``growth_threshold``.
+3. the gap does not creep up with a regularizer: the larger gap trend of log and power over
+   the phase-1 test RMSE; holds if <= ``gap_margin``.
+4. the gap creeps up without one: the unregularized gap trend over the phase-1 test RMSE;
+   holds if >= ``gap_margin``.
+5. accuracy not worse (one-sided): the larger relative excess of the final test RMSE with log
+   or power over the unregularized run's; holds if <= ``accuracy_margin``.
+
+Claims 3-5 are tested at each of ``claim_temperatures``.
+
+Manipulation checks (`measures`): the runs lasted ``relaxation_multiple`` relaxation times (1);
+the penalty-only chain passes the bounded criterion (1); the regularizer acted, its end norm at
+most 0.9 of the unregularized run's (1, 3, 5); the noise acted, sqrt(lr s) / (lr RMS grad V)
+>= 0.1 on the unregularized run (1-4); the regime can overfit, the pilot's validation / train
+RMSE at least its declared minimum (3, 4); the noise changed the outcome, the final test RMSE
+at s differing from the same seed's s = 0 run by at least ``outcome_moved`` of the phase-1 test
+RMSE in every variant the claim reads (3-5); phase 2 kept the phase-1 fit, the final train
+RMSE at most ``fit_kept`` x the phase-1 train RMSE in every variant read (3, 4). A claim whose
+variant or temperature did not run is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from convergent.regularize import diffusion_radius
+from convergent.studies.framework import (
+    Check,
+    Claim,
+    at_least,
+    at_most,
+    check_design,
+    claim_from_seeds,
+    format_number,
+    format_percent,
+)
+from convergent.studies.framework import stored_number as number
+from convergent.studies.langevin.measures import (
+    Experiment,
+    acted_check,
+    final,
+    fit_kept_check,
+    gap_trend,
+    growth,
+    largest,
+    mean,
+    noise_acted,
+    outcome_moved_check,
+    overfit_check,
+    run_length_check,
+    total_end_norm,
+    total_norm,
+)
+from convergent.studies.langevin.null import joint_bounded_claim
+
+DESIGN = 6
+TARGETS = {"attention": "W_Q and W_K", "lora": "the LoRA factors A and B"}
+
+
+def _per_seed_worst(values: Sequence[Sequence[float]]) -> list[float]:
+    """Per seed, the worst (largest) over the penalties: the claim is about every one."""
+    return [largest(seed) for seed in zip(*values, strict=True)]
+
+
+def grows_claim(experiment: Experiment, temperature: str, threshold: float, noisy: Check) -> Claim:
+    """Claim 2: without a regularizer the total norm ends ``threshold`` above its start."""
+    records = experiment.records(temperature, "none")
+    s = experiment.temperatures[temperature]
+    ends = [total_end_norm(r) for r in records]
+    predicted = [
+        diffusion_radius(
+            total_norm(r["trace"][0]["norms"]),
+            sum(int(n) for n in r["numel"].values()),
+            s,
+            time=number(r["steps"]) * experiment.lr,
+        )
+        for r in records
+    ]
+    ratios = [end / p for end, p in zip(ends, predicted, strict=True)]
+    return claim_from_seeds(
+        f"{experiment.name}: without a regularizer, the norms of {experiment.what} grow "
+        f"(here: {experiment.where(temperature)}, the total norm of the targeted matrices ends "
+        f"at least {format_percent(threshold)} above its start)",
+        [growth(r) for r in records],
+        at_least(threshold),
+        unit="relative growth of the total norm without regularizer (end / start - 1)",
+        checks=[noisy],
+        evidence=f"Mean total end norm {format_number(mean(ends))} against "
+        f"{format_number(mean(predicted))} from pure diffusion, sqrt(start^2 + numel s t) "
+        f"(observed / predicted, mean over seeds, {format_number(mean(ratios))}; near 1 the "
+        "growth is the noise's alone; reported, not a criterion).",
+        extra={"observed_over_diffusion": ratios},
+    )
+
+
+def relative_gap_trends(experiment: Experiment, temperature: str, variant: str) -> list[float]:
+    """`gap_trend` of ``variant`` over the seed's phase-1 test RMSE, one per seed: the gap
+    claims' scale, so that one margin serves both experiments."""
+    records = experiment.records(temperature, variant)
+    return [gap_trend(r) / p for r, p in zip(records, experiment.pretrained_test, strict=True)]
+
+
+def _gap_evidence(experiment: Experiment, temperature: str) -> str:
+    trends = ", ".join(
+        f"{v} {mean(relative_gap_trends(experiment, temperature, v)):+.2%}"
+        for v in experiment.variants
+        if experiment.has(temperature, v)
+    )
+    return (
+        f"Mean gap trend over phase 2 (least-squares change) / phase-1 test RMSE: {trends}; "
+        f"phase-1 test RMSE, mean over seeds, {format_number(mean(experiment.pretrained_test))}."
+    )
+
+
+def gap_bounded_claim(
+    experiment: Experiment, temperature: str, margin: float, checks: Sequence[Check]
+) -> Claim:
+    """Claim 3: with log and with power the gap's trend stays below ``margin`` of the phase-1
+    test RMSE."""
+    trends = [
+        relative_gap_trends(experiment, temperature, p) for p in experiment.penalties(temperature)
+    ]
+    return claim_from_seeds(
+        f"{experiment.name}: with a light log or power regularizer, the generalization gap does "
+        f"not creep up (here: {experiment.where(temperature)}, its least-squares trend over "
+        f"phase 2 stays below {format_percent(margin)} of the phase-1 test RMSE with log and with "
+        "power)",
+        _per_seed_worst(trends),
+        at_most(margin),
+        unit="gap trend / phase-1 test RMSE (the larger of log and power)",
+        checks=checks,
+        evidence=_gap_evidence(experiment, temperature),
+    )
+
+
+def gap_creeps_claim(
+    experiment: Experiment, temperature: str, margin: float, checks: Sequence[Check]
+) -> Claim:
+    """Claim 4: without a regularizer the gap's trend reaches ``margin`` of the phase-1 test
+    RMSE."""
+    return claim_from_seeds(
+        f"{experiment.name}: without a regularizer, the generalization gap creeps up (here: "
+        f"{experiment.where(temperature)}, its least-squares trend over phase 2 is at least "
+        f"{format_percent(margin)} of the phase-1 test RMSE)",
+        relative_gap_trends(experiment, temperature, "none"),
+        at_least(margin),
+        unit="gap trend / phase-1 test RMSE without regularizer",
+        checks=checks,
+        evidence=_gap_evidence(experiment, temperature),
+    )
+
+
+def not_worse_claim(
+    experiment: Experiment,
+    temperature: str,
+    margin: float,
+    labels_std: float,
+    checks: Sequence[Check],
+) -> Claim:
+    """Claim 5 (one-sided): with log or power the final test RMSE is at most ``margin`` above
+    the unregularized run's, paired by seed."""
+    finals = {
+        v: [final(r, "test_rmse") for r in experiment.records(temperature, v)]
+        for v in experiment.variants
+        if experiment.has(temperature, v)
+    }
+    excess = {
+        p: [(f - n) / n for f, n in zip(finals[p], finals["none"], strict=True)]
+        for p in experiment.penalties(temperature)
+    }
+    shown = ", ".join(
+        f"{v} {format_number(mean(f))} ({format_number(mean(f) * labels_std)} raw)"
+        for v, f in finals.items()
+    )
+    return claim_from_seeds(
+        f"{experiment.name}: prediction accuracy is about the same with or without a "
+        f"regularizer (here: one-sided, {experiment.where(temperature)}, the final test RMSE "
+        f"with log or power at most {format_percent(margin)} above the unregularized run's)",
+        _per_seed_worst(list(excess.values())),
+        at_most(margin),
+        unit="relative excess of the final test RMSE over none's (the larger of log and power)",
+        checks=checks,
+        evidence=f"Mean final test RMSE, standardized (raw units): {shown}.",
+        paired=True,
+        extra={"relative_difference": excess},
+    )
+
+
+def experiment_claims(
+    experiment: Experiment, config: Mapping[str, Any], data: Mapping[str, Any]
+) -> list[Claim]:
+    """Claims 1-5 of one experiment, leaving out those whose variant or temperature is missing."""
+    bound = str(config["bound_temperature"])
+    overfit = overfit_check(data)
+    claims: list[Claim] = []
+    if experiment.penalties(bound):
+        checks = [
+            run_length_check(experiment, bound, number(config["relaxation_multiple"])),
+            acted_check(experiment, bound),
+            noise_acted(experiment, bound),
+        ]
+        tolerance = number(config["bound_tolerance"])
+        claims.append(joint_bounded_claim(experiment, bound, tolerance, checks))
+    if experiment.has(bound, "none"):
+        growth_threshold = number(config["growth_threshold"])
+        claims.append(
+            grows_claim(experiment, bound, growth_threshold, noise_acted(experiment, bound))
+        )
+    for temperature in config["claim_temperatures"]:
+        claims.extend(gap_and_accuracy_claims(experiment, str(temperature), config, data, overfit))
+    return claims
+
+
+def gap_and_accuracy_claims(
+    experiment: Experiment,
+    temperature: str,
+    config: Mapping[str, Any],
+    data: Mapping[str, Any],
+    overfit: Check,
+) -> list[Claim]:
+    """Claims 3-5 at one temperature. They are about Langevin training: where its noise does
+    not act or does not change the outcome, the run is plain SGD and they are untested."""
+    margin = number(config["gap_margin"])
+
+    def outcome_checks(variants: Sequence[str], gap: bool) -> list[Check]:
+        checks = [
+            outcome_moved_check(experiment, temperature, variants, number(config["outcome_moved"]))
+        ]
+        if gap:
+            checks.append(
+                fit_kept_check(experiment, temperature, variants, number(config["fit_kept"]))
+            )
+        return checks
+
+    penalties = experiment.penalties(temperature)
+    has_none = experiment.has(temperature, "none")
+    claims: list[Claim] = []
+    if penalties:
+        checks = [
+            overfit,
+            acted_check(experiment, temperature),
+            noise_acted(experiment, temperature),
+            *outcome_checks(penalties, gap=True),
+        ]
+        claims.append(gap_bounded_claim(experiment, temperature, margin, checks))
+    if has_none:
+        checks = [overfit, noise_acted(experiment, temperature), *outcome_checks(["none"], True)]
+        claims.append(gap_creeps_claim(experiment, temperature, margin, checks))
+    if penalties and has_none:
+        acted = acted_check(experiment, temperature)
+        claims.append(
+            not_worse_claim(
+                experiment,
+                temperature,
+                number(config["accuracy_margin"]),
+                number(data["labels_std"]),
+                [acted, *outcome_checks(["none", *penalties], gap=False)],
+            )
+        )
+    return claims
+
+
+def experiments(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Experiment]:
+    """The experiments that ran, in `TARGETS` order."""
+    temperatures = {name: number(s) for name, s in data["temperatures"].items()}
+    return [
+        Experiment(
+            name,
+            what,
+            data["runs"][name],
+            list(config["variants"]),
+            temperatures,
+            number(config["langevin_lr"]),
+        )
+        for name, what in TARGETS.items()
+        if data["runs"].get(name)
+    ]
+
+
+def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
+    """Every claim from ``results["config"]`` and ``results["data"]`` (JSON) alone.
+
+    Raises:
+        ValueError: for the payload of another design (its claims are stored beside it in
+            ``docs/results/langevin-full/history/``).
+    """
+    config, data = results["config"], results["data"]
+    check_design("langevin", data.get("design"), DESIGN)
+    return [
+        claim for e in experiments(config, data) for claim in experiment_claims(e, config, data)
+    ]

@@ -1,0 +1,30 @@
+"""Study ``residual``: linear convergence of GD on a one-layer Transformer, and residuals at depth.
+
+Paper: Qin, Zhou and Zhu (2025), on the convergence of gradient descent for Transformers with
+residual connections. Claims checked here, in the theorem's form and in each step-size regime:
+
+1. Full-batch GD on a one-layer Transformer with residual connections converges linearly:
+   after a stated transient the loss stays under a geometric bound.
+2. Convergence speeds up as the residual coefficient beta goes from 0 to 1 (the log-slope of
+   the loss over a loss band common to every beta).
+3. The rate is governed by sigma_min^2 / sigma_max^2 of the attention output (a lower bound
+   proportional to it).
+4. Residuals keep sigma_min away from zero where softmax collapses rank.
+5. With depth (2, 6, 10 layers) the advantage of residuals grows.
+
+Parts: (a), claims 1-4, full-batch GD on weather-hourly in fixed step-size regimes and in a
+regime with each beta's step size tuned on selection seeds; (b), claim 5, MiniLM cut or
+extended to a depth on rt-sentences. Modules: `config` (settings and modes), `models`, `runs`
+(one unit's training and measurements), `study` (the run), `measures` and `claims` (scored from
+the stored data alone), `report`. Every (regime, seed, beta) and (seed, depth, beta) run is a
+resumable unit.
+Usage: ``run(Config.for_mode("quick"), out_dir)``; ``convergent reproduce residual`` calls it.
+"""
+
+from __future__ import annotations
+
+from convergent.studies.residual.claims import DESIGN, claims_from_results
+from convergent.studies.residual.config import Config
+from convergent.studies.residual.study import run
+
+__all__ = ["DESIGN", "Config", "claims_from_results", "run"]

@@ -1,0 +1,35 @@
+"""Study ``sparsity``: does HORST train weights that survive pruning (Jacobs, Jain, Burkholz, 2026)?
+
+Claims: at 90 % sparsity HORST keeps more top-1 accuracy than AdamW and than HAM, loses at most
+half of AdamW's accuracy at 80-90 %, concentrates its weights near zero, and a HORST-trained
+character language model survives one-shot pruning better than an AdamW-trained one. Each
+optimizer's equal-size grid is selected on validation with the selection seed; the selected
+configurations are scored on test from disjoint final seeds.
+
+Parts: ``config`` (the settings, the modes as data, the selection rules), ``models`` (the ViT on
+Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit: training with
+AC/DC or densely, pruning, measuring), ``study`` (the selection and final runs of both parts),
+``claims`` (the current design's scorer), ``report`` (tables, notes, figures) and ``pilot``
+(the regime pilot behind the full mode's ViT, on validation with AdamW alone).
+"""
+
+from __future__ import annotations
+
+from convergent.studies.sparsity.claims import DESIGN, claims_from_results
+from convergent.studies.sparsity.config import PRESETS, Config
+from convergent.studies.sparsity.models import language_model, subset, vision_model
+from convergent.studies.sparsity.pilot import run_pilot
+from convergent.studies.sparsity.study import pruned_score_of_good_dense, run
+
+__all__ = [
+    "DESIGN",
+    "PRESETS",
+    "Config",
+    "claims_from_results",
+    "language_model",
+    "pruned_score_of_good_dense",
+    "run",
+    "run_pilot",
+    "subset",
+    "vision_model",
+]

@@ -1,0 +1,137 @@
+"""The langevin claims at several temperatures, each gated by "the noise changed the outcome
+against s = 0" and "phase 2 kept the phase-1 fit", with answers worked out here on the
+synthetic payload (`langevin_payload`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from convergent.studies.langevin import claims_from_results
+from convergent.studies.langevin.measures import (
+    FIT_CHECK,
+    NOISE_CHECK,
+    OUTCOME_CHECK,
+    OVERFIT_CHECK,
+)
+from tests.studies.langevin_payload import (
+    MATRICES,
+    PHASE1_TRAIN,
+    SEEDS,
+    by_name,
+    final_test,
+    gap_rise,
+    payload,
+    pretrained_test,
+    shift_rmse,
+)
+
+CLAIM_TEMPERATURES = ("hot", "calibrated")
+
+
+def unmoved(fit_kept: float = 2.0) -> dict[str, Any]:
+    """The payload at two claim temperatures, every final RMSE the same as at s = 0."""
+    return payload(claim_temperatures=CLAIM_TEMPERATURES, moved=0.0, fit_kept=fit_kept)
+
+
+def shift_test_rmse(results: dict, temperature: str, variants: tuple[str, ...], by: float) -> None:
+    """Move every evaluation's train, validation and test RMSE of ``variants`` at
+    ``temperature`` by ``by`` x the seed's phase-1 test RMSE (the gap stays)."""
+    for experiment in MATRICES:
+        for run in results["data"]["runs"][experiment]:
+            shift_rmse(run, temperature, variants, by * pretrained_test(run["seed"]))
+
+
+def at(claims: list, temperature: str, experiment: str) -> dict[str, Any]:
+    """One experiment's claims at ``temperature`` (bounded and grows are at the hot one)."""
+    here = [c for c in claims if f"at the {temperature} temperature" in c.statement]
+    return by_name(here, experiment)
+
+
+def check(claim: Any, prefix: str) -> Any:
+    (found,) = [c for c in claim.checks if c.name.startswith(prefix)]
+    return found
+
+
+def final_train(variant: str, seed: int) -> float:
+    """The synthetic trace's train RMSE: test - gap, the gap at its end 0.1 + rise."""
+    return final_test(variant, seed) - (0.1 + gap_rise(variant, seed))
+
+
+def test_claims_at_every_claim_temperature_untested_where_the_noise_changed_nothing():
+    claims = claims_from_results(unmoved())
+    # bounded and grows once, then gap bounded, gap creeps and accuracy per claim temperature.
+    assert len(claims) == 2 * (2 + 3 * len(CLAIM_TEMPERATURES))
+    for experiment in MATRICES:
+        for temperature in CLAIM_TEMPERATURES:
+            named = at(claims, temperature, experiment)
+            gap_claims = ("gap bounded", "gap creeps", "accuracy")
+            assert set(gap_claims) <= set(named)
+            # Every temperature's final test RMSE is that of s = 0 in this payload.
+            for key in gap_claims:
+                moved = check(named[key], OUTCOME_CHECK)
+                assert moved.value == 0.0 and moved.passed is False
+                assert named[key].verdict == "untested"
+            assert [c.name for c in named["gap creeps"].checks] == [
+                OVERFIT_CHECK,
+                NOISE_CHECK,
+                f"{OUTCOME_CHECK} (none)",
+                f"{FIT_CHECK} (none)",
+            ]
+        # The bound and growth claims carry neither check and hold.
+        hot = at(claims, "hot", experiment)
+        assert hot["bounded"].verdict == "reproduced" and hot["grows"].verdict == "reproduced"
+        assert not any(c.name.startswith(OUTCOME_CHECK) for c in hot["bounded"].checks)
+
+
+def test_a_moved_outcome_passes_the_check_and_the_fit_check_reads_the_train_rmse():
+    results = unmoved(fit_kept=2.0)
+    shift_test_rmse(results, "calibrated", ("none", "log", "power"), 0.02)
+    claims = claims_from_results(results)
+    for experiment in MATRICES:
+        named = at(claims, "calibrated", experiment)
+        for key in ("gap bounded", "gap creeps", "accuracy"):
+            assert check(named[key], OUTCOME_CHECK).value == pytest.approx(0.02)
+        # Fit kept: the largest over the variants read of the final train RMSE over phase 1's.
+        shifted = {
+            v: [final_train(v, s) + 0.02 * pretrained_test(s) for s in SEEDS]
+            for v in ("none", "log", "power")
+        }
+        penalties = np.mean(
+            [max(shifted["log"][i], shifted["power"][i]) / PHASE1_TRAIN for i in range(3)]
+        )
+        fit = check(named["gap bounded"], FIT_CHECK)
+        assert fit.value == pytest.approx(penalties) and fit.passed
+        alone = check(named["gap creeps"], FIT_CHECK)
+        assert alone.value == pytest.approx(np.mean(shifted["none"]) / PHASE1_TRAIN)
+        # With every check passed these gap and accuracy claims hold.
+        assert named["gap bounded"].verdict == "reproduced"
+        assert named["gap creeps"].verdict == "reproduced"
+        assert named["accuracy"].verdict == "reproduced"
+        # The hot runs were not moved: their claims stay untested.
+        assert at(claims, "hot", experiment)["gap creeps"].verdict == "untested"
+
+
+def test_every_variant_a_claim_reads_must_have_moved_and_kept_its_fit():
+    results = unmoved(fit_kept=2.0)
+    shift_test_rmse(results, "calibrated", ("none",), 0.03)
+    claims = claims_from_results(results)
+    for experiment in MATRICES:
+        named = at(claims, "calibrated", experiment)
+        assert check(named["gap creeps"], OUTCOME_CHECK).value == pytest.approx(0.03)
+        assert named["gap creeps"].verdict == "reproduced"
+        # log and power did not move: the smallest over the variants read is 0.
+        for key in ("gap bounded", "accuracy"):
+            assert check(named[key], OUTCOME_CHECK).value == 0.0
+            assert named[key].verdict == "untested"
+    # A fit that got worse by more than the allowed multiple gates the gap claims only.
+    strict = unmoved(fit_kept=1.25)
+    shift_test_rmse(strict, "calibrated", ("none", "log", "power"), 0.02)
+    for experiment in MATRICES:
+        named = at(claims_from_results(strict), "calibrated", experiment)
+        assert check(named["gap creeps"], FIT_CHECK).value > 1.25
+        assert named["gap creeps"].verdict == "untested"
+        assert named["accuracy"].verdict == "reproduced"
+        assert not any(c.name.startswith(FIT_CHECK) for c in named["accuracy"].checks)

@@ -31,6 +31,10 @@ from convergent.cli import main
         (["data", "fetch", "nosuch"], "Unknown data source 'nosuch'"),
         (["diagnose", "/no/such/run", "--data", "digits"], "/no/such/run: the path does not exist"),
         (["prune", "/no/such/run"], "no run or checkpoint at /no/such/run"),
+        (
+            ["reproduce", "descent", "--pilot"],
+            "--pilot applies only to the sparsity study, got descent",
+        ),
     ],
 )
 def test_user_errors_are_one_sentence_without_traceback(argv, message, capsys, tmp_path):

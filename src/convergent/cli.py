@@ -301,6 +301,12 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
         help="run N final seeds (0, 1, ... skipping a study's selection seed) instead of the mode's own",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--pilot",
+        action="store_true",
+        help="sparsity only: run (or resume) its regime pilot on the validation split instead, "
+        "writing OUT/sparsity-pilot/pilot.json",
+    )
     parser.set_defaults(handler=_reproduce)
 
 
@@ -315,6 +321,8 @@ def _reproduce(arguments: argparse.Namespace) -> int:
             )
     if arguments.seeds is not None and arguments.seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
+    if arguments.pilot:
+        return _sparsity_pilot(names, arguments.out, not arguments.no_progress)
     results = []
     for name in names:
         print(f"{name} ({arguments.mode}): running, report into {arguments.out / name}", flush=True)
@@ -334,6 +342,23 @@ def _reproduce(arguments: argparse.Namespace) -> int:
         sys.stdout.flush()
     if len(results) > 1:
         print(f"index: {write_index(results, arguments.out)}")
+    return 0
+
+
+def _sparsity_pilot(names: list[str], out: Path, progress: bool) -> int:
+    import json
+
+    from convergent.io import write_text_atomically
+    from convergent.studies.framework import json_ready
+    from convergent.studies.sparsity import run_pilot
+
+    if names != ["sparsity"]:
+        raise UserError(f"--pilot applies only to the sparsity study, got {', '.join(names)}")
+    folder = out / "sparsity-pilot"
+    result = run_pilot(folder, log=print if progress else lambda line: None)
+    path = folder / "pilot.json"
+    write_text_atomically(path, json.dumps(json_ready(result), indent=2) + "\n")
+    print(f"sparsity pilot: {path} (chosen: {result['chosen']}, used: {result['used']})")
     return 0
 
 

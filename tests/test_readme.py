@@ -83,3 +83,52 @@ def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path):
     payload["notes"] = ["0 unit(s) reused from /somewhere/units, 8 computed."]
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
     assert "took 12 s on 2 CPU cores; the report" in results_section(tmp_path, tmp_path)
+
+
+def _claim(statement, verdict="reproduced", checks=()):
+    return {
+        "statement": statement,
+        "verdict": verdict,
+        "preview": False,
+        "effect": 0.25,
+        "unit": "u",
+        "interval": [0.125, 0.5],
+        "n": 5,
+        "threshold": {"text": ">= 0"},
+        "checks": list(checks),
+    }
+
+
+def test_the_compact_table_keeps_the_papers_words_and_names_what_left_a_claim_untested():
+    from convergent.studies.framework.common import compact_claim_rows
+
+    failed = {"name": "|a - b| / c (mean over seeds)", "value": 0.5, "required": ">= 1",
+              "passed": False}  # fmt: skip
+    passed = {"name": "other check", "value": 2.0, "required": ">= 1", "passed": True}
+    rows = compact_claim_rows(
+        [
+            _claim("X is about the same (here: one-sided, at the hot temperature, s = 2, more)."),
+            _claim(
+                "X is about the same (here: one-sided, at the warm temperature, s = 1, more).",
+                "untested",
+                [passed, failed],
+            ),
+            _claim("Y converges (lr 0.1, 20 steps; here: the bound holds)"),
+        ]
+    )
+    assert rows[2:] == [
+        "| X is about the same (at the hot temperature) | reproduced | 0.25 [0.125, 0.5] | 5 |",
+        r"| X is about the same (at the warm temperature) | untested (\|a - b\| / c) | "
+        "0.25 [0.125, 0.5] | 5 |",
+        "| Y converges (lr 0.1, 20 steps) | reproduced | 0.25 [0.125, 0.5] | 5 |",
+    ]
+
+
+def test_every_row_of_the_readme_results_has_four_cells():
+    import re
+
+    section = results_section(ROOT / "docs" / "results", relative_to=ROOT)
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows
+    for row in rows:
+        assert len(re.split(r"(?<!\\)\|", row)) == 6, row  # 4 cells between 5 bars

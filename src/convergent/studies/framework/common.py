@@ -131,6 +131,10 @@ VERDICT_LEGEND = (
 )
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", r"\|")  # a literal bar inside a markdown table cell
+
+
 def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
     """Markdown rows ``| claim | verdict | effect | 95 % interval | n | holds if | checks |``
     from JSON claim records (the ``claims`` list of ``results.json``)."""
@@ -151,8 +155,50 @@ def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
             or "none"
         )
         lines.append(
-            f"| {claim['statement']} | {verdict} | {format_number(claim['effect'])} {claim['unit']} | "
-            f"{shown} | {claim['n']} | {claim['threshold']['text']} | {checks} |"
+            f"| {_cell(claim['statement'])} | {verdict} | {format_number(claim['effect'])} "
+            f"{_cell(claim['unit'])} | {shown} | {claim['n']} | {claim['threshold']['text']} | "
+            f"{_cell(checks)} |"
+        )
+    return lines
+
+
+def short_claim(statement: str) -> tuple[str, str]:
+    """A claim's statement split into the paper's words and the ``here: ...`` rendering of
+    the test (empty when there is none)."""
+    for marker, closing in ((" (here: ", ""), ("; here: ", ")")):
+        if marker in statement:
+            head, _, here = statement.partition(marker)
+            return head + closing, here.rstrip(").")
+    return statement.rstrip("."), ""
+
+
+def _short_check(name: str) -> str:
+    return name.partition(" (")[0].rstrip(", ")
+
+
+def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows ``| claim | verdict | effect [95 % interval] | n |`` from JSON claim records:
+    the claim in the paper's words and, for an untested one, the checks that did not pass by
+    name (their values, thresholds and the test's exact form are in the study's report)."""
+    lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
+    heads = [short_claim(claim["statement"]) for claim in claims]
+    for claim, (head, here) in zip(claims, heads, strict=True):
+        others = [other.split(", ") for h, other in heads if h == head and other != here]
+        if others:  # claims of the same words told apart by the first clause that differs
+            clauses = here.split(", ")
+            differing = [
+                c for i, c in enumerate(clauses) if any(i >= len(o) or o[i] != c for o in others)
+            ]
+            head = f"{head} ({differing[0] if differing else here})"
+        verdict = claim["verdict"] + (" (preview)" if claim["preview"] else "")
+        if claim["verdict"] == "untested":
+            failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
+            verdict += " (" + "; ".join(dict.fromkeys(failed)) + ")"
+        interval = claim["interval"]
+        shown = format_interval(None if interval is None else (interval[0], interval[1]))
+        lines.append(
+            f"| {_cell(head)} | {_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
+            f"{claim['n']} |"
         )
     return lines
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from convergent.studies import get_study, study_summary
+from convergent.studies.framework import Sentence, misstated_verdicts, named_verdicts
 from convergent.studies.framework.claims import PREVIEW_BELOW, VERDICTS
 from convergent.studies.framework.readme import (
     END,
@@ -23,7 +25,7 @@ REQUIRED = {"statement", "verdict", "preview", "effect", "threshold", "interval"
 
 def test_readme_results_section_matches_the_committed_results(monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert update_readme("README.md", "docs/results", check=True), (
+    assert update_readme("README.md", "docs/results", check=True, summarize=study_summary), (
         "README.md's results section differs from docs/results/*/results.json; regenerate it "
         "with: convergent report docs/results --readme README.md"
     )
@@ -132,3 +134,27 @@ def test_every_row_of_the_readme_results_has_four_cells():
     assert rows
     for row in rows:
         assert len(re.split(r"(?<!\\)\|", row)) == 6, row  # 4 cells between 5 bars
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
+def test_each_summary_states_only_verdicts_the_results_hold(path):
+    payload = json.loads(path.read_text())
+    sentences = study_summary(payload)
+    assert misstated_verdicts(sentences, payload) == []
+    if hasattr(get_study(payload["name"]), "summary"):
+        assert 3 <= len(sentences) <= 5
+
+
+def test_a_misstated_or_undeclared_verdict_is_caught():
+    payload = {"claims": [_claim("X holds"), _claim("Y holds", "untested")]}
+    assert named_verdicts("X is not reproduced, Y reproduced") == ["not reproduced", "reproduced"]
+    right = Sentence("X held (reproduced).", {"X holds": "reproduced"})
+    assert misstated_verdicts([right], payload) == []
+    wrong = Sentence("Y held (reproduced).", {"Y holds": "reproduced"})
+    assert misstated_verdicts([wrong], payload) == [
+        "'Y held (reproduced).' says 'Y holds' is reproduced, results: untested"
+    ]
+    undeclared = Sentence("Y is untested.", {})
+    assert misstated_verdicts([undeclared], payload) == [
+        "'Y is untested.' names ['untested'] without declaring it"
+    ]

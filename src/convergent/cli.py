@@ -388,7 +388,7 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
 
 
 def _report(arguments: argparse.Namespace) -> int:
-    from convergent.studies import rescore
+    from convergent.studies import rescore, study_summary
     from convergent.studies.framework.readme import results_section, update_readme
 
     if not arguments.folder.is_dir():
@@ -400,9 +400,11 @@ def _report(arguments: argparse.Namespace) -> int:
             result = rescore(path.parent)
             print(f"re-scored {path.parent}: {len(result.claims)} claims")
     if arguments.readme is None:
-        print(results_section(arguments.folder), end="")
+        print(results_section(arguments.folder, summarize=study_summary), end="")
         return 0
-    current = update_readme(arguments.readme, arguments.folder, check=arguments.check)
+    current = update_readme(
+        arguments.readme, arguments.folder, check=arguments.check, summarize=study_summary
+    )
     if arguments.check:
         state = "up to date" if current else "out of date; run without --check to rewrite it"
         print(f"{arguments.readme}: results section {state}")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from convergent.studies.framework import (
     MODES,
@@ -30,6 +32,7 @@ from convergent.studies.framework import (
     results_payload,
     write_study,
 )
+from convergent.studies.framework.summary import Sentence
 
 # name -> module; a study is listed here once it exists.
 STUDIES: dict[str, str] = {
@@ -64,6 +67,13 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     return config
 
 
+def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The plain summary of a study's results (``results.json``): its module's
+    ``summary(payload)``, or none for a study that writes none."""
+    summarize = getattr(get_study(payload["name"]), "summary", None)
+    return list(summarize(payload)) if summarize else []
+
+
 def run_study(
     name: str, mode: str, out_dir: str | Path, progress: bool = True, seeds: int | None = None
 ) -> StudyResult:
@@ -83,7 +93,8 @@ def run_study(
     started = time.perf_counter()
     result: StudyResult = module.run(config, folder, progress=progress)
     result.seconds = result.seconds or time.perf_counter() - started
-    write_study(result, folder)
+    summary = study_summary(results_payload(result))
+    write_study(result, folder, [sentence.text for sentence in summary])
     return result
 
 
@@ -99,7 +110,8 @@ def rescore(folder: str | Path) -> StudyResult:
         # Written before tuning records existed: rebuild them from the stored grid scores.
         result.tuning = module.tuning_from_results(payload)
     result.claims = list(module.claims_from_results(payload))
-    write_study(result, folder)
+    summary = study_summary(results_payload(result))
+    write_study(result, folder, [sentence.text for sentence in summary])
     return result
 
 
@@ -141,6 +153,7 @@ __all__ = [
     "rescore",
     "run_study",
     "study_config",
+    "study_summary",
     "write_index",
     "write_study",
 ]

@@ -34,6 +34,7 @@ from convergent.studies.framework.common import (
     VERDICT_LEGEND,
     StudyResult,
     check_mode,
+    claim_names,
     claim_rows,
     finish,
     json_ready,
@@ -42,6 +43,13 @@ from convergent.studies.framework.common import (
     results_payload,
     tuning_lines,
     write_study,
+)
+from convergent.studies.framework.summary import (
+    Sentence,
+    claims_by_name,
+    misstated_verdicts,
+    named_verdicts,
+    verdict_of,
 )
 from convergent.studies.framework.tuning import Tuning, TuningData, edge_note, grid_points, tune
 from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
@@ -53,6 +61,7 @@ __all__ = [
     "VERDICT_LEGEND",
     "Check",
     "Claim",
+    "Sentence",
     "StudyResult",
     "Threshold",
     "Tuning",
@@ -63,7 +72,9 @@ __all__ = [
     "check_design",
     "check_mode",
     "claim_from_seeds",
+    "claim_names",
     "claim_rows",
+    "claims_by_name",
     "decide",
     "edge_note",
     "finish",
@@ -75,6 +86,8 @@ __all__ = [
     "grid_points",
     "json_ready",
     "load_study",
+    "misstated_verdicts",
+    "named_verdicts",
     "not_measured",
     "numerics_fingerprint",
     "render_markdown",
@@ -85,6 +98,7 @@ __all__ = [
     "tune",
     "tuning_lines",
     "unit_session",
+    "verdict_of",
     "within",
     "write_study",
 ]

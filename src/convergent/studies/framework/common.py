@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -176,20 +177,30 @@ def _short_check(name: str) -> str:
     return name.partition(" (")[0].rstrip(", ")
 
 
-def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
-    """Markdown rows ``| claim | verdict | effect [95 % interval] | n |`` from JSON claim records:
-    the claim in the paper's words and, for an untested one, the checks that did not pass by
-    name (their values, thresholds and the test's exact form are in the study's report)."""
-    lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
+def claim_names(claims: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each claim's name for a reader: its statement in the paper's words (`short_claim`);
+    claims of the same words (e.g. one per temperature) are told apart by the first clause of
+    their test that differs."""
     heads = [short_claim(claim["statement"]) for claim in claims]
-    for claim, (head, here) in zip(claims, heads, strict=True):
+    names = []
+    for head, here in heads:
         others = [other.split(", ") for h, other in heads if h == head and other != here]
-        if others:  # claims of the same words told apart by the first clause that differs
+        if others:
             clauses = here.split(", ")
             differing = [
                 c for i, c in enumerate(clauses) if any(i >= len(o) or o[i] != c for o in others)
             ]
             head = f"{head} ({differing[0] if differing else here})"
+        names.append(head)
+    return names
+
+
+def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows ``| claim | verdict | effect [95 % interval] | n |`` from JSON claim records:
+    the claim's name (`claim_names`) and, for an untested one, the checks that did not pass by
+    name (their values, thresholds and the test's exact form are in the study's report)."""
+    lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
+    for claim, name in zip(claims, claim_names(claims), strict=True):
         verdict = claim["verdict"] + (" (preview)" if claim["preview"] else "")
         if claim["verdict"] == "untested":
             failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
@@ -197,7 +208,7 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
         interval = claim["interval"]
         shown = format_interval(None if interval is None else (interval[0], interval[1]))
         lines.append(
-            f"| {_cell(head)} | {_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
+            f"| {_cell(name)} | {_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
             f"{claim['n']} |"
         )
     return lines
@@ -245,11 +256,13 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(result: StudyResult) -> str:
-    """The study's ``report.md``."""
+def render_markdown(result: StudyResult, summary: Sequence[str] = ()) -> str:
+    """The study's ``report.md``, opening with its plain ``summary`` sentences."""
     from convergent.report import markdown_table
 
     lines = [f"# Study `{result.name}` ({result.mode} mode)", ""]
+    if summary:
+        lines += [" ".join(summary), ""]
     if result.claims:
         records = [claim.to_json() for claim in result.claims]
         lines += ["## Claims", "", VERDICT_LEGEND, "", *claim_rows(records), ""]
@@ -288,14 +301,15 @@ def results_payload(result: StudyResult) -> dict[str, Any]:
     }
 
 
-def write_study(result: StudyResult, out_dir: str | Path) -> Path:
-    """Write ``report.md`` and ``results.json`` into ``out_dir``; returns the report path."""
+def write_study(result: StudyResult, out_dir: str | Path, summary: Sequence[str] = ()) -> Path:
+    """Write ``report.md`` (opening with the ``summary`` sentences) and ``results.json`` into
+    ``out_dir``; returns the report path."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     payload = results_payload(result)
     write_text_atomically(folder / "results.json", json.dumps(payload, indent=2) + "\n")
     report = folder / "report.md"
-    write_text_atomically(report, render_markdown(result))
+    write_text_atomically(report, render_markdown(result, summary))
     return report
 
 

@@ -23,7 +23,15 @@ STUDIES = SOURCE / "studies"
 FRAMEWORK = "convergent.studies.framework"
 STUDY_FILES = {"__init__.py", "config.py", "study.py", "runs.py", "claims.py", "report.py"}
 # A study sub-package may add modules for a distinct procedure, named by its role.
-EXTRA_STUDY_FILES = {"pilot.py", "null.py", "models.py", "measures.py", "plots.py", "checks.py"}
+EXTRA_STUDY_FILES = {
+    "pilot.py",
+    "null.py",
+    "models.py",
+    "measures.py",
+    "plots.py",
+    "checks.py",
+    "summary.py",
+}
 
 
 def study_names() -> list[str]:

@@ -12,8 +12,8 @@ selected points from every final seed and score them once on test; every constra
 records its multipliers and slacks over training, the manipulation check of every claim.
 Modules: ``config`` (settings, grids, modes), ``study`` (the run and the selection rule),
 ``runs`` (one unit: data, training, measuring), ``models``, ``measures``, ``claims`` (the
-current design's scorer) and ``report``. Run with ``convergent reproduce descent --mode
-quick`` (or ``smoke``, ``full``).
+current design's scorer), ``report`` and ``summary`` (the plain sentences opening the
+report). Run with ``convergent reproduce descent --mode quick`` (or ``smoke``, ``full``).
 """
 
 from __future__ import annotations
@@ -21,5 +21,6 @@ from __future__ import annotations
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import Config
 from convergent.studies.descent.study import run
+from convergent.studies.descent.summary import summary
 
-__all__ = ["DESIGN", "Config", "claims_from_results", "run"]
+__all__ = ["DESIGN", "Config", "claims_from_results", "run", "summary"]

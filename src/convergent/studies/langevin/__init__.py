@@ -23,7 +23,8 @@ the same either way. The study tests those claims on generated Darcy flow (``dar
    whether phase 2 kept the phase-1 fit (`measures`).
 
 The claims and their checks are scored from the stored traces alone (`claims`); the tables,
-notes and figures are in `report` and `plots`.
+notes and figures are in `report` and `plots`; the plain sentences that open the report, from
+the verdicts, in `summary`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from convergent.studies.langevin.measures import Bound, bound_of
 from convergent.studies.langevin.null import NULL_SEED_OFFSET, joint_excess, null_runs
 from convergent.studies.langevin.runs import gradient_rms
 from convergent.studies.langevin.study import run
+from convergent.studies.langevin.summary import summary
 
 __all__ = [
     "DESIGN",
@@ -47,4 +49,5 @@ __all__ = [
     "joint_excess",
     "null_runs",
     "run",
+    "summary",
 ]

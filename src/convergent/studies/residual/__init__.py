@@ -16,8 +16,8 @@ Parts: (a), claims 1-4, full-batch GD on weather-hourly in fixed step-size regim
 regime with each beta's step size tuned on selection seeds; (b), claim 5, MiniLM cut or
 extended to a depth on rt-sentences. Modules: `config` (settings and modes), `models`, `runs`
 (one unit's training and measurements), `study` (the run), `measures` and `claims` (scored from
-the stored data alone), `report`. Every (regime, seed, beta) and (seed, depth, beta) run is a
-resumable unit.
+the stored data alone), `report`, `summary` (the plain sentences a user reads first). Every
+(regime, seed, beta) and (seed, depth, beta) run is a resumable unit.
 Usage: ``run(Config.for_mode("quick"), out_dir)``; ``convergent reproduce residual`` calls it.
 """
 
@@ -26,5 +26,6 @@ from __future__ import annotations
 from convergent.studies.residual.claims import DESIGN, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.study import run
+from convergent.studies.residual.summary import summary
 
-__all__ = ["DESIGN", "Config", "claims_from_results", "run"]
+__all__ = ["DESIGN", "Config", "claims_from_results", "run", "summary"]

@@ -9,8 +9,9 @@ configurations are scored on test from disjoint final seeds.
 Parts: ``config`` (the settings, the modes as data, the selection rules), ``models`` (the ViT on
 Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit: training with
 AC/DC or densely, pruning, measuring), ``study`` (the selection and final runs of both parts),
-``claims`` (the current design's scorer), ``report`` (tables, notes, figures) and ``pilot``
-(the regime pilot behind the full mode's ViT, on validation with AdamW alone).
+``claims`` (the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the
+plain sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the
+full mode's ViT, on validation with AdamW alone).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from convergent.studies.sparsity.config import PRESETS, Config
 from convergent.studies.sparsity.models import language_model, subset, vision_model
 from convergent.studies.sparsity.pilot import run_pilot
 from convergent.studies.sparsity.study import pruned_score_of_good_dense, run
+from convergent.studies.sparsity.summary import summary
 
 __all__ = [
     "DESIGN",
@@ -31,5 +33,6 @@ __all__ = [
     "run",
     "run_pilot",
     "subset",
+    "summary",
     "vision_model",
 ]

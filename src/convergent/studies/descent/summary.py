@@ -1,0 +1,327 @@
+"""The plain summary of the ``descent`` study: what a user can take from its verdicts.
+
+Every sentence is written from a ``results.json`` payload: the verdicts (`verdict_of`), the
+claims' effects, intervals and manipulation checks, the selected points (``data``) and the
+tuning grids, so a rescored or re-run result rewrites its own summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from convergent.studies.framework import Sentence, claims_by_name, verdict_of
+
+CLEAN_PAPER = "(a) Clean accuracy within 0.3 point of ERM, the paper's figure"
+CLEAN = "(a) Clean accuracy within 1 point of ERM"
+SHIFT_PREFIX = "(a) Under "
+TEXT_MONOTONE = (
+    "(a) Descent-constrained training gives per-layer losses that fall monotonically across "
+    "layers where ERM's do not"
+)
+VIDEO_NOISE = (
+    "(b) Under noise beyond the training level (>= 2x) the constrained denoiser has lower test "
+    "RMSE than ERM"
+)
+VIDEO_MONOTONE = "(b)" + TEXT_MONOTONE[3:]
+# The shift a robustness claim names (its word after "Under"), in a user's words.
+SHIFTS = {
+    "gaussian": "Gaussian embedding noise",
+    "uniform": "uniform embedding noise",
+    "discrete": "random token swaps",
+    "typos": "typos",
+    "word dropout": "word dropout",
+}
+# The manipulation checks that say whether the constraints bound, by how their names start.
+PEAK_CHECK = "largest multiplier"
+ACTIVE_CHECK = "share of training steps"
+BUMP_CHECK = "share of ERM seeds"
+MAX_TEST_SIZE = 100_000  # accuracies are read as exact shares of a test set at most this large
+
+Claim = Mapping[str, Any]
+
+
+def _join(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _points(value: float) -> str:
+    """An accuracy difference (a fraction) in signed percentage points."""
+    return f"{100 * value:+.1f}"
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.0f} %"
+
+
+def _floor(check: Mapping[str, Any]) -> float:
+    """The number in a check's requirement (``">= 0.1"`` gives 0.1)."""
+    return float(str(check["required"]).split()[-1])
+
+
+def _check(claim: Claim, start: str) -> Mapping[str, Any]:
+    return next(check for check in claim["checks"] if check["name"].startswith(start))
+
+
+def _strength(point: Mapping[str, Any]) -> str:
+    """A selected constrained point in a user's terms."""
+    cost = point["resilient_cost"]
+    slack = "hard, no slack" if cost is None else f"slack allowed at cost c = {cost:g}"
+    return (
+        f"alpha = {point['alpha']:g}, each layer to cut the loss by {_percent(point['alpha'])}; "
+        f"{slack}"
+    )
+
+
+def _binding(claim: Claim) -> tuple[bool, str]:
+    """Whether the constraints bound in every seed (the claim's manipulation checks), and the
+    measured multiplier and active share in words."""
+    peak, active = _check(claim, PEAK_CHECK), _check(claim, ACTIVE_CHECK)
+    if peak["value"] is None or active["value"] is None:
+        return False, "a seed recorded no multiplier"
+    if peak["passed"] and active["passed"]:
+        steps = (
+            "every training step"
+            if active["value"] >= 1
+            else f"at least {_percent(active['value'])} of training steps"
+        )
+        return True, (
+            f"lambda reached at least {peak['value']:.2g} in every seed, and some lambda was "
+            f"positive in {steps}"
+        )
+    return False, (
+        f"the largest lambda was as low as {peak['value']:.2g}, where the check needs "
+        f"{_floor(peak):g}, and some lambda was positive in as few as "
+        f"{_percent(active['value'])} of training steps, where it needs "
+        f"{_percent(_floor(active))}"
+    )
+
+
+def _test_sentences(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> int | None:
+    """The test-set size behind the clean accuracies (each a share of the same test set, so
+    their common denominator), or None when they are not exact shares of one."""
+    accuracies = [float(record["clean"]) for records in runs.values() for record in records]
+    shares = [Fraction(value).limit_denominator(MAX_TEST_SIZE) for value in accuracies]
+    if not shares or any(abs(s - a) > 1e-12 for s, a in zip(shares, accuracies, strict=True)):
+        return None
+    size = math.lcm(*(share.denominator for share in shares))
+    return size if 1 < size <= MAX_TEST_SIZE else None
+
+
+def _ruled_out(payload: Mapping[str, Any], part: str) -> list[float]:
+    """The alphas whose every constrained grid point the tuning of ``part`` ruled out (no
+    validation score: outside its accuracy filter)."""
+    record = next(
+        methods["constrained"] for key, methods in payload["tuning"].items() if key.startswith(part)
+    )
+    points = record["points"]
+    alphas = dict.fromkeys(point["alpha"] for point in points)
+    return [
+        alpha
+        for alpha in alphas
+        if all(point["validation"] is None for point in points if point["alpha"] == alpha)
+    ]
+
+
+def _scale(payload: Mapping[str, Any]) -> Sentence:
+    config, data = payload["config"], payload["data"]
+    layers = config.get("text_layers")
+    model = "MiniLM-L6" if layers is None else f"MiniLM-L6 cut to {layers} layers"
+    sentences = _test_sentences(data["text"]["runs"])
+    test = f", {sentences:,} test sentences" if sentences else ""
+    grids = {
+        len(record["points"]) for part in payload["tuning"].values() for record in part.values()
+    }
+    grid = f" on equal {grids.pop()}-point grids" if len(grids) == 1 else ""
+    return Sentence(
+        "We compared layer-wise descent constraints (each layer must cut the loss by a fraction "
+        "alpha of the previous layer's, enforced by one multiplier lambda per layer learned "
+        f"during training) with plain training (ERM) on {model} for rt-sentences sentiment "
+        f"({config['text_steps']} training steps{test}) and on an "
+        f"{config['denoiser_layers']}-layer Transformer denoiser for {config['video_frames']} "
+        f"street-video frames, each method tuned{grid} on validation data and retrained from "
+        f"{len(config['seeds'])} seeds."
+    )
+
+
+SHIFT_VERDICTS = {
+    "reproduced": "at least {gain} more accurate under {shifts} (reproduced)",
+    "not reproduced": "not {gain} more accurate under {shifts} (not reproduced)",
+    "inconclusive": "not shown either way under {shifts} (inconclusive)",
+    "untested": "untested under {shifts}, since the constraints did not act",
+}
+
+
+def _robustness(payload: Mapping[str, Any]) -> Sentence:
+    claims = claims_by_name(payload)
+    names = [name for name in claims if name.startswith(SHIFT_PREFIX)]
+    verdicts = {name: verdict_of(payload, name) for name in names}
+    bound, measured = _binding(claims[CLEAN_PAPER])
+    selected = _strength(payload["data"]["text"]["selected"]["constrained"])
+    effects = [float(claims[name]["effect"]) for name in names]
+    by_verdict: dict[str, list[str]] = {}
+    for name in names:
+        shift = name[len(SHIFT_PREFIX) :].split(" the constrained")[0]
+        by_verdict.setdefault(verdicts[name], []).append(SHIFTS.get(shift, shift))
+    gain = f"{100 * float(claims[names[0]]['threshold']['value']):g} point"
+    outcome = "; ".join(
+        SHIFT_VERDICTS[v].format(gain=gain, shifts=_join(s)) for v, s in by_verdict.items()
+    )
+    counts = {len(gammas) for gammas in payload["data"]["text"]["levels"].values()}
+    levels = (
+        f"averaged over {counts.pop()} strengths of each shift" if len(counts) == 1 else "averaged"
+    )
+    if "reproduced" in by_verdict:
+        advice = f"where you expect {_join(by_verdict['reproduced'])} at test time, try them"
+    elif set(by_verdict) == {"untested"}:
+        advice = "whether they help is unknown"
+    elif "inconclusive" in by_verdict:
+        advice = "no gain was resolved, and plain ERM remains the simpler choice at this scale"
+    else:
+        advice = (
+            "at this scale the constraints bought no robustness, and plain ERM is the simpler "
+            "choice"
+        )
+    return Sentence(
+        f"On text the selected constraints ({selected}) {'did' if bound else 'barely'} bind "
+        f"({measured}), and against ERM the constrained model's accuracy under shifted inputs "
+        f"changed by {_points(min(effects))} to {_points(max(effects))} points ({levels}; the "
+        f"claim, as tested: a gain of at least {gain}): it was {outcome}, so {advice}.",
+        verdicts,
+    )
+
+
+CLEAN_VERDICTS = {
+    "reproduced": "stays within {} (reproduced)",
+    "not reproduced": "falls short of {} (not reproduced)",
+    "inconclusive": "leaves {} inconclusive",
+    "untested": "leaves {} untested, since the constraints did not act",
+}
+
+
+def _clean(payload: Mapping[str, Any]) -> Sentence:
+    claims = claims_by_name(payload)
+    paper = claims[CLEAN_PAPER]
+    margins = {
+        CLEAN_PAPER: f"the paper's {-100 * paper['threshold']['value']:.1g}-point margin",
+        CLEAN: f"a {-100 * claims[CLEAN]['threshold']['value']:.1g}-point margin",
+    }
+    verdicts = {name: verdict_of(payload, name) for name in margins}
+    by_verdict: dict[str, list[str]] = {}
+    for name, margin in margins.items():
+        by_verdict.setdefault(verdicts[name], []).append(margin)
+    outcome = "; it ".join(CLEAN_VERDICTS[v].format(_join(m)) for v, m in by_verdict.items())
+    effect = float(paper["effect"])
+    text = (
+        f"Clean test accuracy was {abs(100 * effect):.1f} point "
+        f"{'lower' if effect < 0 else 'higher'} with the constraints"
+    )
+    power = ""
+    if paper["interval"] is not None:
+        low, high = paper["interval"]
+        text += f" (95 % interval [{_points(low)}, {_points(high)}] points)"
+        half_width = (high - low) / 2
+        if half_width > -paper["threshold"]["value"]:
+            sentences = _test_sentences(payload["data"]["text"]["runs"])
+            on = f" on {sentences:,} test sentences" if sentences else ""
+            power = (
+                f"; that interval's half-width, {100 * half_width:.1f} points, is wider than "
+                f"{margins[CLEAN_PAPER]}, so {paper['n']} seeds{on} cannot resolve a difference "
+                "that small"
+            )
+    return Sentence(f"{text}, which {outcome}{power}.", verdicts)
+
+
+MONOTONE_VERDICTS = {
+    "reproduced": "On text, the constraints made per-layer losses fall layer by layer where "
+    "ERM's did not (reproduced)",
+    "not reproduced": "On text, the constraints did not make per-layer losses fall layer by "
+    "layer where ERM's did not (not reproduced)",
+    "inconclusive": "On text, whether the constraints make per-layer losses fall layer by layer "
+    "where ERM's do not is inconclusive",
+    "untested": "On text, whether the constraints make per-layer losses fall layer by layer "
+    "where ERM's do not is untested",
+}
+
+
+def _video(payload: Mapping[str, Any]) -> Sentence:
+    claims = claims_by_name(payload)
+    labels = {
+        VIDEO_NOISE: "lower error beyond the training noise",
+        VIDEO_MONOTONE: "per-layer losses that fall layer by layer",
+    }
+    verdicts = {name: verdict_of(payload, name) for name in labels}
+    by_verdict: dict[str, list[str]] = {}
+    for name, label in labels.items():
+        by_verdict.setdefault(verdicts[name], []).append(label)
+    outcome = "; ".join(
+        f"the claim of {found[0]} is {verdict}"
+        if len(found) == 1
+        else f"the claims of {_join([found[0], *(f'of {f}' for f in found[1:])])} are "
+        f"{'both' if len(found) == 2 else 'all'} {verdict}"
+        for verdict, found in by_verdict.items()
+    )
+    bound, measured = _binding(claims[VIDEO_NOISE])
+    video = payload["data"]["video"]["selected"]["constrained"]
+    selected = _strength(video)
+    if bound:
+        return Sentence(
+            f"For the street-video denoiser the selected constraints ({selected}) bound "
+            f"({measured}), and {outcome}.",
+            verdicts,
+        )
+    ruled_out = _ruled_out(payload, "(b)")
+    stronger = "the stronger " if ruled_out and min(ruled_out) > video["alpha"] else ""
+    excluded = (
+        f"; {stronger}alpha = {_join([f'{a:g}' for a in ruled_out])} was ruled out in tuning by "
+        "its error at the training noise"
+        if ruled_out
+        else ""
+    )
+    return Sentence(
+        f"For the street-video denoiser {outcome}: the selected constraints ({selected}) "
+        f"barely bound ({measured}), so those runs were ERM in all but name{excluded}; "
+        "constraints act only while lambda is above zero, so check that share of steps before "
+        "expecting any effect.",
+        verdicts,
+    )
+
+
+def _text_layers(payload: Mapping[str, Any]) -> Sentence:
+    claims = claims_by_name(payload)
+    claim = claims[TEXT_MONOTONE]
+    verdict = verdict_of(payload, TEXT_MONOTONE)
+    text = MONOTONE_VERDICTS[verdict]
+    bumps = _check(claim, BUMP_CHECK)
+    if verdict == "untested" and bumps["value"] is not None and not bumps["passed"]:
+        seeds = int(claim["n"])
+        smooth = seeds - round(float(bumps["value"]) * seeds)
+        where = "every seed" if smooth == seeds else f"{smooth} of {seeds} seeds"
+        text += (
+            f": ERM's own per-layer losses already fell layer by layer in {where}, leaving no "
+            "contrast to show"
+        )
+    elif verdict == "untested":
+        text += f": {_binding(claim)[1]}"
+    return Sentence(text + ".", {TEXT_MONOTONE: verdict})
+
+
+def summary(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The study's plain summary: what ran and at what scale, what the text results tell a
+    user to do and at which constraint strength, and what stays unknown and why.
+
+    Args:
+        payload: the study's ``results.json`` object.
+
+    Returns:
+        Five sentences, each declaring the verdicts it states.
+    """
+    return [
+        _scale(payload),
+        _robustness(payload),
+        _clean(payload),
+        _video(payload),
+        _text_layers(payload),
+    ]

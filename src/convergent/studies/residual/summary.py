@@ -1,0 +1,392 @@
+"""The ``residual`` study's plain summary: what residual connections did for the conditioning
+and the convergence of gradient descent, in sentences written from the verdicts.
+
+Five sentences: what ran and at what scale; what residuals do to the attention block's
+smallest singular value and how that bounds the speed (claims 3 and 4); the speed-up from
+beta 0 to 1 and the step sizes it needs (claim 2); where convergence is linear (claim 1, by
+step size); the depth claim (claim 5) and what stays unknown. Every number comes from the
+payload: effects and intervals from the claim records, speeds, spectra and step sizes from the
+stored runs (`measures.regimes_of`), so a rescored or re-run result rewrites its own summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from convergent.studies.framework import (
+    VERDICTS,
+    Sentence,
+    claims_by_name,
+    finite_mean,
+    verdict_of,
+)
+from convergent.studies.framework import stored_number as number
+from convergent.studies.residual.measures import Regime, depth_gaps, regimes_of, seeds_in
+
+BOUND = "Full-batch GD on a one-layer Transformer with residual connections converges linearly"
+SPEED = "Convergence speeds up as beta goes from"
+RATE = "The rate is governed by sigma_min^2 / sigma_max^2"
+FLOOR = "Residuals keep sigma_min away from zero"
+DEPTH = "With depth, the advantage of residuals grows"
+
+
+def _num(value: float) -> str:
+    """Two significant figures; scientific notation outside [1e-4, 1e4)."""
+    if not math.isfinite(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    if 1e-4 <= abs(value) < 1e4:
+        digits = 1 - math.floor(math.log10(abs(value)))
+        return f"{round(value, digits):.{max(digits, 0)}f}"
+    return f"{value:.2g}"
+
+
+def _interval(record: Mapping[str, Any], scale: Any = None) -> str:
+    """`` [low, high]`` of a claim's interval (through ``scale``), nothing for none."""
+    interval = record.get("interval")
+    if not interval:
+        return ""
+    low, high = (number(v) for v in interval)
+    if scale is not None:
+        low, high = scale(low), scale(high)
+    return f" [{_num(low)}, {_num(high)}]"
+
+
+def _failed_checks(record: Mapping[str, Any]) -> str:
+    """Which manipulation checks of a claim did not pass, by their short names."""
+    names = [
+        "'" + str(c["name"]).partition(": ")[0].partition(" (")[0] + "'"
+        for c in record["checks"]
+        if c["passed"] is not True
+    ]
+    if not names:
+        return "every check passed"
+    names = list(dict.fromkeys(names))
+    return f"the check{'s' * (len(names) > 1)} {_listing(names)} did not pass"
+
+
+def _name(payload: Mapping[str, Any], stem: str, regime: Regime | None = None) -> str | None:
+    """The name of the claim whose statement starts with ``stem`` (in ``regime``'s test)."""
+    for name, record in claims_by_name(payload).items():
+        statement = str(record["statement"])
+        if statement.startswith(stem) and (regime is None or f"({regime.name};" in statement):
+            return name
+    return None
+
+
+def _label(regime: Regime) -> str:
+    if regime.lr is not None:
+        return f"step size {regime.lr:g}"
+    low, high = min(_lrs(regime)), max(_lrs(regime))
+    return f"tuned step sizes of {low:g}-{high:g}" if low < high else f"tuned step size {low:g}"
+
+
+def _lrs(regime: Regime) -> list[float]:
+    return [number(run["lr"]) for seed in regime.seeds for run in regime.runs[seed]]
+
+
+def _by_beta(regime: Regime, value: Any) -> dict[float, float]:
+    """beta -> the mean over seeds of ``value(seed, beta)``."""
+    return {b: finite_mean([value(s, b) for s in regime.seeds]) for b in regime.betas}
+
+
+def _floor_rows(regime: Regime, key: str) -> dict[float, float]:
+    return {b: finite_mean([m.row[key] for m in regime.at(b)]) for b in regime.betas}
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _listing(parts: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _grouped(items: Sequence[tuple[str, str, str]], phrases: Mapping[str, str]) -> str:
+    """``(verdict, label, detail)`` items as one clause per verdict (in `VERDICTS` order): the
+    verdict's phrase with ``{labels}`` and ``{details}`` filled in, then the verdict; the last
+    clause after a "but"."""
+    clauses = []
+    for verdict in VERDICTS:
+        chosen = [(label, detail) for v, label, detail in items if v == verdict]
+        if chosen:
+            labels = _listing([label for label, _ in chosen])
+            details = _listing([detail for _, detail in chosen])
+            phrase = phrases[verdict].format(labels=labels, details=details)
+            clauses.append(f"{phrase} ({verdict})")
+    return clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + ", but " + clauses[-1]
+
+
+def _scale(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence:
+    config, data = payload["config"], payload["data"]
+    seeds = len(seeds_in(config, data["one_layer_runs"]))
+    betas = ", ".join(f"{b:g}" for b in regimes[0].betas) if regimes else ""
+    settings = _listing([f"{_label(r)} ({r.steps} steps)" for r in regimes] or ["no step size"])
+    text = (
+        f"We ran full-batch gradient descent on a one-layer Transformer (softmax attention and "
+        f"a feed-forward layer, model width {config['d_model']}, no LayerNorm) with residual "
+        f"weight beta in {{{betas}}}, fitting {config['examples']} windows of "
+        f"{config['window']} hours of weather-hourly, {_count(seeds, 'seed')} each, "
+        f"at {settings}"
+    )
+    depth_runs = data.get("depth_runs") or []
+    if depth_runs:
+        depths = [str(d) for d in sorted({int(run["depth"]) for run in depth_runs})]
+        text += (
+            f"; for depth, MiniLM cut or extended to {_listing(depths)} layers was fine-tuned "
+            f"with and without residuals on {config['train_examples']} rt-sentences "
+            f"({_count(len(seeds_in(config, depth_runs)), 'seed')})"
+        )
+    if any(claim.get("preview") for claim in payload["claims"]):
+        text += ", too few seeds for more than a preview"
+    return Sentence(text + ".")
+
+
+def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
+    """Claim 4 (the sigma_min floor, first regime) and claim 3 (the rate bound, per regime)."""
+    claims = claims_by_name(payload)
+    name = _name(payload, FLOOR)
+    if name is None or not regimes:
+        return None
+    first, verdict, record = regimes[0], verdict_of(payload, name), claims[name]
+    floors = _floor_rows(first, "residual_sigma_min_min")
+    collapsed = _floor_rows(first, "squared_ratio_mean").get(0.0, math.nan)
+    positive = [b for b in first.betas if b > 0]
+    decades = number(record["effect"])
+    ratio = f"log10 ratio {_num(decades)}{_interval(record)}"
+    at_zero = (
+        f"at beta 0 softmax attention collapsed rank ((sigma_min/sigma_max)^2 of "
+        f"{_num(collapsed)}) and the smallest singular value of the attention output plus "
+        f"residual fell to {_num(floors.get(0.0, math.nan))}"
+    )
+    kept = (
+        f" ({_num(floors[positive[0]])} at beta {positive[0]:g}, "
+        f"{_num(floors[positive[-1]])} at beta {positive[-1]:g}; {ratio}, {verdict})"
+        if positive
+        else f" ({ratio}, {verdict})"
+    )
+    opening = {
+        "reproduced": f"Residuals keep the attention layer well conditioned: {at_zero}, while "
+        f"every beta > 0 kept it about {_num(10**decades)} times higher{kept}",
+        "not reproduced": f"Residuals did not keep the attention layer's smallest singular "
+        f"value clear of zero: {at_zero}, and beta > 0 kept it only about "
+        f"{_num(10**decades)} times higher{kept}",
+        "inconclusive": "Whether residuals keep the attention layer's smallest singular value "
+        f"clear of zero is unclear: {at_zero}, and beta > 0 kept it about "
+        f"{_num(10**decades)} times higher{kept}",
+        "untested": "Whether residuals keep the attention layer's smallest singular value "
+        f"clear of zero is untested ({_failed_checks(record)})",
+    }[verdict]
+    declared = {name: verdict}
+    items = []
+    for regime in regimes:
+        rate = _name(payload, RATE, regime)
+        if rate is not None:
+            declared[rate] = verdict_of(payload, rate)
+            detail = f"{_label(regime)}, where {_failed_checks(claims[rate])}"
+            items.append((declared[rate], _label(regime), detail))
+    phrases = {
+        "reproduced": "the speed stayed above a bound proportional to (sigma_min/sigma_max)^2 "
+        "at {labels}",
+        "not reproduced": "the speed fell below a bound proportional to "
+        "(sigma_min/sigma_max)^2 at {labels}",
+        "inconclusive": "whether the speed stays above a bound proportional to "
+        "(sigma_min/sigma_max)^2 is unclear at {labels}",
+        "untested": "the speed bound could not be tested at {details}",
+    }
+    text = opening + (f"; {_grouped(items, phrases)}" if items else "")
+    first_rate = _name(payload, RATE, first)
+    if first_rate is not None and declared[first_rate] == "reproduced" and len(positive) > 1:
+        ratios = _by_beta(first, lambda s, b: first.ratios(s)[b])
+        speeds = _by_beta(first, lambda s, b: first.speeds[s][b])
+        low, high = positive[0], positive[-1]
+        ratio_growth, speed_growth = ratios[high] / ratios[low], speeds[high] / speeds[low]
+        if ratio_growth > 2 * speed_growth:
+            text += (
+                f", but from beta {low:g} to {high:g} at {_label(first)} that ratio grew "
+                f"{_num(ratio_growth)}x and the speed only {_num(speed_growth)}x, so read it "
+                "as a floor under the speed, not a forecast of it"
+            )
+    return Sentence(text + ".", declared)
+
+
+def _selected_lrs(payload: Mapping[str, Any]) -> dict[float, float]:
+    """beta -> its selected step size in the tuned regime (from the tuning rows)."""
+    rows = payload["data"].get("lr_tuning") or []
+    return {number(r["beta"]): number(r["lr"]) for r in rows if r.get("selected")}
+
+
+def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
+    """Claim 2 per regime, with the tuned step sizes and the fastest tuned beta."""
+    claims = claims_by_name(payload)
+    declared, items = {}, []
+    for regime in regimes:
+        name = _name(payload, SPEED, regime)
+        if name is None:
+            continue
+        declared[name] = verdict_of(payload, name)
+        record = claims[name]
+        detail = (
+            f"{_label(regime)}, where {_failed_checks(record)}"
+            if declared[name] == "untested"
+            else f"{_num(math.exp(number(record['effect'])))}x{_interval(record, math.exp)} at "
+            + _label(regime)
+        )
+        items.append((declared[name], _label(regime), detail))
+    if not items:
+        return None
+    verdicts = set(declared.values())
+    opener = (
+        "So use residuals (beta > 0)"
+        if verdicts == {"reproduced"}
+        else "So use residuals (beta > 0) where their speed could be measured"
+        if verdicts == {"reproduced", "untested"}
+        else "Residuals bought no speed here"
+        if verdicts == {"not reproduced"}
+        else "The speed-up from residuals depended on the setting"
+    )
+    phrases = {
+        "reproduced": "sped training up {details}",
+        "not reproduced": "did not speed training up, {details}",
+        "inconclusive": "changed the speed by an unclear amount, {details}",
+        "untested": "could not be compared at {details}",
+    }
+    text = f"{opener}: going from beta 0 to 1 {_grouped(items, phrases)}"
+    selected = _selected_lrs(payload)
+    if len(selected) > 1:
+        low, high = min(selected), max(selected)
+        change = "fell" if selected[high] < selected[low] else "went"
+        text += (
+            f"; the best step size that never diverged {change} from {selected[low]:g} at "
+            f"beta {low:g} to {selected[high]:g} at beta {high:g}"
+        )
+        if selected[high] < selected[low]:
+            text += ", so lower the step size as beta grows"
+    tuned = next((r for r in regimes if r.lr is None), None)
+    if tuned is not None and 0.0 in tuned.betas:
+        speeds = _by_beta(tuned, lambda s, b: tuned.speeds[s][b])
+        fastest = max(speeds, key=lambda b: speeds[b] if math.isfinite(speeds[b]) else -math.inf)
+        if fastest not in (0.0, tuned.betas[-1]) and speeds[0.0] > 0:
+            text += (
+                f", and with tuned step sizes beta {fastest:g} was the fastest "
+                f"({_num(speeds[fastest] / speeds[0.0])}x beta 0)"
+            )
+    return Sentence(text + ".", declared)
+
+
+def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
+    """Claim 1 per regime, and which step sizes it holds at."""
+    claims = claims_by_name(payload)
+    declared, items = {}, []
+    lrs: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
+    trained = True
+    for regime in regimes:
+        name = _name(payload, BOUND, regime)
+        if name is None:
+            continue
+        verdict = declared[name] = verdict_of(payload, name)
+        record = claims[name]
+        lrs[verdict] += _lrs(regime)
+        if verdict == "not reproduced":
+            trained = trained and all(check["passed"] is True for check in record["checks"])
+        detail = (
+            f"{_label(regime)}, where {_failed_checks(record)}"
+            if verdict == "untested"
+            else f"{_num(number(record['effect']))}{_interval(record)}"
+        )
+        items.append((verdict, _label(regime), detail))
+    if not items:
+        return None
+    fraction = number(payload["config"]["transient_fraction"])
+    tolerance = number(payload["config"]["envelope_tolerance"])
+    phrases = {
+        "reproduced": "held at {labels}",
+        "not reproduced": "failed at {labels}, where the log loss peaked {details} above the "
+        f"bound, against a slack of {tolerance:g}",
+        "inconclusive": "was unclear at {labels}, where the log loss peaked {details} above the "
+        f"bound, against a slack of {tolerance:g}",
+        "untested": "could not be tested at {details}",
+    }
+    text = (
+        f"A linear rate (the loss staying under a geometric bound after the first "
+        f"{fraction:.0%} of the steps) {_grouped(items, phrases)}"
+    )
+    held, broken = lrs["reproduced"], lrs["not reproduced"]
+    if held and broken and max(held) < min(broken):
+        text += (
+            f", so count on a linear rate only with small steps (here {max(held):g}, not "
+            f"{min(broken):g} or more)"
+        )
+        if trained:
+            text += "; the larger steps still cut the loss at least tenfold, just not steadily"
+    elif held and not broken:
+        text += ", so a linear rate can be counted on at every step size tested"
+    elif broken and not held:
+        text += ", so do not count on a linear rate at these step sizes"
+    return Sentence(text + ".", declared)
+
+
+def _depth_errors(runs: Sequence[Mapping[str, Any]], depth: int) -> dict[float, float]:
+    return {
+        beta: finite_mean(
+            [
+                number(r["validation_error"])
+                for r in runs
+                if (int(r["depth"]), number(r["beta"])) == (depth, beta)
+            ]
+        )
+        for beta in (0.0, 1.0)
+    }
+
+
+def _depth(payload: Mapping[str, Any]) -> Sentence:
+    name = _name(payload, DEPTH)
+    runs = payload["data"].get("depth_runs") or []
+    if name is None or not runs:
+        return Sentence(
+            "Depth was not run, so whether residuals matter more in deeper models stays unknown."
+        )
+    verdict, record = verdict_of(payload, name), claims_by_name(payload)[name]
+    seeds = seeds_in(payload["config"], runs)
+    per_seed = [depth_gaps([run for run in runs if int(run["seed"]) == seed]) for seed in seeds]
+    depths = sorted({depth for gaps_of_seed in per_seed for depth in gaps_of_seed})
+    gaps = {d: finite_mean([g.get(d, math.nan) for g in per_seed]) for d in depths}
+    by_depth = [f"{_num(gap)} at {depth} layers" for depth, gap in gaps.items()]
+    measured = (
+        f"the training-loss gap beta 0 minus beta 1 on MiniLM was {_listing(by_depth)} "
+        f"(smallest growth between depths {_num(number(record['effect']))}{_interval(record)})"
+    )
+    text = {
+        "reproduced": f"The residual advantage grew with depth (reproduced): {measured}",
+        "not reproduced": f"The residual advantage did not grow with depth (not reproduced): "
+        f"{measured}",
+        "inconclusive": "Whether the residual advantage keeps growing with depth stays unknown "
+        f"(inconclusive): {measured}",
+        "untested": "Whether the residual advantage grows with depth stays unknown (untested: "
+        f"{_failed_checks(record)})",
+    }[verdict]
+    deepest = max(int(run["depth"]) for run in runs)
+    errors = _depth_errors(runs, deepest)
+    if errors[1.0] < errors[0.0]:
+        text += (
+            f"; at {deepest} layers the validation error was {_num(errors[1.0])} with "
+            f"residuals and {_num(errors[0.0])} without, so keep them in deep models either way"
+        )
+    return Sentence(text + ".", {name: verdict})
+
+
+def summary(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The plain sentences of a ``residual`` ``results.json`` payload (`framework.Sentence`)."""
+    regimes = [r for r in regimes_of(payload["config"], payload["data"]) if r.seeds]
+    sentences = [
+        _scale(payload, regimes),
+        _conditioning(payload, regimes),
+        _speed(payload, regimes),
+        _linear(payload, regimes),
+        _depth(payload),
+    ]
+    return [sentence for sentence in sentences if sentence is not None]

@@ -1,0 +1,140 @@
+"""The descent study's plain summary: written from the verdicts and numbers of its results."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from convergent.studies.descent import summary
+from convergent.studies.framework import claims_by_name, misstated_verdicts
+
+COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
+CLEAN_PAPER = "(a) Clean accuracy within 0.3 point of ERM, the paper's figure"
+CLEAN = "(a) Clean accuracy within 1 point of ERM"
+GAUSSIAN = "(a) Under gaussian the constrained model is more accurate than ERM"
+TEXT_MONOTONE = (
+    "(a) Descent-constrained training gives per-layer losses that fall monotonically across "
+    "layers where ERM's do not"
+)
+VIDEO_NOISE = (
+    "(b) Under noise beyond the training level (>= 2x) the constrained denoiser has lower test "
+    "RMSE than ERM"
+)
+VIDEO_MONOTONE = "(b)" + TEXT_MONOTONE[3:]
+
+
+@pytest.fixture
+def payload() -> dict[str, Any]:
+    return json.loads(COMMITTED.read_text())
+
+
+def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
+    claim: dict[str, Any] = payload["claims"][list(claims_by_name(payload)).index(name)]
+    claim.update(verdict=verdict, effect=effect, interval=interval)
+    return claim
+
+
+def _texts(payload: dict[str, Any]) -> list[str]:
+    return [sentence.text for sentence in summary(payload)]
+
+
+def test_the_committed_summary_states_its_verdicts_and_key_numbers(payload):
+    sentences = summary(payload)
+    assert 3 <= len(sentences) <= 5
+    assert misstated_verdicts(sentences, payload) == []
+    scale, robustness, clean, video, layers = (sentence.text for sentence in sentences)
+    assert "MiniLM-L6" in scale and "1,056 test sentences" in scale and "5 seeds" in scale
+    assert "equal 6-point grids" in scale and "8-layer Transformer denoiser" in scale
+    assert "alpha = 0.2, each layer to cut the loss by 20 %; slack allowed at cost c = 10" in (
+        robustness
+    )
+    assert "did bind (lambda reached at least 1.1 in every seed" in robustness
+    assert "changed by -0.7 to +0.1 points" in robustness
+    assert "typos and word dropout (not reproduced)" in robustness
+    assert "plain ERM is the simpler choice" in robustness
+    assert "0.6 point lower with the constraints (95 % interval [-1.7, +0.5] points)" in clean
+    assert "half-width, 1.1 points, is wider than the paper's 0.3-point margin" in clean
+    assert "5 seeds on 1,056 test sentences cannot resolve" in clean
+    assert "are both untested" in video and "barely bound" in video
+    assert "as low as 0.052, where the check needs 0.1" in video
+    assert "12 % of training steps, where it needs 20 %" in video
+    assert "the stronger alpha = 0.2 was ruled out in tuning" in video
+    assert "is untested: ERM's own per-layer losses already fell layer by layer in every seed" in (
+        layers
+    )
+
+
+def test_a_reproduced_robustness_claim_rewrites_the_advice(payload):
+    before = _texts(payload)[1]
+    _set(payload, GAUSSIAN, "reproduced", 0.015, [0.011, 0.02])
+    sentences = summary(payload)
+    after = sentences[1].text
+    assert misstated_verdicts(sentences, payload) == []
+    assert sentences[1].verdicts[GAUSSIAN] == "reproduced"
+    assert "at least 1 point more accurate under Gaussian embedding noise (reproduced)" in after
+    assert "not 1 point more accurate under uniform embedding noise" in after
+    assert "changed by -0.7 to +1.5 points" in after
+    assert "where you expect Gaussian embedding noise at test time, try them" in after
+    assert "plain ERM is the simpler choice" not in after and after != before
+
+
+def test_a_resolved_clean_margin_drops_the_power_warning(payload):
+    for name in (CLEAN_PAPER, CLEAN):
+        _set(payload, name, "reproduced", 0.001, [-0.002, 0.004])
+    sentences = summary(payload)
+    clean = sentences[2].text
+    assert misstated_verdicts(sentences, payload) == []
+    assert "0.1 point higher with the constraints (95 % interval [-0.2, +0.4] points)" in clean
+    assert "stays within the paper's 0.3-point margin and a 1-point margin (reproduced)" in clean
+    assert "half-width" not in clean and "inconclusive" not in clean
+
+
+def test_a_stale_summary_is_caught_against_rescored_results(payload):
+    stale = summary(payload)
+    _set(payload, CLEAN_PAPER, "not reproduced", -0.012, [-0.02, -0.004])
+    assert misstated_verdicts(stale, payload) != []
+    fresh = summary(payload)
+    assert misstated_verdicts(fresh, payload) == []
+    assert "falls short of the paper's 0.3-point margin (not reproduced)" in fresh[2].text
+    assert "; it leaves a 1-point margin inconclusive" in fresh[2].text
+
+
+def test_bound_denoiser_constraints_report_the_denoiser_verdicts(payload):
+    for name, verdict in ((VIDEO_NOISE, "not reproduced"), (VIDEO_MONOTONE, "reproduced")):
+        claim = _set(payload, name, verdict, -0.02, [-0.03, -0.01])
+        for check in claim["checks"]:
+            check["passed"] = True
+            if check["name"].startswith("largest multiplier"):
+                check["value"] = 0.5
+            elif check["name"].startswith("share of training steps"):
+                check["value"] = 0.6
+    sentences = summary(payload)
+    video = sentences[3].text
+    assert misstated_verdicts(sentences, payload) == []
+    assert "bound (lambda reached at least 0.5 in every seed" in video
+    assert "at least 60 % of training steps" in video
+    assert "lower error beyond the training noise is not reproduced" in video
+    assert "per-layer losses that fall layer by layer is reproduced" in video
+    assert "ERM in all but name" not in video and "untested" not in video
+
+
+def test_the_test_set_size_is_left_out_when_accuracies_are_not_counts(payload):
+    for records in payload["data"]["text"]["runs"].values():
+        for record in records:
+            record["clean"] = math.pi / 4
+    scale, _, clean, *_ = _texts(payload)
+    assert "test sentences" not in scale and "test sentences" not in clean
+    assert "cannot resolve" in clean
+
+
+def test_the_summary_reads_the_payload_it_is_given(payload):
+    changed = copy.deepcopy(payload)
+    changed["config"]["seeds"] = [1, 2, 3]
+    changed["data"]["text"]["selected"]["constrained"]["alpha"] = 0.05
+    assert "retrained from 3 seeds" in _texts(changed)[0]
+    assert "alpha = 0.05, each layer to cut the loss by 5 %" in _texts(changed)[1]

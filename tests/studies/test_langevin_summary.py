@@ -1,0 +1,167 @@
+"""The langevin study's plain summary: the committed full result's sentences, and sentences that
+follow a changed verdict or a smaller run without stating a verdict the results do not hold."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from convergent.studies.framework import VERDICTS, claims_by_name, misstated_verdicts
+from convergent.studies.langevin import claims_from_results, summary
+from convergent.studies.langevin.summary import TemperatureFit, significant
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
+WARM_GAP_CREEPS = (
+    "lora: without a regularizer, the generalization gap creeps up (at the warm temperature)"
+)
+BOUNDED = "attention: with a light log or power regularizer, the norms of W_Q and W_K stay bounded"
+CALIBRATED_ACCURACY = (
+    "lora: prediction accuracy is about the same with or without a regularizer (at the "
+    "calibrated temperature)"
+)
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict[str, Any]:
+    return json.loads((RESULTS / "results.json").read_text())
+
+
+def flipped(
+    payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list
+) -> dict:
+    """A copy of ``payload`` whose claim ``name`` holds ``verdict``, ``effect`` and ``interval``."""
+    changed = copy.deepcopy(payload)
+    record = claims_by_name(changed)[name]
+    record.update(verdict=verdict, effect=effect, interval=interval)
+    return changed
+
+
+def test_the_committed_summary_states_its_verdicts_and_the_numbers_a_user_acts_on(committed):
+    sentences = summary(committed)
+    assert 3 <= len(sentences) <= 5
+    assert misstated_verdicts(sentences, committed) == []
+    # Every claim's verdict is stated, once or more, and declared where it is.
+    assert {name for s in sentences for name in s.verdicts} == set(claims_by_name(committed))
+    scale, norms, hot, warm, unknown = (s.text for s in sentences)
+    assert "5 seeds" in scale and "pre-trained on 100 fields" in scale
+    assert "at s = 0.02 (hot, 2/N), 1.5e-4 (warm" in scale and "4000 new fields" in scale
+    assert norms.startswith("To keep the weights bounded under Langevin noise, add one")
+    assert (
+        "lam of about 0.0012 (log) and 0.0031 (power) for attention and 0.023 and 0.0022 for "
+        "LoRA, in loss units" in norms
+    )
+    assert "radius factors 8 and 4 for attention, 2 and 4 for LoRA" in norms
+    assert "(reproduced: attention 3.1 % [1.8, 4.4], LoRA 2.2 % [-0.48, 4.8])" in norms
+    assert "(reproduced: attention 16-fold [15, 17], LoRA 10-fold [9.6, 11])" in norms
+    # The hot temperature wrecked every variant: its one-sided accuracy verdict is qualified.
+    assert hot.startswith("Do not train at the hot temperature (s = 0.02)")
+    assert "final training RMSE 4.4 to 9.4 times its phase-1 value" in hot
+    assert "(reproduced: attention -2.7 % [-6.5, 1.1], LoRA -6.1 % [-11, -1.1])" in hot
+    assert "compares equally broken models" in hot
+    assert "the 4 generalization-gap claims there are untested" in hot
+    # The warm temperature is where the noise acts; the gap did not creep without a penalty.
+    assert "only at the warm one, s = 1.5e-4 (s/2 = 7.3e-5 in loss units)" in warm
+    assert "the noise raised the final test RMSE by 1.3 to 8.3 %" in warm
+    assert (
+        "without a penalty the gap did not creep up (not reproduced: attention -1.8 % "
+        "[-2.7, -0.96], LoRA -0.61 % [-1.2, -0.067] of the phase-1 test RMSE)" in warm
+    )
+    assert warm.endswith("so what a penalty buys here is bounded weights, not a smaller gap.")
+    assert "all 6 claims at the calibrated temperature (s = 1.1e-6) are untested" in unknown
+    assert "by at most 0.15 % of its phase-1 value" in unknown
+    assert "attention's claims on the gap with a penalty and accuracy are untested" in unknown
+
+
+def test_a_gap_that_crept_without_a_penalty_rewrites_the_warm_sentence(committed):
+    before = summary(committed)[3].text
+    changed = flipped(committed, WARM_GAP_CREEPS, "reproduced", 0.03, [0.025, 0.035])
+    sentences = summary(changed)
+    assert misstated_verdicts(sentences, changed) == []
+    assert misstated_verdicts(sentences, committed) != []  # the sentences follow the verdict
+    warm = sentences[3]
+    assert warm.text != before
+    assert "without a penalty the gap crept up (reproduced: LoRA 3 % [2.5, 3.5] of the" in warm.text
+    assert "(not reproduced: attention -1.8 % [-2.7, -0.96] of the" in warm.text
+    assert "bounded weights, not a smaller gap" not in warm.text
+    assert warm.verdicts[WARM_GAP_CREEPS] == "reproduced"
+
+
+def test_an_unbounded_norm_changes_the_advice(committed):
+    changed = flipped(committed, BOUNDED, "not reproduced", 0.3, [0.2, 0.4])
+    sentences = summary(changed)
+    assert misstated_verdicts(sentences, changed) == []
+    norms, warm = sentences[1].text, sentences[3].text
+    assert norms.startswith("Whether a penalty keeps the weights bounded is not settled here")
+    assert (
+        "rose more than 10 % above the radius the penalty sets (not reproduced: attention " in norms
+    )
+    assert "30 % [20, 40])" in norms and "(reproduced: LoRA 2.2 % [-0.48, 4.8])" in norms
+    assert "bounded weights, not a smaller gap" not in warm
+
+
+def test_a_claim_decided_at_an_unmoved_temperature_leaves_the_unknowns(committed):
+    changed = flipped(committed, CALIBRATED_ACCURACY, "inconclusive", 0.04, [0.01, 0.07])
+    sentences = summary(changed)
+    assert misstated_verdicts(sentences, changed) == []
+    warm, unknown = sentences[3].text, sentences[4].text
+    assert (
+        "it is open whether a penalty cost at most 5 % in test RMSE (inconclusive: LoRA at " in warm
+    )
+    assert "calibrated 4 % [1, 7])" in warm
+    assert "all 6 claims at the calibrated" not in unknown
+    assert "LoRA's claims on the gap with a penalty and the gap without one" in unknown
+
+
+@pytest.mark.parametrize("verdict", VERDICTS)
+def test_any_verdict_of_any_claim_is_stated_as_held(committed, verdict):
+    for name in claims_by_name(committed):
+        changed = flipped(committed, name, verdict, 0.5, [0.4, 0.6])
+        sentences = summary(changed)
+        assert 3 <= len(sentences) <= 5
+        assert misstated_verdicts(sentences, changed) == [], name
+        assert any(s.verdicts.get(name) == verdict for s in sentences), name
+
+
+def test_a_one_seed_run_without_the_warm_temperature_says_no_temperature_acted(committed):
+    payload = copy.deepcopy(committed)
+    payload["config"].update(seeds=[10], claim_temperatures=["hot", "calibrated"])
+    payload["data"]["temperatures"].pop("warm")
+    for runs in payload["data"]["runs"].values():
+        del runs[1:]
+        runs[0]["phase2"].pop("warm")
+    payload["claims"] = [claim.to_json() for claim in claims_from_results(payload)]
+    sentences = summary(payload)
+    assert misstated_verdicts(sentences, payload) == []
+    assert 3 <= len(sentences) <= 5
+    assert "with 1 seed (every verdict a preview)" in sentences[0].text
+    assert "at s = 0.02 (hot, 2/N) and 1.1e-6 (calibrated" in sentences[0].text
+    assert sentences[3].text.startswith("No tested temperature let the noise change the outcome")
+    assert " [" not in sentences[1].text  # one seed: no interval
+
+
+def test_a_temperature_is_lost_unmoved_acting_or_mixed():
+    def fit(train: list[float], moved: list[float]) -> TemperatureFit:
+        return TemperatureFit(train=train, moved=moved)
+
+    assert fit([1.3, 9.0], [0.5, 0.5]).state(1.25, 0.01) == "lost"
+    assert fit([1.0, 1.2], [0.001, 0.009]).state(1.25, 0.01) == "unmoved"
+    assert fit([1.0, 1.2], [0.01, 0.08]).state(1.25, 0.01) == "acts"
+    assert fit([1.0, 1.3], [0.01, 0.08]).state(1.25, 0.01) == "mixed"
+    assert fit([1.0, 1.2], [0.001, 0.08]).state(1.25, 0.01) == "mixed"
+    assert fit([1.0, 1.2], []).state(1.25, 0.01) == "mixed"  # no s = 0 run: not shown to act
+
+
+def test_numbers_are_written_to_two_significant_digits():
+    assert [significant(v) for v in (0.02, 1.4589e-4, 16.3, 1680, 16800, -0.0967, 0.0)] == [
+        "0.02",
+        "1.5e-4",
+        "16",
+        "1700",
+        "1.7e4",
+        "-0.097",
+        "0",
+    ]

@@ -1,0 +1,142 @@
+"""The residual study's plain summary: written from the verdicts and numbers of its results."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from convergent.studies import study_summary
+from convergent.studies.framework import VERDICTS, claims_by_name, misstated_verdicts
+from convergent.studies.residual import summary
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
+LINEAR = "Full-batch GD on a one-layer Transformer with residual connections converges linearly"
+SPEED = "Convergence speeds up as beta goes from 0 to 1"
+FLOOR = "Residuals keep sigma_min away from zero where softmax collapses rank"
+DEPTH = "With depth, the advantage of residuals grows"
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict[str, Any]:
+    return json.loads(COMMITTED.read_text())
+
+
+@pytest.fixture
+def payload(committed: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(committed)
+
+
+def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
+    claim: dict[str, Any] = claims_by_name(payload)[name]  # type: ignore[assignment]
+    claim.update(verdict=verdict, effect=effect, interval=interval)
+    return claim
+
+
+def _text(payload: dict[str, Any]) -> str:
+    sentences = summary(payload)
+    assert 3 <= len(sentences) <= 5
+    assert misstated_verdicts(sentences, payload) == []
+    return " ".join(sentence.text for sentence in sentences)
+
+
+def test_the_committed_summary(committed):
+    sentences = summary(committed)
+    assert len(sentences) == 5
+    assert misstated_verdicts(sentences, committed) == []
+    # Every claim's verdict is stated by exactly one sentence.
+    declared = [name for sentence in sentences for name in sentence.verdicts]
+    assert sorted(declared) == sorted(claims_by_name(committed))
+    scale, conditioning, speed, linear, depth = (sentence.text for sentence in sentences)
+    assert "64 windows of 12 hours of weather-hourly, 5 seeds each" in scale
+    assert "MiniLM cut or extended to 2, 6 and 10 layers" in scale
+    assert "fell to 0.00014" in conditioning
+    assert "log10 ratio 3.1 [2.7, 3.4], reproduced" in conditioning
+    assert "ratio grew 11x and the speed only 1.3x" in conditioning
+    assert "1.4x [1.2, 1.6] at step size 0.1, 1.8x [1.5, 2.2] at step size 0.01" in speed
+    assert "fell from 0.8 at beta 0 to 0.4 at beta 1" in speed
+    assert "beta 0.5 was the fastest (2.0x beta 0)" in speed
+    assert "held at step size 0.01 (reproduced)" in linear
+    assert "0.17 [0.010, 0.33] and 0.41 [0.18, 0.65]" in linear
+    assert "only with small steps (here 0.01, not 0.1 or more)" in linear
+    assert "(inconclusive)" in depth and "-0.00014 [-0.043, 0.042]" in depth
+    assert "0.18 with residuals and 0.48 without" in depth
+
+
+def test_the_study_registry_serves_this_summary(committed):
+    assert study_summary(committed) == summary(committed)
+
+
+def test_a_bound_that_holds_at_step_size_0_1_moves_it_to_held(payload):
+    before = _text(payload)
+    name = f"{LINEAR} (lr 0.1, 2000 steps)"
+    _set(payload, name, "reproduced", -0.001, [-0.002, 0.0])
+    after = _text(payload)
+    assert "held at step size 0.01 (reproduced)" in before
+    assert "held at step size 0.1 and step size 0.01 (reproduced)" in after
+    assert "failed at tuned step sizes of 0.4-0.8" in after
+    assert "here 0.1, not 0.4 or more" in after
+    # The old sentences now misstate the flipped claim.
+    assert misstated_verdicts(summary(json.loads(COMMITTED.read_text())), payload)
+
+
+def test_no_speed_up_at_one_step_size_changes_the_advice(payload):
+    name = f"{SPEED} (lr 0.01, 6000 steps)"
+    _set(payload, name, "not reproduced", -0.1, [-0.2, -0.01])
+    text = _text(payload)
+    assert "So use residuals" not in text
+    assert "The speed-up from residuals depended on the setting" in text
+    assert (
+        "did not speed training up, 0.90x [0.82, 0.99] at step size 0.01 (not reproduced)" in text
+    )
+
+
+def test_an_untested_floor_says_which_check_failed(payload):
+    claim = _set(payload, FLOOR, "untested", 0.2, [0.1, 0.3])
+    claim["checks"][0]["passed"] = False
+    text = _text(payload)
+    assert "1200 times higher" not in text
+    assert "is untested (the check 'softmax collapses rank at beta = 0' did not pass)" in text
+
+
+def test_a_reproduced_depth_claim_is_stated_as_such(payload):
+    _set(payload, DEPTH, "reproduced", 0.01, [0.005, 0.02])
+    text = _text(payload)
+    assert "stays unknown" not in text
+    assert "The residual advantage grew with depth (reproduced)" in text
+    assert "0.010 [0.0050, 0.020]" in text
+
+
+def test_without_depth_runs_it_says_depth_is_unknown(payload):
+    payload["claims"] = [c for c in payload["claims"] if not c["statement"].startswith(DEPTH)]
+    payload["data"]["depth_runs"] = []
+    text = _text(payload)
+    assert "MiniLM" not in text
+    assert "Depth was not run" in text
+
+
+@pytest.mark.parametrize("verdict", VERDICTS)
+def test_every_verdict_of_every_claim_is_stated_as_held(committed, verdict):
+    for index in range(len(committed["claims"])):
+        payload = copy.deepcopy(committed)
+        claim = payload["claims"][index]
+        claim["verdict"] = verdict
+        if verdict == "untested":
+            claim["checks"][0]["passed"] = False
+        sentences = summary(payload)
+        assert 3 <= len(sentences) <= 5
+        assert misstated_verdicts(sentences, payload) == [], claim["statement"]
+        declared = [name for sentence in sentences for name in sentence.verdicts]
+        assert sorted(declared) == sorted(claims_by_name(payload))
+
+
+def test_no_small_step_advice_when_a_larger_step_held(payload):
+    tuned = next(name for name in claims_by_name(payload) if name.startswith(f"{LINEAR} (lr tuned"))
+    _set(payload, tuned, "reproduced", -0.001, [-0.002, 0.0])
+    text = _text(payload)
+    assert "held at step size 0.01 and tuned step sizes of 0.4-0.8 (reproduced)" in text
+    assert "failed at step size 0.1," in text
+    assert "small steps" not in text

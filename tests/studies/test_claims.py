@@ -168,3 +168,116 @@ def test_check_design_passes_the_current_design_and_refuses_others_in_one_senten
     )
     with pytest.raises(ValueError, match=r"^these toy results are of design 2, and"):
         check_design("toy", 2, 3)
+
+
+def test_check_design_scores_a_rescorable_design_as_exploratory():
+    from convergent.studies.framework import check_design
+
+    assert check_design("toy", 3, 3, rescorable=(2,)) is False
+    assert check_design("toy", 2, 3, rescorable=(2,)) is True
+    with pytest.raises(ValueError, match=r"scores design 3 and, exploratory, design 2's data only"):
+        check_design("toy", 1, 3, rescorable=(2,))
+
+
+def test_an_exploratory_claim_says_so_wherever_its_verdict_is_printed():
+    from convergent.studies.framework import as_exploratory, at_least, claim_from_seeds
+    from convergent.studies.framework.common import claim_rows, compact_claim_rows
+
+    (claim,) = as_exploratory(
+        [claim_from_seeds("A (here: b)", [1.0, 1.1, 1.2], at_least(0.0), unit="u", revised="r")]
+    )
+    assert claim.verdict == "reproduced"
+    assert claim.label == "reproduced (exploratory)"
+    record = claim.to_json()
+    assert record["exploratory"] is True and record["revised"] == "r"
+    assert "| reproduced (exploratory) |" in compact_claim_rows([record])[2]
+    assert "| reproduced (exploratory) |" in claim_rows([record])[2]
+    (short,) = as_exploratory([claim_from_seeds("A", [1.0], at_least(0.0), unit="u")])
+    assert short.label == "reproduced (preview, exploratory)"
+    plain = claim_from_seeds("A", [1.0, 2.0, 3.0], at_least(0.0), unit="u").to_json()
+    assert "exploratory" not in plain and "revised" not in plain
+
+
+def _payload(seeds, claims):
+    return {"config": {"seeds": seeds}, "claims": claims}
+
+
+def _record(statement, verdict, effect, exploratory=False, revised=""):
+    record = {
+        "statement": statement,
+        "verdict": verdict,
+        "preview": False,
+        "effect": effect,
+        "interval": [effect - 1, effect + 1],
+    }
+    if exploratory:
+        record["exploratory"] = True
+    if revised:
+        record["revised"] = revised
+    return record
+
+
+def test_history_lines_put_every_verdict_of_a_claim_side_by_side():
+    from convergent.studies.framework import history_lines
+
+    old = _payload(
+        [1, 2, 3, 4, 5],
+        [
+            _record("Speeds up (here: endpoints)", "reproduced", 2.0),
+            _record("Dropped claim (here: x)", "inconclusive", 0.5),
+        ],
+    )
+    new = _payload(
+        [10, 11, 12, 13, 14],
+        [
+            _record("Speeds up (here: every step)", "not reproduced", -3.0, revised="why"),
+            _record("New claim (here: y)", "reproduced", 4.0),
+        ],
+    )
+
+    def rescore(payload):
+        assert payload is old
+        return [_record("Speeds up (here: every step)", "inconclusive", 0.25, exploratory=True)]
+
+    lines = history_lines(new, 3, [(2, old)], rescore)
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0] == (
+        "| claim | design 2, seeds 1-5, as scored then | design 3's tests on design 2's seeds 1-5 "
+        "| design 3's tests on seeds 10-14 | changed in design 3, and why |"
+    )
+    assert table[2] == (
+        "| Speeds up | reproduced: 2 [1, 3] | inconclusive (exploratory): 0.25 [-0.75, 1.25] | "
+        "not reproduced: -3 [-4, -2] | why |"
+    )
+    assert table[3] == "| New claim | — | — | reproduced: 4 [3, 5] | — |"
+    assert "Design 2's claims with no counterpart now: Dropped claim (inconclusive: 0.5 " in (
+        "\n".join(lines)
+    )
+    assert history_lines(new, 3, []) == []
+
+
+def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
+    from convergent.studies.framework import history_lines
+
+    old = _payload([1, 2, 3], [_record("Claim (here: old)", "reproduced", 1.0)])
+    now = _payload([1, 2, 3], [_record("Claim (here: new)", "inconclusive", 0.0, True)])
+    lines = history_lines(now, 3, [(2, old)], lambda payload: pytest.fail("rescored twice"))
+    assert lines[4].endswith(
+        "| design 3's tests on seeds 1-3 (an earlier design's data) "
+        "| changed in design 3, and why |"
+    )
+
+
+def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):
+    import gzip
+    import json
+
+    from convergent.studies.framework import earlier_designs
+
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "design10.results.json").write_text(json.dumps({"n": 10}))
+    (history / "design2.results.json.gz").write_bytes(gzip.compress(b'{"n": 2}'))
+    (history / "notes.txt").write_text("not a design")
+    assert earlier_designs(tmp_path) == [(2, {"n": 2}), (10, {"n": 10})]
+    assert earlier_designs(tmp_path / "missing") == []

@@ -32,6 +32,7 @@ from convergent.studies.framework import (
     results_payload,
     write_study,
 )
+from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
 
 # name -> module; a study is listed here once it exists.
@@ -69,9 +70,41 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
 
 def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
     """The plain summary of a study's results (``results.json``): its module's
-    ``summary(payload)``, or none for a study that writes none."""
+    ``summary(payload)``, or none for a study that writes none. Where the verdicts are
+    exploratory (the current tests on an earlier design's data), a first sentence says so."""
     summarize = getattr(get_study(payload["name"]), "summary", None)
-    return list(summarize(payload)) if summarize else []
+    sentences = list(summarize(payload)) if summarize else []
+    if sentences and any(claim.get("exploratory") for claim in payload["claims"]):
+        sentences.insert(0, Sentence(EXPLORATORY_SENTENCE))
+    return sentences
+
+
+EXPLORATORY_SENTENCE = (
+    "These verdicts are exploratory: the study's current tests, revised after an audit of "
+    "these numbers, scored on the seeds the previous design ran; a run on new seeds confirms "
+    "or overturns them."
+)
+
+
+def design_history(folder: str | Path, payload: Mapping[str, Any]) -> list[str]:
+    """The report's "Verdicts across designs" lines for the study written in ``folder``
+    (none when ``folder`` has no ``history/`` of earlier designs)."""
+    earlier = earlier_designs(folder)
+    if not earlier:
+        return []
+    module = get_study(payload["name"])
+
+    def rescored(old: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [claim.to_json() for claim in module.claims_from_results(old)]
+
+    return history_lines(payload, module.DESIGN, earlier, rescored)
+
+
+def _write(result: StudyResult, folder: Path) -> None:
+    """Write ``result``'s report and results into ``folder``, with its summary and history."""
+    payload = results_payload(result)
+    summary = [sentence.text for sentence in study_summary(payload)]
+    write_study(result, folder, summary, design_history(folder, payload))
 
 
 def run_study(
@@ -93,8 +126,7 @@ def run_study(
     started = time.perf_counter()
     result: StudyResult = module.run(config, folder, progress=progress)
     result.seconds = result.seconds or time.perf_counter() - started
-    summary = study_summary(results_payload(result))
-    write_study(result, folder, [sentence.text for sentence in summary])
+    _write(result, folder)
     return result
 
 
@@ -110,8 +142,7 @@ def rescore(folder: str | Path) -> StudyResult:
         # Written before tuning records existed: rebuild them from the stored grid scores.
         result.tuning = module.tuning_from_results(payload)
     result.claims = list(module.claims_from_results(payload))
-    summary = study_summary(results_payload(result))
-    write_study(result, folder, [sentence.text for sentence in summary])
+    _write(result, Path(folder))
     return result
 
 
@@ -146,6 +177,7 @@ __all__ = [
     "Threshold",
     "check_mode",
     "claim_from_seeds",
+    "design_history",
     "get_study",
     "json_ready",
     "load_study",

@@ -35,12 +35,17 @@ claim with
 - ``checks`` (list): ``{"name", "value", "required", "passed"}`` per manipulation check;
   ``value`` and ``passed`` are null when the quantity was not measured.
 - ``evidence`` (str): the numbers behind the effect in a sentence or two.
+- ``exploratory`` (bool, only when true): the claim's current form scored on data an earlier
+  design collected, after its numbers were seen; a confirmation on new seeds decides.
+- ``revised`` (str, only when set): what changed in this claim's test since the previous
+  design, and why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -218,6 +223,9 @@ class Claim:
         interval_method: how ``interval`` was computed.
         checks: the manipulation checks.
         evidence: the numbers behind the effect, in a sentence or two.
+        exploratory: scored in its current form on data an earlier design collected (after
+            that data was seen): a hypothesis for new seeds to confirm, not a result.
+        revised: what changed in this claim's test since the previous design, and why.
     """
 
     statement: str
@@ -230,6 +238,8 @@ class Claim:
     checks: tuple[Check, ...] = ()
     evidence: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    exploratory: bool = False
+    revised: str = ""
 
     @property
     def n(self) -> int:
@@ -247,8 +257,9 @@ class Claim:
 
     @property
     def label(self) -> str:
-        """The verdict as printed: ``reproduced``, or ``reproduced (preview)`` below 3 seeds."""
-        return self.verdict + (" (preview)" if self.preview else "")
+        """The verdict as printed: ``reproduced``, ``reproduced (preview)`` below 3 seeds,
+        ``reproduced (exploratory)`` on an earlier design's data."""
+        return self.verdict + qualifiers(self.preview, self.exploratory)
 
     def summary(self) -> str:
         """One line: effect, interval, n, threshold and the checks."""
@@ -273,6 +284,8 @@ class Claim:
             "checks": [check.to_json() for check in self.checks],
             "evidence": self.evidence,
             **({"extra": self.extra} if self.extra else {}),
+            **({"exploratory": True} if self.exploratory else {}),
+            **({"revised": self.revised} if self.revised else {}),
         }
 
 
@@ -286,6 +299,7 @@ def claim_from_seeds(
     evidence: str = "",
     paired: bool = False,
     extra: dict[str, Any] | None = None,
+    revised: str = "",
 ) -> Claim:
     """A claim whose effect is the mean of one number per seed, with its t-interval.
 
@@ -299,6 +313,7 @@ def claim_from_seeds(
         evidence: the numbers behind the effect.
         paired: say in the report that the values are paired differences.
         extra: more numbers worth keeping with the claim (JSON-ready).
+        revised: what changed in this claim's test since the previous design, and why.
     """
     values = tuple(float(v) for v in per_seed)
     finite = [v for v in values if math.isfinite(v)]
@@ -314,7 +329,19 @@ def claim_from_seeds(
         checks=tuple(checks),
         evidence=evidence,
         extra=dict(extra or {}),
+        revised=revised,
     )
+
+
+def qualifiers(preview: bool, exploratory: bool) -> str:
+    """What follows a verdict word: ``" (preview)"``, ``" (exploratory)"``, both or nothing."""
+    words = [word for word, on in (("preview", preview), ("exploratory", exploratory)) if on]
+    return f" ({', '.join(words)})" if words else ""
+
+
+def as_exploratory(claims: Sequence[Claim]) -> list[Claim]:
+    """``claims`` marked exploratory: scored in their current form on an earlier design's data."""
+    return [dataclasses.replace(claim, exploratory=True) for claim in claims]
 
 
 def not_measured(name: str, required: Threshold, why: str) -> Check:
@@ -373,21 +400,34 @@ def format_percent(fraction: float) -> str:
     return f"{fraction * 100:g} %"
 
 
-def check_design(study: str, found: int | None, current: int) -> None:
-    """Refuse results of a design other than ``current``, the only one a study's code scores.
+def check_design(
+    study: str, found: int | None, current: int, rescorable: Collection[int] = ()
+) -> bool:
+    """Refuse results of a design the study's code cannot score; say whether the scoring is
+    exploratory.
 
     Args:
         study: the study's name.
         found: the payload's design (None when it carries no number: the first design's).
         current: the design the study's scorer implements.
+        rescorable: earlier designs whose stored data the current claims can be scored on;
+            such a scoring is exploratory (its forms were chosen after that data was seen).
+
+    Returns:
+        True when ``found`` is one of ``rescorable`` (the claims are exploratory), False when it
+        is ``current``.
 
     Raises:
         ValueError: one sentence naming both designs and where the earlier ones are kept.
     """
+    if found in rescorable and found != current:
+        return True
     if found != current:
         stated = "1 (no design number)" if found is None else found
+        also = "".join(f" and, exploratory, design {d}'s data" for d in sorted(rescorable))
         raise ValueError(
             f"these {study} results are of design {stated}, and this code scores design "
-            f"{current} only; earlier designs' full results, with the claims they were scored "
+            f"{current}{also} only; earlier designs' full results, with the claims they were scored "
             f"with, are in docs/results/{study}-full/history/"
         )
+    return False

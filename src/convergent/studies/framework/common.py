@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from convergent.io import write_text_atomically
-from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, format_interval, format_number
+from convergent.studies.framework.claims import (
+    PREVIEW_BELOW,
+    Claim,
+    format_interval,
+    format_number,
+    qualifiers,
+)
 
 MODES = ("smoke", "quick", "full")
 
@@ -128,12 +134,19 @@ VERDICT_LEGEND = (
     "**not reproduced** (it lies wholly outside), **inconclusive** (it straddles the threshold), "
     "**untested** (a manipulation check failed or was not measured, so the method was not shown "
     "to act; the effect is still reported). Below "
-    f"{PREVIEW_BELOW} seeds a verdict is a preview."
+    f"{PREVIEW_BELOW} seeds a verdict is a preview. An *exploratory* verdict scores a claim's "
+    "current test on seeds an earlier design read, after their numbers were seen: only new "
+    "seeds confirm it."
 )
 
 
-def _cell(text: str) -> str:
+def table_cell(text: str) -> str:
     return text.replace("|", r"\|")  # a literal bar inside a markdown table cell
+
+
+def printed_verdict(claim: Mapping[str, Any]) -> str:
+    """A JSON claim record's verdict as printed, with ``(preview)`` / ``(exploratory)``."""
+    return claim["verdict"] + qualifiers(claim["preview"], bool(claim.get("exploratory")))
 
 
 def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
@@ -144,7 +157,7 @@ def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for claim in claims:
-        verdict = claim["verdict"] + (" (preview)" if claim["preview"] else "")
+        verdict = printed_verdict(claim)
         interval = claim["interval"]
         shown = format_interval(None if interval is None else (interval[0], interval[1]))
         checks = (
@@ -156,9 +169,9 @@ def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
             or "none"
         )
         lines.append(
-            f"| {_cell(claim['statement'])} | {verdict} | {format_number(claim['effect'])} "
-            f"{_cell(claim['unit'])} | {shown} | {claim['n']} | {claim['threshold']['text']} | "
-            f"{_cell(checks)} |"
+            f"| {table_cell(claim['statement'])} | {verdict} | {format_number(claim['effect'])} "
+            f"{table_cell(claim['unit'])} | {shown} | {claim['n']} | {claim['threshold']['text']} | "
+            f"{table_cell(checks)} |"
         )
     return lines
 
@@ -201,14 +214,14 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
     name (their values, thresholds and the test's exact form are in the study's report)."""
     lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
     for claim, name in zip(claims, claim_names(claims), strict=True):
-        verdict = claim["verdict"] + (" (preview)" if claim["preview"] else "")
+        verdict = printed_verdict(claim)
         if claim["verdict"] == "untested":
             failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
             verdict += " (" + "; ".join(dict.fromkeys(failed)) + ")"
         interval = claim["interval"]
         shown = format_interval(None if interval is None else (interval[0], interval[1]))
         lines.append(
-            f"| {_cell(name)} | {_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
+            f"| {table_cell(name)} | {table_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
             f"{claim['n']} |"
         )
     return lines
@@ -256,8 +269,11 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(result: StudyResult, summary: Sequence[str] = ()) -> str:
-    """The study's ``report.md``, opening with its plain ``summary`` sentences."""
+def render_markdown(
+    result: StudyResult, summary: Sequence[str] = (), history: Sequence[str] = ()
+) -> str:
+    """The study's ``report.md``, opening with its plain ``summary`` sentences; ``history``
+    (the "Verdicts across designs" lines of :mod:`.history`) follows the claims."""
     from convergent.report import markdown_table
 
     lines = [f"# Study `{result.name}` ({result.mode} mode)", ""]
@@ -271,6 +287,7 @@ def render_markdown(result: StudyResult, summary: Sequence[str] = ()) -> str:
             lines.append(f"{index}. {claim.evidence} ({claim.interval_method}.)")
             lines += [f"   - check note: {c.name}: {c.note}" for c in claim.checks if c.note]
         lines.append("")
+    lines += history
     if result.tuning:
         lines += ["## Tuning", "", *tuning_lines(result.tuning)]
     for title, rows in result.tables.items():
@@ -301,15 +318,21 @@ def results_payload(result: StudyResult) -> dict[str, Any]:
     }
 
 
-def write_study(result: StudyResult, out_dir: str | Path, summary: Sequence[str] = ()) -> Path:
-    """Write ``report.md`` (opening with the ``summary`` sentences) and ``results.json`` into
-    ``out_dir``; returns the report path."""
+def write_study(
+    result: StudyResult,
+    out_dir: str | Path,
+    summary: Sequence[str] = (),
+    history: Sequence[str] = (),
+) -> Path:
+    """Write ``report.md`` (opening with the ``summary`` sentences, with the ``history``
+    section after the claims) and ``results.json`` into ``out_dir``; returns the report
+    path."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     payload = results_payload(result)
     write_text_atomically(folder / "results.json", json.dumps(payload, indent=2) + "\n")
     report = folder / "report.md"
-    write_text_atomically(report, render_markdown(result, summary))
+    write_text_atomically(report, render_markdown(result, summary, history))
     return report
 
 

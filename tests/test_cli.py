@@ -32,8 +32,8 @@ from convergent.cli import main
         (["diagnose", "/no/such/run", "--data", "digits"], "/no/such/run: the path does not exist"),
         (["prune", "/no/such/run"], "no run or checkpoint at /no/such/run"),
         (
-            ["reproduce", "descent", "--pilot"],
-            "--pilot applies only to the sparsity study, got descent",
+            ["reproduce", "residual", "--pilot"],
+            "--pilot runs one study that has a pilot (descent or sparsity), got residual",
         ),
     ],
 )

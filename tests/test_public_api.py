@@ -30,6 +30,7 @@ EXTRA_STUDY_FILES = {
     "measures.py",
     "plots.py",
     "checks.py",
+    "wording.py",
     "summary.py",
 }
 

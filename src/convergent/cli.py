@@ -304,8 +304,8 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pilot",
         action="store_true",
-        help="sparsity only: run (or resume) its regime pilot on the validation split instead, "
-        "writing OUT/sparsity-pilot/pilot.json",
+        help="run (or resume) the study's regime pilot on the validation split instead (descent, "
+        "sparsity), writing OUT/NAME-pilot/pilot.json",
     )
     parser.set_defaults(handler=_reproduce)
 
@@ -322,7 +322,7 @@ def _reproduce(arguments: argparse.Namespace) -> int:
     if arguments.seeds is not None and arguments.seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
     if arguments.pilot:
-        return _sparsity_pilot(names, arguments.out, not arguments.no_progress)
+        return _pilot(names, arguments.out, not arguments.no_progress)
     results = []
     for name in names:
         print(f"{name} ({arguments.mode}): running, report into {arguments.out / name}", flush=True)
@@ -345,20 +345,24 @@ def _reproduce(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _sparsity_pilot(names: list[str], out: Path, progress: bool) -> int:
+def _pilot(names: list[str], out: Path, progress: bool) -> int:
     import json
 
     from convergent.io import write_text_atomically
+    from convergent.studies import get_study
     from convergent.studies.framework import json_ready
-    from convergent.studies.sparsity import run_pilot
 
-    if names != ["sparsity"]:
-        raise UserError(f"--pilot applies only to the sparsity study, got {', '.join(names)}")
-    folder = out / "sparsity-pilot"
-    result = run_pilot(folder, log=print if progress else lambda line: None)
+    piloted = [name for name in names if hasattr(get_study(name), "run_pilot")]
+    if len(names) != 1 or names != piloted:
+        raise UserError(
+            f"--pilot runs one study that has a pilot (descent or sparsity), got {', '.join(names)}"
+        )
+    (name,) = names
+    folder = out / f"{name}-pilot"
+    result = get_study(name).run_pilot(folder, log=print if progress else lambda line: None)
     path = folder / "pilot.json"
     write_text_atomically(path, json.dumps(json_ready(result), indent=2) + "\n")
-    print(f"sparsity pilot: {path} (chosen: {result['chosen']}, used: {result['used']})")
+    print(f"{name} pilot: {path} (chosen: {result['chosen']}, used: {result['used']})")
     return 0
 
 
@@ -389,6 +393,7 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
 
 def _report(arguments: argparse.Namespace) -> int:
     from convergent.studies import rescore, study_summary
+    from convergent.studies.framework import OtherDesign
     from convergent.studies.framework.readme import results_section, update_readme
 
     if not arguments.folder.is_dir():
@@ -397,7 +402,11 @@ def _report(arguments: argparse.Namespace) -> int:
         raise UserError("--check needs --readme README to compare with")
     if arguments.rescore:
         for path in sorted(arguments.folder.glob("*/results.json")):
-            result = rescore(path.parent)
+            try:
+                result = rescore(path.parent)
+            except OtherDesign as refused:
+                print(f"left {path.parent} as scored then: {refused}")
+                continue
             print(f"re-scored {path.parent}: {len(result.claims)} claims")
     if arguments.readme is None:
         print(results_section(arguments.folder, summarize=study_summary), end="")

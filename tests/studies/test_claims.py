@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,3 +282,28 @@ def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(t
     (history / "notes.txt").write_text("not a design")
     assert earlier_designs(tmp_path) == [(2, {"n": 2}), (10, {"n": 10})]
     assert earlier_designs(tmp_path / "missing") == []
+
+
+def test_results_of_a_design_the_code_no_longer_scores_are_shown_as_scored_then(tmp_path):
+    import json
+    import shutil
+
+    from convergent.cli import main
+    from convergent.studies import sparsity, study_summary
+    from convergent.studies.framework import OtherDesign
+
+    folder = tmp_path / "reports" / "sparsity-old"
+    folder.mkdir(parents=True)
+    payload = json.loads(Path("docs/results/sparsity-full/results.json").read_text())
+    payload["data"]["design"] = 1  # a design no code scores now
+    (folder / "results.json").write_text(json.dumps(payload))
+    shutil.copy("docs/results/sparsity-full/report.md", folder / "report.md")
+    (sentence,) = study_summary(payload)
+    assert sentence.text.startswith("These are design 1's results, with the verdicts it was")
+    assert sentence.verdicts == {}
+    with pytest.raises(OtherDesign) as refused:
+        sparsity.claims_from_results(payload)
+    assert (refused.value.found, refused.value.current) > (0, 0)
+    before = (folder / "results.json").read_bytes()
+    assert main(["report", str(tmp_path / "reports"), "--rescore"]) == 0
+    assert (folder / "results.json").read_bytes() == before

@@ -32,6 +32,7 @@ from convergent.studies.framework import (
     results_payload,
     write_study,
 )
+from convergent.studies.framework.claims import OtherDesign
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
 
@@ -72,11 +73,25 @@ def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
     """The plain summary of a study's results (``results.json``): its module's
     ``summary(payload)``, or none for a study that writes none. Where the verdicts are
     exploratory (the current tests on an earlier design's data), a first sentence says so."""
-    summarize = getattr(get_study(payload["name"]), "summary", None)
+    module = get_study(payload["name"])
+    try:
+        module.claims_from_results(payload)
+    except OtherDesign as refused:
+        return [Sentence(superseded_sentence(refused))]
+    summarize = getattr(module, "summary", None)
     sentences = list(summarize(payload)) if summarize else []
     if sentences and any(claim.get("exploratory") for claim in payload["claims"]):
         sentences.insert(0, Sentence(EXPLORATORY_SENTENCE))
     return sentences
+
+
+def superseded_sentence(refused: OtherDesign) -> str:
+    """The summary of results whose design the study's code no longer scores."""
+    return (
+        f"These are design {refused.found}'s results, with the verdicts it was scored with; "
+        f"the study's current design, {refused.current}, is declared, and until its full run "
+        f"is committed the verdicts below are design {refused.found}'s."
+    )
 
 
 EXPLORATORY_SENTENCE = (
@@ -168,6 +183,7 @@ def write_index(results: list[StudyResult], out_dir: str | Path) -> Path:
 
 
 __all__ = [
+    "EXPLORATORY_SENTENCE",
     "MODES",
     "STUDIES",
     "VERDICTS",

@@ -13,6 +13,7 @@ from convergent.studies.framework.claims import (
     VERDICTS,
     Check,
     Claim,
+    OtherDesign,
     Threshold,
     as_exploratory,
     at_least,
@@ -54,7 +55,15 @@ from convergent.studies.framework.summary import (
     named_verdicts,
     verdict_of,
 )
-from convergent.studies.framework.tuning import Tuning, TuningData, edge_note, grid_points, tune
+from convergent.studies.framework.tuning import (
+    Tuning,
+    TuningData,
+    edge_note,
+    extension_points,
+    grid_points,
+    select_points,
+    tune,
+)
 from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
 
 __all__ = [
@@ -64,6 +73,7 @@ __all__ = [
     "VERDICT_LEGEND",
     "Check",
     "Claim",
+    "OtherDesign",
     "Sentence",
     "StudyResult",
     "Threshold",
@@ -82,6 +92,7 @@ __all__ = [
     "decide",
     "earlier_designs",
     "edge_note",
+    "extension_points",
     "finish",
     "finite_mean",
     "finite_or_none",
@@ -100,6 +111,7 @@ __all__ = [
     "render_markdown",
     "results_payload",
     "run_jobs",
+    "select_points",
     "stored_number",
     "t_interval",
     "tune",

@@ -400,6 +400,20 @@ def format_percent(fraction: float) -> str:
     return f"{fraction * 100:g} %"
 
 
+class OtherDesign(ValueError):
+    """Results of a design that a study's current code does not score.
+
+    Attributes:
+        found: the payload's design (1 when it carries no number).
+        current: the design the study's code scores.
+    """
+
+    def __init__(self, message: str, found: int, current: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.current = current
+
+
 def check_design(
     study: str, found: int | None, current: int, rescorable: Collection[int] = ()
 ) -> bool:
@@ -418,16 +432,19 @@ def check_design(
         is ``current``.
 
     Raises:
-        ValueError: one sentence naming both designs and where the earlier ones are kept.
+        OtherDesign: a ValueError, one sentence naming both designs and where the earlier
+            ones are kept.
     """
     if found in rescorable and found != current:
         return True
     if found != current:
         stated = "1 (no design number)" if found is None else found
         also = "".join(f" and, exploratory, design {d}'s data" for d in sorted(rescorable))
-        raise ValueError(
+        raise OtherDesign(
             f"these {study} results are of design {stated}, and this code scores design "
             f"{current}{also} only; earlier designs' full results, with the claims they were scored "
-            f"with, are in docs/results/{study}-full/history/"
+            f"with, are in docs/results/{study}-full/history/",
+            1 if found is None else found,
+            current,
         )
     return False

@@ -214,10 +214,11 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
     name (their values, thresholds and the test's exact form are in the study's report)."""
     lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
     for claim, name in zip(claims, claim_names(claims), strict=True):
-        verdict = printed_verdict(claim)
+        words = [w for w in ("preview", "exploratory") if claim.get(w)]
         if claim["verdict"] == "untested":
             failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
-            verdict += " (" + "; ".join(dict.fromkeys(failed)) + ")"
+            words += dict.fromkeys(failed)
+        verdict = claim["verdict"] + (f" ({'; '.join(words)})" if words else "")
         interval = claim["interval"]
         shown = format_interval(None if interval is None else (interval[0], interval[1]))
         lines.append(

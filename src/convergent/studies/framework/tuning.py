@@ -160,6 +160,67 @@ def tune(
     return results
 
 
+def select_points(
+    method: str,
+    points: Sequence[Mapping[str, Any]],
+    runs: Sequence[Run],
+    score: Callable[[Run], float],
+    *,
+    maximize: bool,
+    criterion: str,
+) -> Tuning[Run]:
+    """The selection over explicit ``points`` (a grid and its extensions; see
+    :func:`extension_points`): the best validation score, ties to the first point. The axes
+    recorded are every value each hyperparameter takes among the points."""
+    scores = [_as_score(score(run)) for run in runs]
+    finite = [i for i, s in enumerate(scores) if math.isfinite(s)]
+    pick = max if maximize else min
+    selected = pick(finite, key=lambda i: scores[i]) if finite else 0
+    axes: dict[str, list[Any]] = {}
+    for point in points:
+        for name, value in point.items():
+            axes.setdefault(name, [])
+            if value not in axes[name]:
+                axes[name].append(value)
+    for values in axes.values():
+        if all(isinstance(v, int | float) for v in values):
+            values.sort()
+    return Tuning(
+        method=method,
+        axes=axes,
+        points=[dict(point) for point in points],
+        scores=scores,
+        runs=list(runs),
+        selected=selected,
+        criterion=f"{criterion} ({'higher' if maximize else 'lower'} is better)",
+    )
+
+
+def extension_points(tuning: Tuning[Any]) -> list[dict[str, Any]]:
+    """One round of an equal-budget grid extension: for each numeric axis of at least two
+    positive values, one new point beyond the end of the axis nearer the selected value (the
+    end it sits on, when it is on an edge; the upper end on a tie), the other hyperparameters
+    at their selected values. The new value continues the axis geometrically by the ratio of
+    its two outermost values at that end (lr 4e-3, 8e-3 -> 1.6e-2).
+
+    Every method of a study gets one point per such axis, so methods with the same number of
+    axes keep equal budgets; a study extends every method's grid in the same round."""
+    chosen = tuning.selected_point
+    points = []
+    for name, values in tuning.axes.items():
+        numeric = sorted(v for v in values if isinstance(v, int | float))
+        if len(numeric) < 2 or len(numeric) != len(values) or numeric[0] <= 0:
+            continue
+        index = numeric.index(chosen[name])
+        upper = len(numeric) - 1 - index <= index
+        if upper:
+            value = numeric[-1] * numeric[-1] / numeric[-2]
+        else:
+            value = numeric[0] * numeric[0] / numeric[1]
+        points.append({**chosen, name: float(f"{value:.6g}")})
+    return points
+
+
 def edge_note(tunings: Mapping[str, Tuning[Any]]) -> str | None:
     """A sentence for the report naming every selected point on its grid's edge, or None."""
     flagged = [

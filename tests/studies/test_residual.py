@@ -10,7 +10,7 @@ import torch
 
 from convergent.studies import VERDICTS, rescore
 from convergent.studies.framework import json_ready, write_study
-from convergent.studies.residual import Config, claims_from_results, run, study
+from convergent.studies.residual import DESIGN, Config, claims_from_results, run, study
 from convergent.studies.residual import runs as unit_runs
 from convergent.studies.residual.measures import (
     Regime,
@@ -61,7 +61,11 @@ def test_scaled_residual_at_beta_one_is_bert_and_at_zero_drops_the_input():
 
 
 def test_config_modes_and_bad_values():
-    assert Config.for_mode("full").seeds == (0, 1, 2, 3, 4)
+    # Design 3 confirms on seeds no earlier design read (design 2: 0-4, selected on 1000-1002).
+    full = Config.for_mode("full")
+    assert full.seeds == (10, 11, 12, 13, 14)
+    assert full.selection_seeds == (1010, 1011, 1012)
+    assert not set(full.seeds + full.selection_seeds) & {0, 1, 2, 3, 4, 1000, 1001, 1002}
     assert Config.for_mode("full").regimes == ((0.1, 2000), (0.01, 6000))
     assert Config.for_mode("quick").seeds == (0,)
     assert Config.for_mode("quick").betas == (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -129,7 +133,9 @@ def test_unit_values_survive_a_weights_only_load(tmp_path):
 
 def test_rescore_of_the_committed_folder(tmp_path):
     folder = tmp_path / "residual-full"
-    folder.mkdir()
+    (folder / "history").mkdir(parents=True)
+    for path in (COMMITTED.parent / "history").glob("design*.results.json"):
+        (folder / "history" / path.name).write_bytes(path.read_bytes())
     committed = COMMITTED.read_text()
     (folder / "results.json").write_text(committed)
     result = rescore(folder)
@@ -139,7 +145,11 @@ def test_rescore_of_the_committed_folder(tmp_path):
     assert [c["verdict"] for c in written["claims"]] == [c.verdict for c in result.claims]
     report = (folder / "report.md").read_text()
     for claim in result.claims:
-        assert f"| {claim.statement} | {claim.verdict} |" in report
+        assert f"| {claim.statement} | {claim.verdict} (exploratory) |" in report
+    # Design 2's verdicts stand beside design 3's on the same seeds.
+    history = report.partition("## Verdicts across designs")[2]
+    assert "design 2, seeds 0-4, as scored then" in history
+    assert "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | " in history
 
 
 # --- runs ---------------------------------------------------------------------------------
@@ -161,7 +171,9 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert report.is_file()
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["name"] == "residual"
+    assert payload["data"]["design"] == DESIGN
     _assert_preview_claims(result.claims)
+    assert not any(claim.exploratory for claim in result.claims)
     # run() scores its claims with the same function a rescore uses.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:

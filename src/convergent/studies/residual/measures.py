@@ -2,7 +2,8 @@
 
 Part (a), per run of a step-size regime (`measure`): the largest excess of log L_t over the
 geometric envelope through (t0, L_t0) and (T, L_T) from the transient t0 on, the certified rate
-(the smallest rho the curve satisfies from t0), and the spectra summary; per seed, the band
+(the smallest rho the curve satisfies from t0), the largest rise of the loss from t0 on
+(`largest_rise`), and the spectra summary; per seed, the band
 speed of each beta: the mean log-slope of its curve over a loss band common to every beta of
 the seed (`common_band`: from the lowest loss any beta has at t0 down to 1.05 x the highest
 final loss). `Regime` groups one regime's runs by seed with these numbers. Part (b): the
@@ -39,6 +40,8 @@ class Measured:
             the bound holds); ``BROKEN_EXCESS`` when the run cannot be tested.
         certified: the smallest rho with L_t <= rho^(t - t0) L_t0 for every t >= t0 (NaN when
             untestable).
+        rise: the largest rise of log L after t0 above its running minimum (`largest_rise`);
+            ``BROKEN_EXCESS`` when the run diverged.
         at_transient, final: L at t0 and at the end.
         squared_ratio: mean (sigma_min / sigma_max)^2 of beta X + Attn(X) over training.
         row: the summary row the checks, the sigma_min floor claim and the tables read.
@@ -48,6 +51,7 @@ class Measured:
     seed: int
     excess: float
     certified: float
+    rise: float
     at_transient: float
     final: float
     squared_ratio: float
@@ -57,6 +61,21 @@ class Measured:
 def transient_steps(steps: int, transient_fraction: float) -> int:
     """t0: the first step of the post-transient window."""
     return int(transient_fraction * steps)
+
+
+def largest_rise(losses: Sequence[float], start: int) -> float:
+    """max over t >= t0 of log L_t - min over t0 <= s <= t of log L_s: how far the loss climbed
+    back above the lowest value it had reached after the transient (0 for a curve that never
+    rises); ``BROKEN_EXCESS`` when a loss from t0 on is not finite.
+
+    Full-batch GD with a step below 2 / (the loss's smoothness) never raises the loss (the
+    descent lemma), so a rise shows the step was beyond that condition.
+    """
+    window = np.asarray([number(v) for v in losses[start:]], dtype=np.float64)
+    if window.size == 0 or not np.all(np.isfinite(window)):
+        return BROKEN_EXCESS
+    logs = np.log(np.maximum(window, np.finfo(np.float64).tiny))
+    return min(float(np.max(logs - np.minimum.accumulate(logs))), BROKEN_EXCESS)
 
 
 def measure(run: Mapping[str, Any], transient_fraction: float) -> Measured:
@@ -69,6 +88,7 @@ def measure(run: Mapping[str, Any], transient_fraction: float) -> Measured:
         certified = smallest_envelope_rate(losses, start=start)
     except ValueError:  # diverged before t0, or too few usable points
         excess, certified = BROKEN_EXCESS, math.nan
+    rise = BROKEN_EXCESS if run.get("diverged") else largest_rise(losses, start)
     ratio = [number(v) for v in run.get("residual_squared_ratio", [])]
     row = {
         "beta": number(run["beta"]),
@@ -85,6 +105,7 @@ def measure(run: Mapping[str, Any], transient_fraction: float) -> Measured:
         seed=int(run["seed"]),
         excess=float(excess),
         certified=float(certified),
+        rise=rise,
         at_transient=losses[start] if start < len(losses) else math.nan,
         final=losses[-1],
         squared_ratio=row["residual_squared_ratio_mean"],
@@ -123,6 +144,16 @@ def log_ratio(numerator: float, denominator: float) -> float:
     if not (0 < numerator < math.inf and 0 < denominator < math.inf):
         return math.nan
     return math.log(numerator / denominator)
+
+
+def smallest_step_speedup(speeds: Mapping[float, float]) -> float:
+    """min over consecutive betas of log(speed at the next beta / speed at this one): below 0
+    where some step up in beta slowed convergence; NaN below two betas or where a speed is
+    missing."""
+    ordered = [speeds[beta] for beta in sorted(speeds)]
+    if len(ordered) < 2:
+        return math.nan
+    return min(log_ratio(b, a) for a, b in itertools.pairwise(ordered))
 
 
 def bound_margin(speeds: Mapping[float, float], ratios: Mapping[float, float]) -> float:
@@ -233,9 +264,12 @@ def seeds_in(config: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> l
     return ordered + sorted(present - set(ordered))
 
 
-def head_and_tail_means(losses: Sequence[float], parts: int = TAIL_PARTS) -> tuple[float, float]:
+def head_and_tail_means(
+    losses: Sequence[float | str], parts: int = TAIL_PARTS
+) -> tuple[float, float]:
     """The mean loss over the first and over the last ``1 / parts`` of the steps (at least one
-    step each): the "initial" and "final" training loss of a noisy minibatch curve."""
+    step each): the "initial" and "final" training loss of a noisy minibatch curve (stored JSON
+    may write a non-finite loss as a string)."""
     if not losses:
         return math.nan, math.nan
     count = max(1, len(losses) // parts)  # integer division, as the study's tables use
@@ -263,6 +297,20 @@ def depth_gaps(runs: Sequence[Mapping[str, Any]]) -> dict[int, float]:
         depth: final[(depth, 0.0)] - final[(depth, 1.0)]
         for depth in sorted({depth for depth, _ in final})
         if (depth, 0.0) in final and (depth, 1.0) in final
+    }
+
+
+def chance_fractions(
+    runs: Sequence[Mapping[str, Any]], classes: int
+) -> dict[tuple[int, float], float]:
+    """(depth, beta) -> the tail-mean training loss over ln(classes), the loss of a classifier
+    at chance on balanced classes, as a mean over the seeds (1: at chance)."""
+    tails: dict[tuple[int, float], list[float]] = {}
+    for run in runs:
+        key = (int(run["depth"]), number(run["beta"]))
+        tails.setdefault(key, []).append(head_and_tail_means(run["losses"])[1])
+    return {
+        key: float(np.mean(values)) / math.log(classes) for key, values in sorted(tails.items())
     }
 
 

@@ -21,7 +21,7 @@ from convergent.studies.framework import (
     run_jobs,
     unit_session,
 )
-from convergent.studies.residual.claims import claims_from_results
+from convergent.studies.residual.claims import DESIGN, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import regimes_of, worst_final_losses
 from convergent.studies.residual.models import load_minilm
@@ -195,6 +195,8 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         gd_runs, tuning, tuned_runs = _one_layer_runs(config, units, log)
         depth_runs = _depth_runs(config, units, log) if config.run_depth else []
     data: dict[str, Any] = {
+        # The claims' design (`claims.DESIGN`), so a rescore knows which tests these runs had.
+        "design": DESIGN,
         "one_layer_runs": [vars(run) for run in gd_runs],
         "lr_tuning": tuning,
         "tuned_runs": [vars(run) for run in tuned_runs],

@@ -2,9 +2,10 @@
 and the convergence of gradient descent, in sentences written from the verdicts.
 
 Five sentences: what ran and at what scale; what residuals do to the attention block's
-smallest singular value and how that bounds the speed (claims 3 and 4); the speed-up from
-beta 0 to 1 and the step sizes it needs (claim 2); where convergence is linear (claim 1, by
-step size); the depth claim (claim 5) and what stays unknown. Every number comes from the
+smallest singular value and whether the speed follows (sigma_min/sigma_max)^2 (claims 3 and
+4); whether every step up in beta speeds training up, and the step sizes it needs (claim 2);
+where convergence is linear and where the step was too large for the theorem to apply (claim
+1, by step size); the depth claim (claim 5) and what stays unknown. Every number comes from the
 payload: effects and intervals from the claim records, speeds, spectra and step sizes from the
 stored runs (`measures.regimes_of`), so a rescored or re-run result rewrites its own summary.
 """
@@ -23,7 +24,20 @@ from convergent.studies.framework import (
     verdict_of,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.residual.measures import Regime, depth_gaps, regimes_of, seeds_in
+from convergent.studies.residual.checks import (
+    CHANCE_FRACTION,
+    DEPTH_CLASSES,
+    STEP_NAME,
+    TRAINED_NAME,
+)
+from convergent.studies.residual.claims import RATE_SLOPE
+from convergent.studies.residual.measures import (
+    Regime,
+    chance_fractions,
+    depth_gaps,
+    regimes_of,
+    seeds_in,
+)
 
 BOUND = "Full-batch GD on a one-layer Transformer with residual connections converges linearly"
 SPEED = "Convergence speeds up as beta goes from"
@@ -66,6 +80,20 @@ def _failed_checks(record: Mapping[str, Any]) -> str:
         return "every check passed"
     names = list(dict.fromkeys(names))
     return f"the check{'s' * (len(names) > 1)} {_listing(names)} did not pass"
+
+
+def _failed(record: Mapping[str, Any], check: str) -> bool:
+    """Whether the claim's check named ``check`` did not pass."""
+    return any(c["name"] == check and c["passed"] is not True for c in record["checks"])
+
+
+def _too_large(record: Mapping[str, Any]) -> bool:
+    """Untested only because the loss rose after the transient (the step-size check)."""
+    failed = [c["name"] for c in record["checks"] if c["passed"] is not True]
+    return failed == [STEP_NAME]
+
+
+TOO_LARGE = "the loss rose after the transient, so the step was too large for the theorem to apply"
 
 
 def _name(payload: Mapping[str, Any], stem: str, regime: Regime | None = None) -> str | None:
@@ -182,35 +210,35 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
         f"clear of zero is untested ({_failed_checks(record)})",
     }[verdict]
     declared = {name: verdict}
-    items = []
+    items, too_large = [], []
     for regime in regimes:
         rate = _name(payload, RATE, regime)
-        if rate is not None:
-            declared[rate] = verdict_of(payload, rate)
-            detail = f"{_label(regime)}, where {_failed_checks(claims[rate])}"
-            items.append((declared[rate], _label(regime), detail))
+        if rate is None:
+            continue
+        declared[rate] = verdict_of(payload, rate)
+        record = claims[rate]
+        if declared[rate] == "untested" and _too_large(record):
+            too_large.append(_label(regime))
+            continue
+        detail = (
+            f"{_label(regime)}, where {_failed_checks(record)}"
+            if declared[rate] == "untested"
+            else f"{_num(number(record['effect']))}{_interval(record)} at {_label(regime)}"
+        )
+        items.append((declared[rate], _label(regime), detail))
+    if too_large:
+        items.append(("untested", "", f"{_listing(too_large)}, where {TOO_LARGE}"))
     phrases = {
-        "reproduced": "the speed stayed above a bound proportional to (sigma_min/sigma_max)^2 "
-        "at {labels}",
-        "not reproduced": "the speed fell below a bound proportional to "
-        "(sigma_min/sigma_max)^2 at {labels}",
-        "inconclusive": "whether the speed stays above a bound proportional to "
-        "(sigma_min/sigma_max)^2 is unclear at {labels}",
-        "untested": "the speed bound could not be tested at {details}",
+        "reproduced": "the speed followed (sigma_min/sigma_max)^2: across beta > 0 log speed "
+        f"rose with the log ratio at a slope of {{details}} (at least {RATE_SLOPE:g} needed)",
+        "not reproduced": "the speed barely followed (sigma_min/sigma_max)^2: across beta > 0 "
+        "log speed rose with the log ratio at a slope of only {details}, where the theorem's "
+        f"rate gives 1 and at least {RATE_SLOPE:g} was needed",
+        "inconclusive": "whether the speed follows (sigma_min/sigma_max)^2 is unclear (slope of "
+        f"log speed on the log ratio {{details}}, against {RATE_SLOPE:g})",
+        "untested": "the rate could not be tested at {details}",
     }
     text = opening + (f"; {_grouped(items, phrases)}" if items else "")
-    first_rate = _name(payload, RATE, first)
-    if first_rate is not None and declared[first_rate] == "reproduced" and len(positive) > 1:
-        ratios = _by_beta(first, lambda s, b: first.ratios(s)[b])
-        speeds = _by_beta(first, lambda s, b: first.speeds[s][b])
-        low, high = positive[0], positive[-1]
-        ratio_growth, speed_growth = ratios[high] / ratios[low], speeds[high] / speeds[low]
-        if ratio_growth > 2 * speed_growth:
-            text += (
-                f", but from beta {low:g} to {high:g} at {_label(first)} that ratio grew "
-                f"{_num(ratio_growth)}x and the speed only {_num(speed_growth)}x, so read it "
-                "as a floor under the speed, not a forecast of it"
-            )
     return Sentence(text + ".", declared)
 
 
@@ -233,8 +261,7 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         detail = (
             f"{_label(regime)}, where {_failed_checks(record)}"
             if declared[name] == "untested"
-            else f"{_num(math.exp(number(record['effect'])))}x{_interval(record, math.exp)} at "
-            + _label(regime)
+            else f"{_num(math.exp(number(record['effect'])))}x{_interval(record, math.exp)}"
         )
         items.append((declared[name], _label(regime), detail))
     if not items:
@@ -245,17 +272,21 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         if verdicts == {"reproduced"}
         else "So use residuals (beta > 0) where their speed could be measured"
         if verdicts == {"reproduced", "untested"}
-        else "Residuals bought no speed here"
+        else "Residuals bought no steady speed-up here"
         if verdicts == {"not reproduced"}
         else "The speed-up from residuals depended on the setting"
     )
+    # The effect is the slowest step up in beta (0 -> 0.25, ..., 0.75 -> 1), as a speed ratio.
     phrases = {
-        "reproduced": "sped training up {details}",
-        "not reproduced": "did not speed training up, {details}",
-        "inconclusive": "changed the speed by an unclear amount, {details}",
-        "untested": "could not be compared at {details}",
+        "reproduced": "every step up in beta sped training up at {labels}, the slowest by "
+        "{details}",
+        "not reproduced": "some step up in beta slowed training down at {labels}, the slowest "
+        "to {details}",
+        "inconclusive": "not every step up in beta clearly sped training up at {labels}, the "
+        "slowest {details}",
+        "untested": "the speeds could not be compared at {details}",
     }
-    text = f"{opener}: going from beta 0 to 1 {_grouped(items, phrases)}"
+    text = f"{opener}: {_grouped(items, phrases)}"
     selected = _selected_lrs(payload)
     if len(selected) > 1:
         low, high = min(selected), max(selected)
@@ -279,26 +310,30 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
 
 
 def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
-    """Claim 1 per regime, and which step sizes it holds at."""
+    """Claim 1 per regime: which step sizes it holds at, fails at, or was too large for."""
     claims = claims_by_name(payload)
     declared, items = {}, []
     lrs: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
-    trained = True
+    too_large: list[Regime] = []
     for regime in regimes:
         name = _name(payload, BOUND, regime)
         if name is None:
             continue
         verdict = declared[name] = verdict_of(payload, name)
         record = claims[name]
+        if verdict == "untested" and _too_large(record):
+            too_large.append(regime)
+            continue
         lrs[verdict] += _lrs(regime)
-        if verdict == "not reproduced":
-            trained = trained and all(check["passed"] is True for check in record["checks"])
         detail = (
             f"{_label(regime)}, where {_failed_checks(record)}"
             if verdict == "untested"
             else f"{_num(number(record['effect']))}{_interval(record)}"
         )
         items.append((verdict, _label(regime), detail))
+    if too_large:
+        labels = _listing([_label(regime) for regime in too_large])
+        items.append(("untested", labels, f"{labels}, where {TOO_LARGE}"))
     if not items:
         return None
     fraction = number(payload["config"]["transient_fraction"])
@@ -315,17 +350,22 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
         f"A linear rate (the loss staying under a geometric bound after the first "
         f"{fraction:.0%} of the steps) {_grouped(items, phrases)}"
     )
-    held, broken = lrs["reproduced"], lrs["not reproduced"]
-    if held and broken and max(held) < min(broken):
+    held = lrs["reproduced"]
+    larger = lrs["not reproduced"] + [lr for regime in too_large for lr in _lrs(regime)]
+    unsteady = [claims[n] for n, v in declared.items() if v == "not reproduced"] + [
+        claims[_name(payload, BOUND, regime) or ""] for regime in too_large
+    ]
+    trained = all(not _failed(record, TRAINED_NAME) for record in unsteady)
+    if held and larger and max(held) < min(larger):
         text += (
             f", so count on a linear rate only with small steps (here {max(held):g}, not "
-            f"{min(broken):g} or more)"
+            f"{min(larger):g} or more)"
         )
         if trained:
             text += "; the larger steps still cut the loss at least tenfold, just not steadily"
-    elif held and not broken:
+    elif held and not larger:
         text += ", so a linear rate can be counted on at every step size tested"
-    elif broken and not held:
+    elif lrs["not reproduced"] and not held:
         text += ", so do not count on a linear rate at these step sizes"
     return Sentence(text + ".", declared)
 
@@ -341,6 +381,22 @@ def _depth_errors(runs: Sequence[Mapping[str, Any]], depth: int) -> dict[float, 
         )
         for beta in (0.0, 1.0)
     }
+
+
+def _at_chance(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Which arm stayed at chance at which depths, as a clause (empty when none did)."""
+    fractions = chance_fractions(runs, DEPTH_CLASSES)
+    clauses = []
+    for beta, arm in ((0.0, "without residuals"), (1.0, "with residuals")):
+        depths = [str(d) for (d, b), v in fractions.items() if b == beta and v > CHANCE_FRACTION]
+        if depths:
+            clauses.append(f"{arm} at {_listing(depths)} layers")
+    if not clauses:
+        return ""
+    return (
+        f"{_listing(clauses)} the train loss stayed within {1 - CHANCE_FRACTION:.0%} of chance "
+        "(ln 2), so the gap had no room to grow there"
+    )
 
 
 def _depth(payload: Mapping[str, Any]) -> Sentence:
@@ -367,7 +423,7 @@ def _depth(payload: Mapping[str, Any]) -> Sentence:
         "inconclusive": "Whether the residual advantage keeps growing with depth stays unknown "
         f"(inconclusive): {measured}",
         "untested": "Whether the residual advantage grows with depth stays unknown (untested: "
-        f"{_failed_checks(record)})",
+        f"{_at_chance(runs) or _failed_checks(record)})",
     }[verdict]
     deepest = max(int(run["depth"]) for run in runs)
     errors = _depth_errors(runs, deepest)

@@ -1,4 +1,4 @@
-"""A synthetic design-6 payload of the ``langevin`` study whose answers are worked out here:
+"""A synthetic design-7 payload of the ``langevin`` study whose answers are worked out here:
 norms that saturate at a known fraction of the stationary radius or diffuse as pure noise,
 linear gaps, known final RMSEs (shared by the langevin claims, checks and null tests)."""
 
@@ -66,7 +66,7 @@ def pretrained_test(seed: int) -> float:
 
 def final_test(variant: str, seed: int) -> float:
     none = 0.6 + 0.01 * seed
-    return {"none": none, "log": none * (1 + 0.01 * (seed + 1)), "power": none * 0.98}[variant]
+    return {"none": none, "log": none * (1 + 0.01 * (seed + 1)), "power": none * 0.995}[variant]
 
 
 def default_norm(variant: str, seed: int, temperature: str) -> Norm:
@@ -122,7 +122,7 @@ def payload(
     null_scale: float = 1.0,
     fit_kept: float = 2.0,
 ) -> dict[str, Any]:
-    """A design-6 payload whose claims hold. The s = 0 runs' RMSEs sit ``moved`` x the seed's
+    """A design-7 payload whose claims hold. The s = 0 runs' RMSEs sit ``moved`` x the seed's
     phase-1 test RMSE below every other temperature's (the noise changed the outcome); each
     seed's penalty-only chain of log and power is its own hot run with every norm times
     ``null_scale``."""
@@ -140,7 +140,7 @@ def payload(
         "seeds": list(SEEDS),
         "variants": list(variants),
     }
-    runs = {
+    runs: dict[str, list[dict[str, Any]]] = {
         experiment: [
             {
                 "seed": seed,

@@ -1,34 +1,46 @@
-"""The langevin claims at several temperatures, each gated by "the noise changed the outcome
-against s = 0" and "phase 2 kept the phase-1 fit", with answers worked out here on the
-synthetic payload (`langevin_payload`)."""
+"""The langevin claims' noise and fit checks: "the noise changed the outcome against s = 0" (the
+total norm for bounded and grows, the final test RMSE for the gap and accuracy claims) and
+"phase 2 kept the phase-1 fit", with answers worked out here on the synthetic payload
+(`langevin_payload`), and on the committed design-6 runs, where they fail at the cold
+temperature that design 6's noise / gradient step ratio passed."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from convergent.studies.langevin import claims_from_results
+from convergent.studies.langevin.claims import experiments
 from convergent.studies.langevin.measures import (
     FIT_CHECK,
-    NOISE_CHECK,
+    NORM_CHECK,
     OUTCOME_CHECK,
     OVERFIT_CHECK,
+    mean_noise_ratio,
+    norm_moved_check,
+    outcome_moved_check,
 )
 from tests.studies.langevin_payload import (
     MATRICES,
     PHASE1_TRAIN,
     SEEDS,
+    S,
     by_name,
     final_test,
     gap_rise,
     payload,
     pretrained_test,
     shift_rmse,
+    start_norm,
 )
 
 CLAIM_TEMPERATURES = ("hot", "calibrated")
+HISTORY = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full" / "history"
 
 
 def unmoved(fit_kept: float = 2.0) -> dict[str, Any]:
@@ -76,14 +88,14 @@ def test_claims_at_every_claim_temperature_untested_where_the_noise_changed_noth
                 assert named[key].verdict == "untested"
             assert [c.name for c in named["gap creeps"].checks] == [
                 OVERFIT_CHECK,
-                NOISE_CHECK,
                 f"{OUTCOME_CHECK} (none)",
                 f"{FIT_CHECK} (none)",
             ]
-        # The bound and growth claims carry neither check and hold.
+        # The bound and growth claims read the norm, which the noise moved, and hold.
         hot = at(claims, "hot", experiment)
         assert hot["bounded"].verdict == "reproduced" and hot["grows"].verdict == "reproduced"
         assert not any(c.name.startswith(OUTCOME_CHECK) for c in hot["bounded"].checks)
+        assert check(hot["grows"], NORM_CHECK).passed is True
 
 
 def test_a_moved_outcome_passes_the_check_and_the_fit_check_reads_the_train_rmse():
@@ -126,12 +138,59 @@ def test_every_variant_a_claim_reads_must_have_moved_and_kept_its_fit():
         for key in ("gap bounded", "accuracy"):
             assert check(named[key], OUTCOME_CHECK).value == 0.0
             assert named[key].verdict == "untested"
-    # A fit that got worse by more than the allowed multiple gates the gap claims only.
+    # A fit that got worse by more than the allowed multiple gates the gap and accuracy claims.
     strict = unmoved(fit_kept=1.25)
     shift_test_rmse(strict, "calibrated", ("none", "log", "power"), 0.02)
     for experiment in MATRICES:
         named = at(claims_from_results(strict), "calibrated", experiment)
-        assert check(named["gap creeps"], FIT_CHECK).value > 1.25
-        assert named["gap creeps"].verdict == "untested"
-        assert named["accuracy"].verdict == "reproduced"
-        assert not any(c.name.startswith(FIT_CHECK) for c in named["accuracy"].checks)
+        for key in ("gap bounded", "gap creeps", "accuracy"):
+            assert check(named[key], FIT_CHECK).value > 1.25
+            assert named[key].verdict == "untested"
+
+
+def test_the_norm_check_passes_where_the_noise_moved_the_norm_and_fails_where_it_did_not():
+    results = payload()
+    (experiment, _) = experiments(results["config"], results["data"])
+    # The hot runs diffuse away from the s = 0 runs' constant norm: at step CLAIM_STEPS the
+    # unregularized norm is sqrt(start^2 + numel s t) against the start.
+    moved = norm_moved_check(experiment, "hot", ["none"], 0.01)
+    expected = [math.sqrt(1 + 64 * S["hot"] * 1000 * 0.01 / start_norm(s) ** 2) - 1 for s in SEEDS]
+    assert moved.value == pytest.approx(np.mean(expected)) and moved.passed is True
+    # At the cold temperature s = 1e-5 the same diffusion moves it by about 0.3 %: it fails.
+    cold = norm_moved_check(experiment, "cold", ["none"], 0.01)
+    expected = [math.sqrt(1 + 64 * S["cold"] * 1000 * 0.01 / start_norm(s) ** 2) - 1 for s in SEEDS]
+    assert cold.value == pytest.approx(np.mean(expected)) and cold.passed is False
+    # Read at the s = 0 run's last step: a hot run without an evaluation there is unmeasured.
+    for run in results["data"]["runs"]["attention"]:
+        trace = run["phase2"]["hot"]["none"]["trace"]
+        trace[:] = [r for r in trace if r["step"] != 1000]
+    (experiment, _) = experiments(results["config"], results["data"])
+    assert norm_moved_check(experiment, "hot", ["none"], 0.01).passed is None
+
+
+def test_on_the_committed_design_6_runs_the_checks_fail_cold_and_pass_warm():
+    # Design 6's noise check, sqrt(lr s) / (lr RMS grad), read at least 14 at the cold
+    # temperature, where the gradient vanishes near the minimum: it could not fail. The checks
+    # that replace it read the outcome against s = 0 and fail there.
+    committed = json.loads((HISTORY / "design6.results.json").read_text())
+    config, data = committed["config"], committed["data"]
+    for experiment in experiments(config, data):
+        none_runs = experiment.records("cold", "none")
+        ratios = [
+            mean_noise_ratio(r["trace"], experiment.lr, data["temperatures"]["cold"])
+            for r in none_runs
+        ]
+        assert min(ratios) > 0.1  # the old check passes at the cold temperature
+        all_variants = ["none", "log", "power"]
+        for temperature, passed in (
+            ("cold", False),
+            ("calibrated", False),
+            ("warm", True),
+            ("hot", True),
+        ):
+            norm = norm_moved_check(experiment, temperature, all_variants, 0.01)
+            outcome = outcome_moved_check(experiment, temperature, all_variants, 0.01)
+            assert norm.passed is passed and outcome.passed is passed, (
+                experiment.name,
+                temperature,
+            )

@@ -8,6 +8,7 @@ the synthetic payload (`langevin_payload`), with answers worked out here.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -47,7 +48,7 @@ def test_the_chain_is_langevin_on_the_penalty_alone():
 
 def test_the_null_seed_is_the_runs_plus_a_fixed_offset():
     # a chain's noise is its own but reproducible: the same seed gives the same chain
-    options = {"s": 0.02, "lr": 0.01, "steps": 20, "every": 10, "eps": 1.0}
+    options: dict[str, Any] = {"s": 0.02, "lr": 0.01, "steps": 20, "every": 10, "eps": 1.0}
     one = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET, **options)
     two = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET, **options)
     other = penalty_chain("power", 0.1, {"w": 1.0}, {"w": 4}, seed=NULL_SEED_OFFSET + 1, **options)

@@ -27,8 +27,9 @@ RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-f
 
 def test_config_modes_and_bad_values():
     smoke, quick, full = (Config.for_mode(mode) for mode in ("smoke", "quick", "full"))
-    # the full mode's seeds are unseen by the earlier designs' runs (0-9)
-    assert full.seeds == (10, 11, 12, 13, 14) and len(quick.seeds) == 1
+    # the full mode's seeds are unseen by the earlier designs' runs (0-14)
+    assert full.seeds == (20, 21, 22, 23, 24) and len(quick.seeds) == 1
+    assert full.selection_seed == 100
     assert smoke.langevin_steps < quick.langevin_steps <= full.langevin_steps
     assert full.temperatures == ("hot", "warm", "calibrated", "cold", "zero")
     assert full.claim_temperatures == ("hot", "warm", "calibrated")
@@ -40,8 +41,10 @@ def test_config_modes_and_bad_values():
         Config(temperatures=("hot", "tepid"))
     with pytest.raises(ValueError, match="claim_temperatures includes 'zero'"):
         Config(claim_temperatures=("zero",))
-    with pytest.raises(ValueError, match=r"temperature 'calibrated' is not in temperatures"):
+    with pytest.raises(ValueError, match=r"temperature 'warm' is not in temperatures"):
         Config(temperatures=("hot",))
+    with pytest.raises(ValueError, match="claim_temperatures is empty"):
+        Config(claim_temperatures=())
     with pytest.raises(ValueError, match=r"radius_factors=\(1.0,\) is out of range"):
         Config(radius_factors=(1.0,))
     with pytest.raises(ValueError, match=r"selection_tolerance=1.0 is out of range"):
@@ -75,6 +78,18 @@ def test_selection_takes_the_strongest_penalty_within_the_tolerance_of_the_best(
     assert langevin_runs.selected_factor(diverged, 0.005) == 8.0
     with pytest.raises(ValueError, match="every radius factor's validation RMSE is NaN"):
         langevin_runs.selected_factor(_grid([float("nan")] * 5), 0.005)
+
+
+def test_lam_is_selected_at_the_coldest_temperature_where_the_noise_moved_the_outcome():
+    s = {"hot": 0.02, "warm": 1e-4, "calibrated": 1e-6}
+    # tried coldest first, stopping at the first that moved 1 %: warm
+    assert langevin_runs.coldest_moved({"calibrated": 0.001, "warm": 0.05}, s, 0.01) == "warm"
+    # all moved: the coldest
+    moved = {"hot": 3.0, "warm": 0.05, "calibrated": 0.02}
+    assert langevin_runs.coldest_moved(moved, s, 0.01) == "calibrated"
+    # none moved: the hottest tried
+    unmoved = {"hot": 0.005, "warm": 0.001, "calibrated": 0.0}
+    assert langevin_runs.coldest_moved(unmoved, s, 0.01) == "hot"
 
 
 def test_theory_gives_the_stationary_radius_and_relaxation_in_steps():
@@ -118,7 +133,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     result = run(config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["data"]["design"] == 6
+    assert payload["data"]["design"] == 7
     # The payload re-scores to the very claims the run made.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     assert result.claims and all(c.verdict in VERDICTS and c.checks for c in result.claims)
@@ -133,15 +148,23 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
     assert s["calibrated"] == pytest.approx(4 * data["noise_variance"] / (examples * 256))
     assert s["cold"] == pytest.approx(s["calibrated"] / config.cold_factor) and s["zero"] == 0
     assert s["warm"] == pytest.approx(math.sqrt(s["hot"] * s["calibrated"]))
-    # The gap and accuracy claims at every claim temperature, each gated against s = 0.
+    # The gap and accuracy claims at every claim temperature, and every claim gated against
+    # s = 0.
     for temperature in config.claim_temperatures:
         at = [c for c in result.claims if f"at the {temperature} temperature" in c.statement]
-        gated = [c for c in at if any("at s = 0" in check.name for check in c.checks)]
-        assert len(gated) == 2 * 3, temperature
+        assert len([c for c in at if "generalization gap" in c.statement]) == 2 * 2
+    assert all(any("at s = 0" in check.name for check in c.checks) for c in result.claims)
     for experiment in ("attention", "lora"):
         (seed_run,) = data["runs"][experiment]
+        # lam is selected at the coldest claim temperature whose noise moved the validation
+        # RMSE by 1 % against s = 0 (the hottest tried if none did); tried coldest first.
+        where = data["selection_temperature"][experiment]
+        tried = list(where["moved"])
+        assert tried == sorted(tried, key=lambda t: s[t])
+        assert where["temperature"] == langevin_runs.coldest_moved(where["moved"], s, 0.01)
         selected = data["selection"][experiment]
         for record in selected.values():
+            assert record["temperature"] == where["temperature"]
             best = min(record["grid"], key=lambda row: row["validation_rmse"])
             assert record["selected"] == best["radius_factor"]
         hot = seed_run["phase2"]["hot"]

@@ -14,12 +14,14 @@ the same either way. The study tests those claims on generated Darcy flow (``dar
    at five temperatures: hot s = 2 / N, the calibrated s of the averaged MSE's posterior, warm
    (their geometric mean), a cold one and s = 0 (plain SGD: the control);
 3. lam is in loss units, from the radius rule at the hot s with a factor selected on
-   validation: the strongest penalty within a declared tolerance of the best validation RMSE;
-   the bound temperature's runs last several radial relaxation times;
+   validation at the coldest claim temperature where the noise moves the validation RMSE
+   against s = 0: the strongest penalty within a declared tolerance of the best validation
+   RMSE; the bound temperature's runs last several radial relaxation times;
 4. "bounded" is tested on the matrices' joint norm against the joint stationary radius, gated
    by the penalty alone, run by the same chain, passing the same criterion (`null`); the gap
-   and accuracy claims are tested at the hot, warm and calibrated temperatures, each gated by
-   whether the noise changed the outcome against the same seed's s = 0 run and (for the gap)
+   and accuracy ("about the same": two-sided, within a margin) claims are tested at the hot,
+   warm and calibrated temperatures; every claim is gated by whether the noise changed the
+   outcome it reads against the same seed's s = 0 run, and the gap and accuracy claims by
    whether phase 2 kept the phase-1 fit (`measures`).
 
 The claims and their checks are scored from the stored traces alone (`claims`); the tables,

@@ -8,8 +8,10 @@ study's cache).
 1. `temperatures`: phase 1 on the selection seed (attention model); sigma^2 = its training
    MSE; s for "hot" (2 / N), "warm" (the geometric mean of hot and calibrated), "calibrated"
    (`calibrated_s`), "cold" and "zero".
-2. `select_lam` (per experiment): phase 1 on the selection seed, then for each penalty and
-   radius factor a phase-2 run at the selection temperature; the smallest factor (the strongest
+2. `select_lam` (per experiment): phase 1 on the selection seed; the selection temperature
+   (`selection_temperature`): the coldest claim temperature at which the noise moves the
+   unregularized final validation RMSE against s = 0 by ``outcome_moved`` of its phase-1 value;
+   there, for each penalty and radius factor, a phase-2 run; the smallest factor (the strongest
    penalty) whose final validation RMSE is within ``selection_tolerance`` of the grid's best is
    selected (`selected_factor`).
 3. `final_runs` (per experiment and seed): phase 1, then every temperature x variant. lam is
@@ -53,7 +55,7 @@ from convergent.studies.langevin.models import (
     targeted,
 )
 from convergent.studies.langevin.null import null_runs
-from convergent.train import RegularizedStep, fit
+from convergent.train import RegularizedStep, evaluate, fit
 
 EXPERIMENTS = ("attention", "lora")
 
@@ -230,13 +232,60 @@ def _lam(
     return radius_lam(kind, weights, factor, s_hot, float(settings["power_eps"]))
 
 
+def coldest_moved(moved: dict[str, float], s: dict[str, float], required: float) -> str:
+    """The coldest temperature of ``moved`` (name -> how far the noise moved the outcome) whose
+    move is at least ``required``; the hottest of them where none is."""
+    by_s = sorted(moved, key=lambda name: s[name])
+    return next((name for name in by_s if moved[name] >= required), by_s[-1])
+
+
+def selection_temperature(
+    experiment: str, base: Any, data: DarcyData, settings: dict[str, Any], s: dict[str, float]
+) -> dict[str, Any]:
+    """Where lam is selected: the unregularized run at s = 0 and at each claim temperature,
+    coldest first, until the noise moves the final validation RMSE by ``outcome_moved`` x the
+    phase-1 validation RMSE (`coldest_moved`). Validation only: no test number enters."""
+    seed = int(settings["selection_seed"])
+    phase1 = float(evaluate(base, data.validation, "regression")["rmse"])
+
+    def validation(diffusion: float) -> float:
+        _, _, trace = langevin_run(
+            experiment,
+            base,
+            data,
+            kind="log",
+            lam=0.0,
+            s=diffusion,
+            steps=int(settings["langevin_steps"]),
+            settings=settings,
+            seed=seed,
+        )
+        return float(trace[-1]["validation_rmse"])
+
+    required = float(settings["outcome_moved"])
+    at_zero = validation(0.0)
+    moved: dict[str, float] = {}
+    for name in sorted(settings["claim_temperatures"], key=lambda name: s[name]):
+        moved[name] = abs(validation(s[name]) - at_zero) / phase1
+        if moved[name] >= required:
+            break
+    return {
+        "temperature": coldest_moved(moved, s, required),
+        "moved": moved,
+        "required": required,
+        "phase1_validation_rmse": phase1,
+    }
+
+
 def select_lam(
     experiment: str, settings: dict[str, Any], data: DarcyData, d_model: int, s: dict[str, float]
 ) -> dict[str, Any]:
-    """Per penalty: the radius-factor grid's final validation RMSEs and the selected factor."""
+    """The selection temperature (`selection_temperature`) and, per penalty, the radius-factor
+    grid's final validation RMSEs there and the selected factor."""
     seed = int(settings["selection_seed"])
     base = pretrained_model(experiment, data, d_model, settings, seed)
-    selection_s = s[settings["selection_temperature"]]
+    where = selection_temperature(experiment, base, data, settings, s)
+    selection_s = s[where["temperature"]]
     out: dict[str, Any] = {}
     for name in PENALTIES:
         if name not in settings["variants"]:
@@ -268,8 +317,9 @@ def select_lam(
             "grid": rows,
             "selected": selected_factor(rows, tolerance),
             "tolerance": tolerance,
+            "temperature": where["temperature"],
         }
-    return out
+    return {"temperature": where, "penalties": out}
 
 
 def selected_factor(rows: list[dict[str, float]], tolerance: float) -> float:

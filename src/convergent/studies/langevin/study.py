@@ -31,7 +31,7 @@ from convergent.studies.langevin.runs import EXPERIMENTS, final_runs, select_lam
 # The design of this study's units (`units.UnitCache`): raise it when the study's own code
 # would compute other numbers for the same config; the library's numbers are fingerprinted
 # (docs/design.md, "Unit keys").
-UNIT_DESIGN = 1
+UNIT_DESIGN = 2
 
 
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
@@ -100,7 +100,7 @@ def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache
         ]
     )
     factors = {
-        e: {k: v["selected"] for k, v in chosen.items()}
+        e: {k: v["selected"] for k, v in chosen["penalties"].items()}
         for e, chosen in zip(EXPERIMENTS, selections, strict=True)
     }
     jobs = [
@@ -125,7 +125,12 @@ def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache
         "temperatures": levels["s"],
         "noise_variance": levels["noise_variance"],
         "calibration": levels,
-        "selection": dict(zip(EXPERIMENTS, selections, strict=True)),
+        "selection": {
+            e: chosen["penalties"] for e, chosen in zip(EXPERIMENTS, selections, strict=True)
+        },
+        "selection_temperature": {
+            e: chosen["temperature"] for e, chosen in zip(EXPERIMENTS, selections, strict=True)
+        },
         "runs": runs,
     }
     stored = json_ready(data_out)

@@ -1,0 +1,227 @@
+"""The words of the ``langevin`` study's summary: each claim's kind, what its verdict means in
+plain words, why a claim was left untested, and numbers written for a reader (`summary` builds
+the sentences from them)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from convergent.studies.framework import claims_by_name
+from convergent.studies.framework import stored_number as number
+from convergent.studies.langevin.measures import (
+    FIT_CHECK,
+    NORM_CHECK,
+    OUTCOME_CHECK,
+    OVERFIT_CHECK,
+    REGULARIZER_CHECK,
+)
+
+LABELS = {"attention": "attention", "lora": "LoRA"}
+MEANINGS = {
+    "hot": "2/N",
+    "warm": "the geometric mean of hot and calibrated",
+    "calibrated": "the Bayesian posterior of the averaged squared error",
+}
+# A claim's kind from its statement; the first match wins ("stay bounded" before "norms of").
+KINDS = (
+    ("stay bounded", "bounded"),
+    ("norms of", "grows"),
+    ("does not creep up", "gap bounded"),
+    ("creeps up", "gap creeps"),
+    ("accuracy", "accuracy"),
+)
+TEMPERATURE_KINDS = ("accuracy", "gap bounded", "gap creeps")  # tested at each temperature
+KIND_WORDS = {"accuracy": "accuracy", "gap bounded": "the gap with a penalty"}
+KIND_WORDS["gap creeps"] = "the gap without one"
+# Per kind, what the data showed where the claim held and where it failed, in words that name
+# no verdict; an inconclusive or untested claim is "open" or "unchecked" (`WHETHER`).
+PHRASES = {
+    "bounded": (
+        "the joint norm of the trained matrices stayed at most {tol} above the radius the "
+        "penalty sets",
+        "the joint norm rose more than {tol} above the radius the penalty sets",
+    ),
+    "grows": ("without one it grew", "without one it did not grow by {growth}"),
+    "accuracy": (
+        "a penalty changed the test RMSE by at most {margin} either way",
+        "a penalty changed the test RMSE by more than {margin}",
+    ),
+    "gap bounded": (
+        "with a penalty the generalization gap did not creep up",
+        "with a penalty the generalization gap crept up",
+    ),
+    "gap creeps": (
+        "without a penalty the gap crept up",
+        "without a penalty the gap did not creep up",
+    ),
+}
+WHETHER = {"inconclusive": "it is open whether", "untested": "it was not checked whether"}
+# Why a claim was left untested, per failed check: words, and whether its worst value is the
+# largest (else the smallest) over the claims.
+REASONS = (
+    (FIT_CHECK, "phase 2 lost the pre-trained fit (training RMSE {worst} times its phase-1 "
+     "value, {need} allowed)", True),
+    (OUTCOME_CHECK, "the noise moved the final test RMSE by {worst} of its phase-1 value against "
+     "the same run without noise ({need} needed), so the runs ended where plain gradient "
+     "descent did", False),
+    (NORM_CHECK, "the noise moved the norm by {worst} against the same run without noise "
+     "({need} needed)", False),
+    (REGULARIZER_CHECK, "the penalty barely moved the norm (end norm {worst} times the "
+     "unregularized run's, {need} needed)", True),
+    (OVERFIT_CHECK, "the regime could not overfit ({worst}, {need} needed)", False),
+)  # fmt: skip
+PERCENT_CHECKS = (OUTCOME_CHECK, NORM_CHECK)
+
+
+@dataclass(frozen=True)
+class StudyClaim:
+    """One claim record, with its name (`claim_names`: what a Sentence declares), experiment
+    (``attention`` or ``lora``), kind (one of `KINDS`) and the temperature its statement names."""
+
+    name: str
+    experiment: str
+    kind: str
+    temperature: str
+    record: Mapping[str, Any]
+
+    @property
+    def verdict(self) -> str:
+        return str(self.record["verdict"])
+
+
+def study_claims(payload: Mapping[str, Any]) -> list[StudyClaim]:
+    """The payload's claims, each with its experiment, kind and temperature."""
+    found = []
+    for name, record in claims_by_name(payload).items():
+        statement = str(record["statement"])
+        kind = next(kind for words, kind in KINDS if words in statement)
+        temperature = re.search(r"at the (\w+) temperature", statement)
+        experiment = statement.partition(":")[0]
+        found.append(
+            StudyClaim(name, experiment, kind, temperature[1] if temperature else "", record)
+        )
+    return found
+
+
+def significant(value: float, digits: int = 2) -> str:
+    """``value`` to ``digits`` significant digits, plainly written (``1.5e-4`` when tiny)."""
+    if not math.isfinite(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if digits - 1 <= magnitude < 4:  # whole numbers: 1680 -> 1700
+        return f"{round(value, digits - 1 - magnitude):.0f}"
+    if -3 <= magnitude < 4:
+        text = f"{value:.{digits - 1 - magnitude}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa}e{int(exponent)}"
+
+
+def percent(value: float) -> str:
+    return f"{significant(100 * value)} %"
+
+
+def span(values: Sequence[float], unit: str = "") -> str:
+    """ "low to high unit", or one value where both round alike; integers as they are."""
+    low, high = (v if isinstance(v, int) else significant(v) for v in (min(values), max(values)))
+    return f"{low}{unit}" if low == high else f"{low} to {high}{unit}"
+
+
+def shown(
+    claim: StudyClaim, unit: str = " %", scale: Callable[[float], float] = lambda v: 100 * v
+) -> str:
+    """The claim's effect, scaled, in ``unit``, and its 95 % interval ("3.1 % [1.8, 4.4]")."""
+    text = significant(scale(number(claim.record["effect"]))) + unit
+    if claim.record.get("interval") is not None:
+        low, high = (significant(scale(number(end))) for end in claim.record["interval"])
+        text += f" [{low}, {high}]"
+    return text
+
+
+def _failed(claim: StudyClaim) -> list[Mapping[str, Any]]:
+    return [check for check in claim.record["checks"] if check["passed"] is not True]
+
+
+def clauses(
+    claims: Sequence[StudyClaim],
+    config: Mapping[str, Any],
+    unit: str = " %",
+    scale: Callable[[float], float] = lambda v: 100 * v,
+    by_temperature: bool = False,
+    after: str = "",
+) -> list[str]:
+    """Per verdict among ``claims`` (all of one kind): what it means, then "(verdict: label
+    effect [interval], ...after)"; an untested claim names its failed checks instead."""
+    values = {
+        "tol": percent(number(config["bound_tolerance"])),
+        "growth": percent(number(config["growth_threshold"])),
+        "margin": percent(number(config["accuracy_margin"])),
+    }
+    found = []
+    for verdict in ("reproduced", "not reproduced", "inconclusive", "untested"):
+        group = [c for c in claims if c.verdict == verdict]
+        if not group:
+            continue
+        held, failed = (p.format(**values) for p in PHRASES[group[0].kind])
+        phrase = {"reproduced": held, "not reproduced": failed}.get(verdict)
+        each = []
+        for claim in group:
+            label = LABELS.get(claim.experiment, claim.experiment)
+            label += f" at {claim.temperature}" * by_temperature
+            if verdict == "untested":
+                names = dict.fromkeys(str(c["name"]).partition(" (")[0] for c in _failed(claim))
+                each.append(f"{label}, failed check: {'; '.join(names)}")
+            else:
+                each.append(f"{label} {shown(claim, unit, scale)}")
+        tail = after * (verdict != "untested")
+        found.append(
+            f"{phrase or WHETHER[verdict] + ' ' + held} ({verdict}: {', '.join(each)}{tail})"
+        )
+    return found
+
+
+def declared(claims: Sequence[StudyClaim]) -> dict[str, str]:
+    return {claim.name: claim.verdict for claim in claims}
+
+
+def reason(untested: Sequence[StudyClaim], moved: Sequence[float]) -> str:
+    """Why ``untested`` were left untested, from their failed checks, naming the experiments
+    where a check failed for only some of them (``moved``: how far the noise moved each
+    variant's final test RMSE at their temperature, as `summary.TemperatureFit` has it)."""
+    reasons = []
+    everyone = {c.experiment for c in untested}
+    for prefix, words, largest in REASONS:
+        failed = [(c, k) for c in untested for k in _failed(c) if str(k["name"]).startswith(prefix)]
+        if not failed:
+            continue
+        values = [number(k["value"]) for _, k in failed]
+        worst = max(values) if largest else min(values)
+        form, _, bound = str(failed[0][1]["required"]).partition(" ")
+        need = {">=": "at least", "<=": "at most"}.get(form, form)
+        if prefix in PERCENT_CHECKS:
+            if prefix == OUTCOME_CHECK:  # the largest move over every variant
+                worst = max(moved, default=worst)
+            text = words.format(
+                worst=f"at most {percent(worst)}", need=f"{need} {percent(float(bound))}"
+            )
+        else:
+            text = words.format(worst=significant(worst), need=f"{need} {bound}")
+        who = {c.experiment for c, _ in failed}
+        if who != everyone:
+            text = f"for {' and '.join(LABELS.get(e, e) for e in sorted(who))} {text}"
+        reasons.append(text)
+    known = tuple(prefix for prefix, _, _ in REASONS)
+    others = {
+        str(k["name"]).partition(" (")[0]
+        for c in untested
+        for k in _failed(c)
+        if not str(k["name"]).startswith(known)
+    }
+    return ", and ".join(reasons + [f"a check failed ({name})" for name in sorted(others)])

@@ -6,6 +6,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,9 +16,9 @@ from convergent.studies import VERDICTS, write_study
 from convergent.studies.descent import DESIGN, Config, claims_from_results, run
 from convergent.studies.descent import runs as descent_runs
 from convergent.studies.descent.claims import constraints_acted
+from convergent.studies.descent.config import denoising_score, robust_score, selected_index
 from convergent.studies.descent.measures import dual_trajectory, multiplier_activity
 from convergent.studies.descent.runs import video_crops
-from convergent.studies.descent.study import denoising_score, robust_score
 from tests.conftest import assert_drawn_figure
 
 RESULTS = Path(__file__).parents[2] / "docs" / "results" / "descent-full"
@@ -29,7 +30,10 @@ HISTORY = sorted((RESULTS / "history").glob("design*.results.json*"))
 def test_configs_for_every_mode():
     assert Config.for_mode("smoke").text_layers == 2
     full = Config.for_mode("full")
-    assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
+    # Design 3 reads seeds no earlier design read (design 1: 0-2, design 2: 0 and 1-5), and its
+    # grid runs train as long as its final runs.
+    assert full.seeds == (21, 22, 23, 24, 25) and full.selection_seed == 20
+    assert full.text_grid_steps == full.text_steps and full.video_grid_steps == full.video_steps
     assert full.constrained_costs == (10.0, 1000.0, None) and full.constrained_alphas == (0.05, 0.2)
     sizes = {len(list(itertools.product(*axes.values()))) for axes in full.grids().values()}
     assert sizes == {6}
@@ -147,6 +151,46 @@ def test_selection_scores_skip_points_that_give_up_clean_quality():
     assert values[:2] == [0.09, 0.08] and math.isnan(values[2])
 
 
+def test_the_denoiser_floor_admits_the_points_where_the_constraints_bind():
+    # Design 2's constrained grid (selection seed): RMSE at the training noise, at 2x, the
+    # largest lambda and the share of steps with an active constraint.
+    grid = [
+        (10.0, 0.05, 0.04817, 0.07019, 0.062, 0.61),
+        (10.0, 0.2, 0.04929, 0.07000, 0.162, 0.30),  # binds: 2.3 % above the best RMSE
+        (1000.0, 0.05, 0.04816, 0.06999, 0.071, 0.32),
+        (1000.0, 0.2, 0.06263, 0.07274, 0.635, 0.51),  # binds, 30 % above
+        (None, 0.05, 0.04817, 0.06999, 0.071, 0.30),
+        (None, 0.2, 0.06310, 0.07310, 0.482, 1.00),  # binds, 31 % above
+    ]
+    units: list[dict[str, Any]] = [
+        {
+            "resilient_cost": cost,
+            "alpha": alpha,
+            "validation_rmse_train_noise": clean,
+            "validation_rmse_selection": shifted,
+            "multiplier_max": peak,
+            "multiplier_active_share": share,
+        }
+        for cost, alpha, clean, shifted, peak, share in grid
+    ]
+    binds = [u["multiplier_max"] >= 0.1 and u["multiplier_active_share"] >= 0.2 for u in units]
+    assert binds == [False, True, False, True, False, True]
+    # Design 2's floor, over every point: within 1 % of 0.04816. No binding point is in it.
+    old_ceiling = 1.01 * min(u["validation_rmse_train_noise"] for u in units)
+    old = [u["validation_rmse_train_noise"] <= old_ceiling for u in units]
+    assert not any(o and b for o, b in zip(old, binds, strict=True))
+    # Design 3's floor: within 1 % of the best binding point (0.04929), binding points only.
+    score = denoising_score(units, tolerance=0.01)
+    values = [score(u) for u in units]
+    assert values[1] == 0.07000 and all(math.isnan(v) for i, v in enumerate(values) if i != 1)
+    assert selected_index(units, score) == 1
+    # A grid where nothing binds (ERM's: no multipliers) keeps design 2's rule.
+    erm = [{**u, "multiplier_max": None, "multiplier_active_share": None} for u in units]
+    score = denoising_score(erm, tolerance=0.01)
+    assert [not math.isnan(score(u)) for u in erm] == old
+    assert selected_index(erm, score) == 2  # ties at 0.06999: the first
+
+
 def test_a_diverged_run_is_a_nan_unit_that_selection_skips(monkeypatch):
     from convergent.train import TrainingDiverged
 
@@ -191,8 +235,11 @@ def _t_interval(values: list[float]) -> tuple[float, float]:
 
 def test_committed_results_rescore_to_their_stored_claims():
     payload = json.loads(COMMITTED.read_text())
-    assert payload["data"]["design"] == DESIGN
-    assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
+    # The committed run is design 2's, scored by design 3's tests: every claim exploratory.
+    assert payload["data"]["design"] == 2 and DESIGN == 3
+    claims = claims_from_results(payload)
+    assert [c.to_json() for c in claims] == payload["claims"]
+    assert all(claim.exploratory for claim in claims)
     assert len(payload["config"]["seeds"]) == 5
 
 
@@ -203,33 +250,52 @@ def test_earlier_designs_are_refused_with_one_clear_sentence():
     message = str(refused.value)
     assert message == (
         f"these descent results are of design 1 (no design number), and this code scores "
-        f"design {DESIGN} only; earlier designs' full results, with the claims they were scored "
-        "with, are in docs/results/descent-full/history/"
+        f"design {DESIGN} and, exploratory, design 2's data only; earlier designs' full results, "
+        "with the claims they were scored with, are in docs/results/descent-full/history/"
     )
     later = {**payload, "data": {**payload["data"], "design": DESIGN + 1}}
     with pytest.raises(ValueError, match=f"of design {DESIGN + 1}, and this code scores"):
         claims_from_results(later)
 
 
+def test_design_two_payloads_score_exploratory_and_design_three_payloads_do_not():
+    earlier = _payload(design=2)
+    assert all(claim.exploratory for claim in claims_from_results(earlier))
+    current = _payload(design=DESIGN)
+    assert not any(claim.exploratory for claim in claims_from_results(current))
+
+
 def test_every_history_file_holds_the_claims_it_was_scored_with():
-    assert [path.name for path in HISTORY] == ["design1.results.json"]
+    assert [path.name for path in HISTORY] == ["design1.results.json", "design2.results.json"]
     for path in HISTORY:
         payload = json.loads(path.read_text())
         assert payload["name"] == "descent" and payload["mode"] == "full"
         assert payload["data"].get("design", 1) != DESIGN
         assert payload["claims"]
         assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
+        assert not any(claim.get("exploratory") for claim in payload["claims"])  # as scored then
+    # Design 2's history file is its committed run as scored by design 2 (the same numbers as
+    # the current results.json, which design 3's tests rescored).
+    design2 = json.loads(HISTORY[1].read_text())
+    assert design2["data"] == json.loads(COMMITTED.read_text())["data"]
 
 
-def _design_two_payload() -> dict:
-    """Three seeds of made-up final runs in the second design's layout."""
+# Which of 10 test sentences each made-up final text run classified correctly, per seed.
+ERM_MARKS = ("1111111100", "1111111110", "1111111000")
+CONSTRAINED_MARKS = ("1111111010", "1111111100", "1111110001")
+
+
+def _payload(design: int = DESIGN) -> dict:
+    """Three seeds of made-up final runs; design 3's text runs mark their test sentences,
+    design 2's do not."""
     levels = {"gaussian": [0.5, 1.0], "typos": [0.1, 0.2]}
 
-    def text_record(seed, clean, gaussian, typos, losses, active=0.5):
+    def text_record(seed, marks, gaussian, typos, losses, active=0.5):
         increases = [b - a for a, b in itertools.pairwise(losses)]
         return {
             "seed": seed,
-            "clean": clean,
+            "clean": marks.count("1") / len(marks),
+            **({"clean_correct": marks} if design >= 3 else {}),
             "gaussian": gaussian,
             "typos": typos,
             "layer_losses": losses,
@@ -241,25 +307,26 @@ def _design_two_payload() -> dict:
             "train_fraction_satisfied": 1.0,
         }
 
+    erm_marks, con_marks = ERM_MARKS, CONSTRAINED_MARKS
     text = {
         "levels": levels,
         "runs": {
             "erm": [
-                text_record(1, 0.80, [0.70, 0.60], [0.75, 0.70], [0.70, 0.60, 0.65]),
-                text_record(2, 0.82, [0.72, 0.58], [0.76, 0.71], [0.70, 0.62, 0.66]),
-                text_record(3, 0.81, [0.69, 0.61], [0.74, 0.69], [0.70, 0.61, 0.62]),
+                text_record(1, erm_marks[0], [0.70, 0.60], [0.75, 0.70], [0.70, 0.60, 0.65]),
+                text_record(2, erm_marks[1], [0.72, 0.58], [0.76, 0.71], [0.70, 0.62, 0.66]),
+                text_record(3, erm_marks[2], [0.69, 0.61], [0.74, 0.69], [0.70, 0.61, 0.62]),
             ],
             "constrained": [
-                text_record(1, 0.805, [0.74, 0.66], [0.75, 0.71], [0.70, 0.60, 0.55]),
-                text_record(2, 0.815, [0.73, 0.62], [0.77, 0.70], [0.70, 0.58, 0.57]),
-                text_record(3, 0.80, [0.72, 0.64], [0.74, 0.70], [0.70, 0.59, 0.60], 0.1),
+                text_record(1, con_marks[0], [0.74, 0.66], [0.75, 0.71], [0.70, 0.60, 0.55]),
+                text_record(2, con_marks[1], [0.73, 0.62], [0.77, 0.70], [0.70, 0.58, 0.57]),
+                text_record(3, con_marks[2], [0.72, 0.64], [0.74, 0.70], [0.70, 0.59, 0.60], 0.1),
             ],
         },
     }
     multiples = [1.0, 2.0, 3.0]
 
     def video_record(seed, rmse, losses):
-        record = text_record(seed, 0, [], [], losses)
+        record = text_record(seed, "1", [], [], losses)
         return {**record, "rmse": rmse}
 
     video = {
@@ -274,22 +341,37 @@ def _design_two_payload() -> dict:
         },
     }
     return {
-        "config": {"noise_multiples": multiples},
-        "data": {"design": DESIGN, "text": text, "video": video},
+        "config": {"noise_multiples": multiples, "clean_tolerance": 0.01},
+        "data": {"design": design, "text": text, "video": video},
     }
 
 
-def test_design_two_claims_follow_their_formulas():
-    payload = _design_two_payload()
+def test_claims_follow_their_formulas():
+    payload = _payload()
     claims = claims_from_results(payload)
     assert len(claims) == 2 + 2 + 1 + 2  # clean x2, two kinds, monotone; video x2
     erm = payload["data"]["text"]["runs"]["erm"]
     con = payload["data"]["text"]["runs"]["constrained"]
     clean = [c["clean"] - e["clean"] for e, c in zip(erm, con, strict=True)]
-    assert list(claims[0].per_seed) == pytest.approx(clean)
+    assert list(claims[0].per_seed) == pytest.approx(clean)  # 0, -0.1, 0
     assert claims[0].threshold.value == pytest.approx(-0.003)
     assert claims[1].threshold.value == pytest.approx(-0.01)
-    assert claims[0].interval == pytest.approx(_t_interval(clean))
+    # The clean interval spans sentences and seeds: the two-way interval of the marks' table.
+    table = [
+        [int(b) - int(a) for a, b in zip(e, c, strict=True)]
+        for e, c in zip(ERM_MARKS, CONSTRAINED_MARKS, strict=True)
+    ]
+    low, high = _crossed_by_hand(table)
+    assert claims[0].interval == pytest.approx((low, high))
+    assert claims[0].interval != pytest.approx(_t_interval(clean))
+    assert "sentences and seeds" in claims[0].interval_method
+    found = claims[0].extra["resolution"]
+    assert found["half_width"] == pytest.approx((high - low) / 2)
+    assert found["seed_half_width"] == pytest.approx(
+        (_t_interval(clean)[1] - _t_interval(clean)[0]) / 2
+    )
+    assert found["sentences"] == 10 and found["resolvable"] is False
+    assert claims[0].revised and claims[5].revised and claims[2].revised
     gaussian = [
         sum(c["gaussian"]) / 2 - sum(e["gaussian"]) / 2 for e, c in zip(erm, con, strict=True)
     ]
@@ -317,6 +399,54 @@ def test_design_two_claims_follow_their_formulas():
     assert claims[5].checks[1].passed is True  # every video seed active half the steps
     # Video ERM's losses fall at every layer: no room to show the contrast, untested.
     assert claims[6].checks[-1].value == 0.0 and claims[6].verdict == "untested"
+
+
+def test_design_two_data_gets_the_seed_level_interval_and_its_resolution():
+    claims = claims_from_results(_payload(design=2))
+    clean = list(claims[0].per_seed)
+    assert claims[0].interval == pytest.approx(_t_interval(clean))
+    assert "seed-level interval" in claims[0].statement
+    for claim, margin in zip(claims[:2], (0.003, 0.01), strict=True):
+        found = claim.extra["resolution"]
+        half = stats.t.ppf(0.975, 2) * statistics.stdev(clean) / math.sqrt(3)
+        assert found["half_width"] == pytest.approx(half) and found["interval"] is None
+        assert found["resolvable"] is bool(half <= margin)
+        # The fewest seeds whose expected seed-level half-width reaches the margin.
+        sd = statistics.stdev(clean)
+        needed = next(
+            n for n in range(2, 10**5) if stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) <= margin
+        )
+        assert found["seeds_needed"] == needed
+        assert f"about {needed} seeds" in claim.evidence and "unresolvable" in claim.evidence
+
+
+def _crossed_by_hand(table: list[list[int]]) -> tuple[float, float]:
+    """The interval over seeds and sentences, written out: Var(mean) = var_a / N + var_b / n +
+    var_e / (N n) from the two-way mean squares (components cut at 0), Satterthwaite df."""
+    n, big_n = len(table), len(table[0])
+    grand = sum(map(sum, table)) / (n * big_n)
+    rows = [sum(row) / big_n for row in table]
+    columns = [sum(table[s][i] for s in range(n)) / n for i in range(big_n)]
+    ms_seeds = big_n * sum((r - grand) ** 2 for r in rows) / (n - 1)
+    ms_sentences = n * sum((c - grand) ** 2 for c in columns) / (big_n - 1)
+    ms_rest = sum(
+        (table[s][i] - rows[s] - columns[i] + grand) ** 2 for s in range(n) for i in range(big_n)
+    ) / ((n - 1) * (big_n - 1))
+    var_a, var_b = max(0.0, (ms_sentences - ms_rest) / n), max(0.0, (ms_seeds - ms_rest) / big_n)
+    variance = var_a / big_n + var_b / n + ms_rest / (big_n * n)
+    # The same variance as a sum of mean squares over N n, each with its degrees of freedom.
+    rest = (n - 1) * (big_n - 1)
+    pieces = {
+        (True, True): [(ms_sentences, big_n - 1), (ms_seeds, n - 1), (-ms_rest, rest)],
+        (True, False): [(ms_sentences, big_n - 1)],
+        (False, True): [(ms_seeds, n - 1)],
+        (False, False): [(ms_rest, rest)],
+    }[(var_a > 0, var_b > 0)]
+    total = sum(value for value, _ in pieces)
+    assert total / (n * big_n) == pytest.approx(variance)
+    df = total**2 / sum(value**2 / freedom for value, freedom in pieces)
+    half = stats.t.ppf(0.975, df) * math.sqrt(variance)
+    return grand - half, grand + half
 
 
 @pytest.fixture(scope="module")
@@ -359,6 +489,12 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
             "trajectory",
         }
     assert len(text["constrained"][0]["multipliers"]) == 2
+    for method in ("erm", "constrained"):  # one mark per test sentence, averaging to "clean"
+        record = text[method][0]
+        assert len(record["clean_correct"]) == config.test_examples
+        assert set(record["clean_correct"]) <= {"0", "1"}
+        marks = [int(mark) for mark in record["clean_correct"]]
+        assert sum(marks) / len(marks) == pytest.approx(record["clean"])
     for part in ("text", "video"):
         constrained = payload["data"][part]["runs"]["constrained"][0]
         # the maximum during training bounds the final multipliers from above

@@ -58,12 +58,19 @@ def test_the_committed_summary_states_its_verdicts_and_key_numbers(payload):
     assert "typos and word dropout (not reproduced)" in robustness
     assert "plain ERM is the simpler choice" in robustness
     assert "0.6 point lower with the constraints (95 % interval [-1.7, +0.5] points)" in clean
-    assert "half-width, 1.1 points, is wider than the paper's 0.3-point margin" in clean
+    assert "half-width, 1.1 points, is wider than the paper's 0.3-point margin and a 1-point" in (
+        clean
+    )
     assert "5 seeds on 1,056 test sentences cannot resolve" in clean
+    assert "about 37 seeds would narrow it to the paper's margin" in clean
     assert "are both untested" in video and "barely bound" in video
     assert "as low as 0.052, where the check needs 0.1" in video
     assert "12 % of training steps, where it needs 20 %" in video
-    assert "the stronger alpha = 0.2 was ruled out in tuning" in video
+    assert "the stronger alpha = 0.2 was ruled out in tuning by its error at the training" in video
+    # Scored exploratorily on design 2's runs: design 3's selection would pick another point.
+    assert "design 3 selects among the points where the constraints act, here alpha = 0.2 at " in (
+        video
+    )
     assert "is untested: ERM's own per-layer losses already fell layer by layer in every seed" in (
         layers
     )
@@ -138,3 +145,19 @@ def test_the_summary_reads_the_payload_it_is_given(payload):
     changed["data"]["text"]["selected"]["constrained"]["alpha"] = 0.05
     assert "retrained from 3 seeds" in _texts(changed)[0]
     assert "alpha = 0.05, each layer to cut the loss by 5 %" in _texts(changed)[1]
+
+
+def test_a_design_three_run_says_how_its_interval_was_taken_and_why_points_were_ruled_out(
+    payload,
+):
+    payload["data"]["design"] = 3
+    for claim in payload["claims"]:
+        claim.pop("exploratory", None)
+    paper = payload["claims"][list(claims_by_name(payload)).index(CLEAN_PAPER)]
+    paper["interval_method"] = "95 % interval over test sentences and seeds together"
+    sentences = summary(payload)
+    assert misstated_verdicts(sentences, payload) == []
+    _, _, clean, video, _ = (sentence.text for sentence in sentences)
+    assert "(95 % interval over test sentences and seeds [-1.7, +0.5] points)" in clean
+    assert "was ruled out in tuning by the selection rule" in video
+    assert "design 3 selects" not in video  # the run's own selection is design 3's

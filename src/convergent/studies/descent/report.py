@@ -9,7 +9,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from convergent.studies.descent.config import METHODS
+from convergent.studies.descent.config import METHODS, REGIME_PILOT
 
 XLABELS = {
     "gaussian": "gamma (x embedding RMS)",
@@ -167,9 +167,16 @@ def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
         f"{config.train_noise} in training; a {config.denoiser_layers}-layer pre-norm "
         f"Transformer (d_model {config.denoiser_width}); final runs {config.video_steps} "
         f"steps, grid runs {config.video_grid_steps}.",
+        "Selection: each method's point has the best validation score under the selection "
+        "shift among its points whose clean validation score is within the tolerance of its own "
+        "best; on the denoiser only points where the constraints act on the selection run "
+        "(largest lambda >= 0.1, active in >= 20 % of the steps) are selectable and set the "
+        "best, when any does.",
         f"Final seeds {list(config.seeds)}, selection seed {config.selection_seed}: the test "
         "split scores only the final runs, once each.",
     ]
+    if config.mode == "full":
+        notes.append(REGIME_PILOT)
     if len(config.seeds) < 3:
         notes.append(f"{len(config.seeds)} final seed(s): every verdict is a preview.")
     return notes

@@ -2,10 +2,13 @@
 grid point from one seed, then measures it.
 
 Selection jobs (``final=False``) train for the grid's steps and are scored on the validation
-split only; final jobs train for the final steps and are scored on test. Every run records
-how hard its constraints pushed (:func:`~convergent.studies.descent.measures.dual_trajectory`),
-the study's manipulation check. :func:`text_unit` and :func:`video_unit` return what
-``torch.load(weights_only=True)`` reads back, for the resumable unit cache.
+split only (a denoiser grid run never loads a test frame: :func:`video_selection_data`); final
+jobs train for the final steps and are scored on test, and a final text run also records which
+test sentences it classified correctly (``clean_correct``, the clean claim's paired test).
+Every run records how hard its constraints pushed
+(:func:`~convergent.studies.descent.measures.dual_trajectory`), the study's manipulation check.
+:func:`text_unit` and :func:`video_unit` return what ``torch.load(weights_only=True)`` reads
+back, for the resumable unit cache.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from convergent.data import (
 )
 from convergent.studies.descent.config import Config
 from convergent.studies.descent.measures import (
+    correct_per_example,
     denoising_rmse,
     dual_trajectory,
     layer_report,
@@ -216,7 +220,7 @@ def text_unit(job: Job) -> dict[str, Any]:
     if record is None:
         if not job.final:
             return diverged_record(job.seed, TEXT_SELECTION_SCORES)
-        return diverged_record(
+        diverged = diverged_record(
             job.seed,
             TEXT_SCORES,
             layer_losses=model.num_layers + 1,
@@ -226,6 +230,7 @@ def text_unit(job: Job) -> dict[str, Any]:
             typos=len(config.typo_rates),
             word_dropout=len(config.dropout_rates),
         )
+        return {**diverged, "clean_correct": None}  # no sentence scored
     alpha = config.options(job.method, job.point, "text")["alpha"]
     report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
     train_report = layer_report(model, _probe(data.train), "classification", report_alpha)
@@ -248,6 +253,7 @@ def text_unit(job: Job) -> dict[str, Any]:
         "discrete": config.discrete_gammas,
     }
     record.update(robustness(model, data.test, levels, data.special_ids, seed=1000))
+    record["clean_correct"] = correct_per_example(model, data.test)
     record["typos"] = text_shift_accuracies(
         model, data, "typos", config.typo_rates, 3000, config.max_length
     )
@@ -287,25 +293,47 @@ def video_crops(
     return tokens.reshape(count, side * side, patch * patch)
 
 
-@functools.lru_cache(maxsize=2)
-def video_data(
-    frames: int, crop: int, patch: int, train: int, validation: int, test: int, noise: float
-) -> tuple[DictDataset, torch.Tensor, torch.Tensor, DictDataset, DictDataset]:
-    """Training pairs, clean validation and test crops, and validation / test pairs at the
-    training noise; frames split by time (60 / 15 / 25 %)."""
+def clean_video_crops(
+    frames: int, crop: int, patch: int, counts: Sequence[int]
+) -> list[torch.Tensor]:
+    """Clean crops of the first ``len(counts)`` splits, in the order train, validation, test.
+
+    The frames are split by time (first 60 %, next 15 %, last 25 %: different moments of the
+    street) and every split's crops come from one generator (seed 0), drawn in that order, so
+    each split's crops are the same whether or not a later split is drawn. Asked for two
+    counts, no test frame is read.
+    """
     video = load_street_video(max_frames=frames)
     first, second = int(0.6 * len(video)), int(0.75 * len(video))
+    splits = (video[:first], video[first:second], video[second:])
     generator = torch.Generator().manual_seed(0)
-    train_clean = video_crops(video[:first], train, crop, patch, generator)
-    validation_clean = video_crops(video[first:second], validation, crop, patch, generator)
-    test_clean = video_crops(video[second:], test, crop, patch, generator)
+    return [
+        video_crops(split, count, crop, patch, generator)
+        for split, count in zip(splits, counts, strict=False)
+    ]
+
+
+@functools.lru_cache(maxsize=2)
+def video_selection_data(
+    frames: int, crop: int, patch: int, train: int, validation: int, noise: float
+) -> tuple[DictDataset, torch.Tensor, DictDataset]:
+    """Training pairs, clean validation crops and validation pairs at the training noise: all
+    a grid run (and the regime pilot) reads; no test frame."""
+    train_clean, validation_clean = clean_video_crops(frames, crop, patch, (train, validation))
     return (
         noisy_pairs(train_clean, noise, seed=1),
         validation_clean,
-        test_clean,
         noisy_pairs(validation_clean, noise, seed=2500),
-        noisy_pairs(test_clean, noise, seed=3000),
     )
+
+
+@functools.lru_cache(maxsize=2)
+def video_test_data(
+    frames: int, crop: int, patch: int, train: int, validation: int, test: int, noise: float
+) -> tuple[torch.Tensor, DictDataset]:
+    """Clean test crops and test pairs at the training noise, read by final runs only."""
+    *_, test_clean = clean_video_crops(frames, crop, patch, (train, validation, test))
+    return test_clean, noisy_pairs(test_clean, noise, seed=3000)
 
 
 def video_unit(job: Job) -> dict[str, Any]:
@@ -313,13 +341,12 @@ def video_unit(job: Job) -> dict[str, Any]:
     selection noise; final runs: test RMSE at every level and test layer losses."""
     config = job.config
     torch.set_num_threads(config.threads)
-    train, validation_clean, test_clean, validation_pairs, test_pairs = video_data(
+    train, validation_clean, validation_pairs = video_selection_data(
         config.video_frames,
         config.crop,
         config.patch,
         config.train_crops,
         config.validation_crops,
-        config.test_crops,
         config.train_noise,
     )
     tokens = (config.crop // config.patch) ** 2
@@ -346,6 +373,15 @@ def video_unit(job: Job) -> dict[str, Any]:
         record["validation_rmse_selection"] = at_selection
         record.update(layer_report(model, validation_pairs, "regression", report_alpha))
         return record
+    test_clean, test_pairs = video_test_data(
+        config.video_frames,
+        config.crop,
+        config.patch,
+        config.train_crops,
+        config.validation_crops,
+        config.test_crops,
+        config.train_noise,
+    )
     sigmas = [m * config.train_noise for m in config.noise_multiples]
     record["rmse"] = denoising_rmse(model, test_clean, sigmas, seed=2000)
     record.update(layer_report(model, test_pairs, "regression", report_alpha))

@@ -4,21 +4,23 @@ every final seed.
 Each part follows the same protocol (:mod:`convergent.studies.descent.config`): both methods'
 declared grids (the same size) are trained with the selection seed and scored on validation;
 one rule selects each method's point (the best score under a validation shift among the
-points whose clean score is within a tolerance of the method's best clean one); the selected
+points whose clean score is within a tolerance of the method's best clean one; on the
+denoiser, among the points where the constraints act, when any does:
+:func:`~convergent.studies.descent.config.denoising_score`); the selected
 configurations train from every final seed and are scored once on test. Every run is a unit
 in ``OUT/units`` (resumable); units run in ``workers`` processes.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from convergent.diagnostics import acting
 from convergent.studies.descent.claims import DESIGN, claims_from_results
-from convergent.studies.descent.config import METHODS, Config
+from convergent.studies.descent.config import METHODS, Config, denoising_score, robust_score
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
 from convergent.studies.descent.runs import Job, text_unit, video_unit
 from convergent.studies.framework import (
@@ -37,7 +39,8 @@ from convergent.studies.framework import (
 # The design of this study's units (`units.UnitCache`): raise it when the study's own code
 # would compute other numbers for the same config; the library's numbers are fingerprinted
 # (docs/design.md, "Unit keys").
-UNIT_DESIGN = 1
+# 2: a final text unit records which test sentences it classified correctly.
+UNIT_DESIGN = 2
 
 TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
 VIDEO_TUNING = "(b) street-video denoiser, selection seed"
@@ -46,39 +49,6 @@ VIDEO_TUNING = "(b) street-video denoiser, selection seed"
 # The constrained grid trains at the learning rate and weight decay ERM selected, so that the
 # two methods differ by the constraints alone.
 SHARED_AXES = ("lr_scale", "weight_decay")
-
-
-def robust_score(
-    units: Sequence[Mapping[str, Any]], tolerance: float
-) -> Callable[[Mapping[str, Any]], float]:
-    """The text selection score: validation accuracy under the selection noise, NaN (never
-    selected) for a unit whose clean validation accuracy is more than ``tolerance`` below the
-    best clean one among ``units`` (one method's grid)."""
-    clean = [u["validation_clean"] for u in units if math.isfinite(u["validation_clean"])]
-    floor = max(clean) - tolerance if clean else math.nan
-
-    def score(unit: Mapping[str, Any]) -> float:
-        return unit["validation_robust"] if unit["validation_clean"] >= floor else math.nan
-
-    return score
-
-
-def denoising_score(
-    units: Sequence[Mapping[str, Any]], tolerance: float
-) -> Callable[[Mapping[str, Any]], float]:
-    """The video selection score (lower is better): validation RMSE at the selection noise,
-    NaN for a unit whose RMSE at the training noise exceeds (1 + ``tolerance``) x the best
-    among ``units`` (one method's grid)."""
-    at_training = [u["validation_rmse_train_noise"] for u in units]
-    finite = [value for value in at_training if math.isfinite(value)]
-    ceiling = (1 + tolerance) * min(finite) if finite else math.nan
-
-    def score(unit: Mapping[str, Any]) -> float:
-        if unit["validation_rmse_train_noise"] <= ceiling:
-            return float(unit["validation_rmse_selection"])
-        return math.nan
-
-    return score
 
 
 def _part(
@@ -177,8 +147,11 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             denoising_score,
             False,
             f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
-            f"the method's points within {100 * config.clean_tolerance:g} % of its best RMSE at "
-            "the training noise (n/a: outside)",
+            "the method's points where its constraints act (largest lambda >= "
+            f"{acting.MULTIPLIER_FLOOR:g}, active in >= {100 * acting.ACTIVE_SHARE_FLOOR:g} % "
+            "of the steps; every point when none does) within "
+            f"{100 * config.clean_tolerance:g} % of the best such RMSE at the training noise "
+            "(n/a: outside)",
             lambda line: log(f"(b) {line}"),
         )
     log(cache.summary())

@@ -12,6 +12,11 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from convergent.studies.descent.config import (
+    constraints_act,
+    denoising_score,
+    selected_index,
+)
 from convergent.studies.framework import Sentence, claims_by_name, verdict_of
 
 CLEAN_PAPER = "(a) Clean accuracy within 0.3 point of ERM, the paper's figure"
@@ -201,6 +206,18 @@ CLEAN_VERDICTS = {
 }
 
 
+def _half_width(claim: Claim) -> float:
+    low, high = claim["interval"]
+    return float(high - low) / 2
+
+
+def _seeds_needed(claim: Claim) -> int | None:
+    """The seeds the seed-level interval would need to reach the claim's margin (stored with
+    the claim since design 3; None before)."""
+    found = claim.get("extra", {}).get("resolution")
+    return None if found is None else found["seeds_needed"]
+
+
 def _clean(payload: Mapping[str, Any]) -> Sentence:
     claims = claims_by_name(payload)
     paper = claims[CLEAN_PAPER]
@@ -221,15 +238,29 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
     power = ""
     if paper["interval"] is not None:
         low, high = paper["interval"]
-        text += f" (95 % interval [{_points(low)}, {_points(high)}] points)"
-        half_width = (high - low) / 2
-        if half_width > -paper["threshold"]["value"]:
+        over = " over test sentences and seeds" if "sentences" in paper["interval_method"] else ""
+        text += f" (95 % interval{over} [{_points(low)}, {_points(high)}] points)"
+        unresolved = [
+            name
+            for name in margins
+            if claims[name]["interval"] is not None
+            and _half_width(claims[name]) > -claims[name]["threshold"]["value"]
+        ]
+        if unresolved:
+            half_width, needed = _half_width(paper), _seeds_needed(paper)
             sentences = _test_sentences(payload["data"]["text"]["runs"])
             on = f" on {sentences:,} test sentences" if sentences else ""
+            wider = _join([margins[name] for name in unresolved])
+            seeds = (
+                f" (at this seed-to-seed spread about {needed} seeds would narrow it to the "
+                "paper's margin)"
+                if needed and CLEAN_PAPER in unresolved
+                else ""
+            )
             power = (
                 f"; that interval's half-width, {100 * half_width:.1f} points, is wider than "
-                f"{margins[CLEAN_PAPER]}, so {paper['n']} seeds{on} cannot resolve a difference "
-                "that small"
+                f"{wider}, so {paper['n']} seeds{on} cannot resolve a difference that "
+                f"small{seeds}"
             )
     return Sentence(f"{text}, which {outcome}{power}.", verdicts)
 
@@ -274,18 +305,46 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
         )
     ruled_out = _ruled_out(payload, "(b)")
     stronger = "the stronger " if ruled_out and min(ruled_out) > video["alpha"] else ""
+    reason = (
+        "by its error at the training noise"
+        if payload["data"].get("design", 1) < 3
+        else "by the selection rule"
+    )
     excluded = (
-        f"; {stronger}alpha = {_join([f'{a:g}' for a in ruled_out])} was ruled out in tuning by "
-        "its error at the training noise"
+        f"; {stronger}alpha = {_join([f'{a:g}' for a in ruled_out])} was ruled out in tuning "
+        f"{reason}"
         if ruled_out
         else ""
     )
     return Sentence(
         f"For the street-video denoiser {outcome}: the selected constraints ({selected}) "
-        f"barely bound ({measured}), so those runs were ERM in all but name{excluded}; "
-        "constraints act only while lambda is above zero, so check that share of steps before "
-        "expecting any effect.",
+        f"barely bound ({measured}), so those runs were ERM in all but name{excluded}"
+        f"{_revised_pick(payload)}; constraints act only while lambda is above zero, so check "
+        "that share of steps before expecting any effect.",
         verdicts,
+    )
+
+
+def _revised_pick(payload: Mapping[str, Any]) -> str:
+    """Where design 3's denoiser selection picks another point than the one the stored final
+    runs trained (an earlier design's data), a clause naming it; else nothing."""
+    data, video = payload["data"], payload["data"]["video"]
+    grid = video.get("selection", {}).get("constrained")
+    if data.get("design", 1) >= 3 or not grid:
+        return ""
+    index = selected_index(grid, denoising_score(grid, payload["config"]["clean_tolerance"]))
+    if index is None or not constraints_act(grid[index]):
+        return ""
+    point = grid[index]
+    if all(
+        point[key] == video["selected"]["constrained"][key] for key in ("alpha", "resilient_cost")
+    ):
+        return ""
+    cost = point["resilient_cost"]
+    where = "hard" if cost is None else f"c = {cost:g}"
+    return (
+        " (design 3 selects among the points where the constraints act, here alpha = "
+        f"{point['alpha']:g} at {where}, which only new seeds can test)"
     )
 
 

@@ -1,6 +1,6 @@
-"""The sparsity study: smoke run end to end, resume, claims re-scored from the committed full
-results (and refused for an earlier design's), a sweep that never reads the test split, and
-`convergent prune` on a run folder."""
+"""The sparsity study: smoke run end to end, resume, design 3's claims scored from a hand-made
+payload (and refused for an earlier design's, the committed full results included), a sweep
+that never reads the test split, and `convergent prune` on a run folder."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS
-from convergent.studies.framework import json_ready, write_study
+from convergent.studies.framework import claim_names, json_ready, write_study
 from convergent.studies.sparsity import (
     Config,
     claims_from_results,
@@ -31,6 +31,7 @@ from convergent.studies.sparsity import runs as sparsity_runs
 from convergent.studies.sparsity.runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
+from tests.studies.sparsity_payload import design3_payload
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
 # The full results of earlier designs, with the claims they were scored with (data only).
@@ -65,7 +66,7 @@ def test_smoke_study_runs_end_to_end(smoke_run):
         assert_drawn_figure(folder / figure)
     payload = json.loads((folder / "results.json").read_text())
     data = payload["data"]
-    assert data["design"] == 2 and data["rms_fraction"] == 0.01
+    assert data["design"] == 3 and data["rms_fraction"] == 0.01
     vision, language = data["vision"], data["language"]
     assert set(vision["accuracy"]) == {"adamw", "ham", "horst"}
     for by_key in vision["accuracy"].values():
@@ -82,15 +83,27 @@ def test_smoke_study_runs_end_to_end(smoke_run):
         "horst": 1,
     }
     assert vision["selected"]["horst"] == {"lr": 2e-3, "alpha": 50.0}
-    assert set(language["perplexity"]["horst"]) == {"0%", "50%", "90%"}
-    # The manipulation checks' quantities are stored per run.
-    assert vision["move_ratio"]["horst"]["90%"][0] > 0.0
-    assert vision["selection"]["horst"][0]["move_ratio"] > 0.0
+    # Every LM is scored by every pruner at every target; the dense score is shared.
+    for by_pruner in language["perplexity"].values():
+        assert set(by_pruner) == {"magnitude", "wanda", "sparsegpt"}
+        assert all(set(by_key) == {"0%", "70%", "90%"} for by_key in by_pruner.values())
+        assert len({by_key["0%"][0] for by_key in by_pruner.values()}) == 1
+    selection_ppl = language["selection"]["horst"][0]["validation_perplexity"]
+    assert set(selection_ppl) == {"magnitude", "wanda", "sparsegpt"}
+    # The manipulation checks' quantities are stored per run: HORST's and HAM's move ratios,
+    # HORST's first-order strength (alpha x mean |theta| at initialization).
+    for name in ("horst", "ham"):
+        assert vision["move_ratio"][name]["90%"][0] > 0.0
+        assert vision["selection"][name][0]["move_ratio"] > 0.0
     assert vision["selection"]["adamw"][0]["move_ratio"] is None
+    assert vision["selection"]["ham"][0]["strength"] is None
+    assert vision["strength"]["horst"][0] > 0.0 and language["strength"]["horst"][0] > 0.0
     assert language["move_ratio"]["horst"][0] > 0.0
     assert all(0.0 <= v[0] <= 1.0 for v in vision["near_zero_share"].values())
+    assert all(0.0 <= v[0] <= 1.0 for v in language["near_zero_share"].values())
     # Smoke has one final seed: every claim is a preview with a finite effect and its checks.
-    assert len(payload["claims"]) == 5
+    # 4 ViT claims; the LM's near-zero claim, 3 pruners x (70 %, 90 %) and SparseGPT's survival.
+    assert len(payload["claims"]) == 12
     for claim in payload["claims"]:
         assert claim["verdict"] in VERDICTS
         assert claim["preview"] is True and claim["n"] == 1 and claim["interval"] is None
@@ -173,80 +186,123 @@ def test_selection_runs_never_touch_the_test_split(monkeypatch):
     assert lm_unit["split"] == "validation"
 
 
-def _payload(adamw_dense: float, adamw_90: float) -> dict:
-    """A hand-made design-2 payload: 3 seeds, HORST 2 points above AdamW at 90 %."""
-    seeds = [1, 2, 3]
-    accuracy = {
-        "adamw": {"dense": [adamw_dense] * 3, "80%": [0.80, 0.81, 0.79], "90%": [adamw_90] * 3},
-        "ham": {"dense": [0.85] * 3, "80%": [0.80] * 3, "90%": [0.76, 0.77, 0.75]},
-        "horst": {
-            "dense": [0.85] * 3,
-            "80%": [0.83, 0.82, 0.84],
-            "90%": [adamw_90 + 0.02, adamw_90 + 0.025, adamw_90 + 0.03],
-        },
-    }
-    achieved = {n: {"80%": [0.8] * 3, "90%": [0.9] * 3} for n in accuracy}
-    return {
-        "config": {
-            "optimizers": ["adamw", "ham", "horst"],
-            "sparsities": [0.8, 0.9],
-            "lm_optimizers": ["adamw", "horst"],
-            "lm_sparsities": [0.5, 0.9],
-            "seeds": seeds,
-        },
-        "data": {
-            "design": 2,
-            "rms_fraction": 0.01,
-            "vision": {
-                "accuracy": accuracy,
-                "achieved": achieved,
-                "move_ratio": {"horst": {"dense": [0.5] * 3, "80%": [0.4] * 3, "90%": [0.3] * 3}},
-                "near_zero_share": {
-                    "adamw": [0.008, 0.009, 0.010],
-                    "horst": [0.02, 0.03, 0.025],
-                    "ham": [0.01] * 3,
-                },
-            },
-            "language": {
-                "perplexity": {
-                    "adamw": {"0%": [4.0] * 3, "90%": [10.0, 12.0, 8.0]},
-                    "horst": {"0%": [4.1] * 3, "90%": [9.0, 9.0, 9.0]},
-                },
-                "move_ratio": {"horst": [0.1, 0.1, 0.1]},
-            },
-        },
-    }
-
-
-def test_design_two_claims_follow_their_formulas():
-    claims = claims_from_results(_payload(adamw_dense=0.86, adamw_90=0.78))
-    assert len(claims) == 5
-    than_adamw, than_ham, half, near_zero, language = claims
+def test_design_three_claims_follow_their_formulas():
+    claims = claims_from_results(design3_payload())
+    names = claim_names([claim.to_json() for claim in claims])
+    assert names == [
+        "At 90% sparsity HORST reaches a higher top-1 accuracy than AdamW",
+        "At 90% sparsity HORST reaches a higher top-1 accuracy than HAM",
+        "At 80%-90% sparsity HORST loses at most half the top-1 accuracy AdamW loses from dense",
+        "HORST's weights concentrate near zero in the ViT",
+        "HORST's weights concentrate near zero in the character LM",
+        *(
+            f"One-shot {pruner} pruning to {key}: a HORST-trained character LM keeps a lower "
+            "perplexity than an AdamW-trained one"
+            for pruner in ("magnitude", "Wanda", "SparseGPT")
+            for key in ("70%", "90%")
+        ),
+        "HORST's advantage survives a stronger pruner: after one-shot SparseGPT pruning to 70% "
+        "a HORST-trained character LM still keeps a lower perplexity than an AdamW-trained one",
+    ]
+    than_adamw, than_ham, half, vit_zero, lm_zero, *one_shot, survives = claims
     assert than_adamw.per_seed == pytest.approx([0.02, 0.025, 0.03])
     assert than_adamw.interval == pytest.approx(_t_interval([0.02, 0.025, 0.03]))
     assert than_adamw.verdict == "reproduced"  # interval (0.0126, 0.0374) is above 0
-    room = than_adamw.checks[2]
-    assert room.value == pytest.approx(0.08) and room.passed
+    assert [check.value for check in than_adamw.checks] == pytest.approx([0.3, 0.0, 0.08])
     assert than_ham.per_seed == pytest.approx([0.80 - 0.76, 0.805 - 0.77, 0.81 - 0.75])
+    # HORST's move, HAM's move, AC/DC's targets, HAM's room: 0.85 - mean(0.76, 0.77, 0.75)
+    assert [check.value for check in than_ham.checks] == pytest.approx([0.3, 0.5, 0.0, 0.09])
+    assert than_ham.checks[1].name.startswith("HAM mirror move / Adam move")
+    assert than_ham.checks[3].name.startswith("HAM loses at least 3 points from dense to 90%")
+    assert than_ham.verdict == "reproduced"
     # Claim 3: drop_h - 0.5 drop_a, drops averaged over 80 % and 90 %.
     drops_h = [0.85 - (0.83 + 0.80) / 2, 0.85 - (0.82 + 0.805) / 2, 0.85 - (0.84 + 0.81) / 2]
     drops_a = [0.86 - (0.80 + 0.78) / 2, 0.86 - (0.81 + 0.78) / 2, 0.86 - (0.79 + 0.78) / 2]
     assert half.per_seed == pytest.approx(
         [h - 0.5 * a for h, a in zip(drops_h, drops_a, strict=True)]
     )
-    assert near_zero.per_seed == pytest.approx([0.012, 0.021, 0.015])
-    assert near_zero.verdict == "reproduced"
-    # The LM claim is a ratio; its move ratio (0.1) is below 0.2, so it is untested.
-    assert language.per_seed == pytest.approx([0.9, 0.75, 1.125])
-    assert language.verdict == "untested" and language.checks[0].passed is False
+    assert vit_zero.per_seed == pytest.approx([0.012, 0.021, 0.015])
+    assert vit_zero.verdict == "reproduced" and vit_zero.checks[0].value == pytest.approx(0.5)
+    assert lm_zero.per_seed == pytest.approx([0.012, 0.016, 0.02])
+    assert lm_zero.checks[0].value == pytest.approx(0.6)
+    # The one-shot claims: ppl_horst / ppl_adamw per seed (the ratios of sparsity_payload).
+    ratios = [
+        [6.0 / 8, 6.4 / 8, 5.6 / 8],
+        [9.0 / 10, 9.0 / 12, 9.0 / 8],
+        [6.6 / 6, 6.48 / 6, 6.72 / 6],
+        [16 / 20, 18 / 20, 14 / 20],
+        [4.5 / 5, 4.6 / 5, 4.4 / 5],
+        [9.5 / 10, 10.5 / 10, 10.0 / 10],
+    ]
+    verdicts = [
+        "reproduced",  # (0.63, 0.87) below 1
+        "inconclusive",
+        "not reproduced",  # (1.05, 1.15) above 1
+        "inconclusive",
+        "reproduced",  # (0.85, 0.95)
+        "inconclusive",
+    ]
+    for claim, expected, verdict in zip(one_shot, ratios, verdicts, strict=True):
+        assert claim.per_seed == pytest.approx(expected)
+        assert claim.interval == pytest.approx(_t_interval(expected))
+        assert claim.verdict == verdict and claim.threshold.text == "<= 1"
+        assert [check.value for check in claim.checks] == pytest.approx([0.6])
+    assert survives.per_seed == pytest.approx(ratios[4]) and survives.verdict == "reproduced"
+    assert survives.extra == {"pruner": "sparsegpt", "sparsity": "70%"}
+    assert "calibrated on 128 training windows" in survives.statement
 
 
 def test_a_baseline_without_room_to_fail_leaves_the_claim_untested():
-    claims = claims_from_results(_payload(adamw_dense=0.80, adamw_90=0.78))
+    claims = claims_from_results(design3_payload(adamw_dense=0.80, adamw_90=0.78))
     room = claims[0].checks[2]
     assert room.value == pytest.approx(0.02) and room.passed is False
     assert claims[0].verdict == "untested" and claims[2].verdict == "untested"
-    assert claims[1].verdict != "untested"  # the HAM comparison does not need AdamW's room
+    assert claims[1].verdict != "untested"  # the HAM comparison reads HAM's room, not AdamW's
+
+
+@pytest.mark.parametrize(
+    ("changes", "failed", "value"),
+    [
+        ({"ham_move": 0.1}, 1, 0.1),  # HAM's mirror step barely acts
+        ({"ham_move": 0.19}, 1, 0.19),
+        ({"ham_dense": 0.78}, 3, 0.78 - 0.76),  # HAM loses 2 points from dense to 90 %
+    ],
+)
+def test_the_ham_comparison_is_untested_when_ham_barely_acts_or_has_no_room(changes, failed, value):
+    claims = claims_from_results(design3_payload(**changes))
+    than_ham = claims[1]
+    assert than_ham.checks[failed].value == pytest.approx(value)
+    assert than_ham.checks[failed].passed is False
+    assert [check.passed for i, check in enumerate(than_ham.checks) if i != failed] == [True] * 3
+    assert than_ham.verdict == "untested"
+    assert claims[0].verdict == "reproduced"  # the AdamW comparison does not read HAM
+    # At the floor itself the check passes.
+    at_floor = claims_from_results(design3_payload(ham_move=0.2))[1]
+    assert at_floor.checks[1].passed and at_floor.verdict == "reproduced"
+
+
+def _survives(claims) -> list:
+    return [c for c in claims if c.statement.startswith("HORST's advantage survives")]
+
+
+@pytest.mark.parametrize(
+    ("pruners", "sparsities", "one_shot", "present"),
+    [
+        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.7, 0.9], 6, True),
+        (["magnitude", "sparsegpt"], [0.7, 0.9], 4, True),
+        (["magnitude", "wanda"], [0.5, 0.7, 0.9], 4, False),  # no SparseGPT
+        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.9], 3, False),  # no 70 %
+        (["magnitude"], [0.9], 1, False),
+    ],
+)
+def test_the_survival_claim_needs_sparsegpt_at_70_percent(pruners, sparsities, one_shot, present):
+    payload = design3_payload()
+    payload["config"] = {**payload["config"], "lm_pruners": pruners, "lm_sparsities": sparsities}
+    claims = claims_from_results(payload)
+    assert len([c for c in claims if c.statement.startswith("One-shot ")]) == one_shot
+    assert len(_survives(claims)) == (1 if present else 0)
+    # 50 % is run but never claimed: the claims read 70 % and 90 % only.
+    assert not any("pruning to 50%" in c.statement for c in claims)
 
 
 def _committed() -> dict:
@@ -266,14 +322,14 @@ def test_an_earlier_design_is_refused_with_one_sentence_naming_both_designs():
     assert "design" not in first["data"]
     message = (
         r"^these sparsity results are of design 1 \(no design number\), and this code scores "
-        r"design 2 only; earlier designs' full results, with the claims they were scored with, "
+        r"design 3 only; earlier designs' full results, with the claims they were scored with, "
         r"are in docs/results/sparsity-full/history/$"
     )
     with pytest.raises(ValueError, match=message):
         claims_from_results(first)
-    later = _payload(adamw_dense=0.86, adamw_90=0.78)
-    later["data"]["design"] = 3
-    with pytest.raises(ValueError, match="of design 3, and this code scores design 2 only"):
+    later = design3_payload()
+    later["data"]["design"] = 4
+    with pytest.raises(ValueError, match="of design 4, and this code scores design 3 only"):
         claims_from_results(later)
 
 
@@ -287,36 +343,29 @@ def test_history_files_hold_the_claims_they_were_scored_with():
         assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
 
 
-def test_committed_full_results_follow_design_two_and_rescore_per_seed():
+def test_the_committed_full_results_are_of_design_two_and_refused():
+    # The committed full run predates design 3 (its LM was pruned by magnitude alone and HAM's
+    # move ratio was not recorded): this code refuses to score it until design 3's run is
+    # committed, and the design-2 verdicts move to history/ with it.
     payload = _committed()
-    data, config = payload["data"], payload["config"]
-    assert data["design"] == 2 and len(config["seeds"]) >= 5
-    claims = claims_from_results(payload)
-    assert [c.to_json() for c in claims] == payload["claims"]
-    accuracy = data["vision"]["accuracy"]
-    expected = [
-        h - a for h, a in zip(accuracy["horst"]["90%"], accuracy["adamw"]["90%"], strict=True)
-    ]
-    assert claims[0].per_seed == pytest.approx(expected, rel=1e-12)
-    assert claims[0].interval == pytest.approx(_t_interval(expected), rel=1e-9)
-    for claim in claims:
-        assert claim.n == len(config["seeds"]) and not claim.preview
-        assert "mirror move / Adam move" in claim.checks[0].name
-    # Every grid has the same number of points, and the test split never scored one of them.
-    sizes = {name: len(points) for name, points in data["vision"]["selection"].items()}
-    assert len(set(sizes.values())) == 1
-    assert all(
-        "test_accuracy" not in p for points in data["vision"]["selection"].values() for p in points
-    )
+    assert payload["data"]["design"] == 2
+    with pytest.raises(ValueError, match=r"of design 2, and this code scores design 3 only"):
+        claims_from_results(payload)
 
 
 def test_language_selection_skips_points_whose_dense_model_is_over_ten_percent_worse():
+    magnitude = [
+        {"0%": 5.0, "90%": 16.0},  # the best dense model
+        {"0%": 5.5, "90%": 14.0},  # exactly 1.1 x: still selectable
+        {"0%": 5.51, "90%": 9.0},  # just over: excluded
+        {"0%": 11.6, "90%": 11.7},  # a degenerate model that prunes well
+        {"0%": math.nan, "90%": math.nan},  # diverged
+    ]
+    # The selection reads magnitude pruning only: SparseGPT's scores (here the reverse order)
+    # never move it.
     units = [
-        {"perplexity": {"0%": 5.0, "90%": 16.0}},  # the best dense model
-        {"perplexity": {"0%": 5.5, "90%": 14.0}},  # exactly 1.1 x: still selectable
-        {"perplexity": {"0%": 5.51, "90%": 9.0}},  # just over: excluded
-        {"perplexity": {"0%": 11.6, "90%": 11.7}},  # a degenerate model that prunes well
-        {"perplexity": {"0%": math.nan, "90%": math.nan}},  # diverged
+        {"perplexity": {"magnitude": scores, "sparsegpt": {"0%": scores["0%"], "90%": -i}}}
+        for i, scores in enumerate(magnitude)
     ]
     score = pruned_score_of_good_dense(units, "90%")
     scores = [score(unit) for unit in units]
@@ -358,6 +407,52 @@ def test_move_ratio_recorder_records_every_twentieth_step():
     assert sparsity_runs.MoveRatioRecorder(optimizer, 0).every == 1
 
 
+def test_move_ratio_recorder_reads_ham_with_ham_move_ratio():
+    from convergent.optim import build_optimizer, ham_move_ratio
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = build_optimizer("ham", model.parameters(), lr=0.01, alpha=400.0)
+    recorder = sparsity_runs.MoveRatioRecorder(optimizer, 1)
+    for step in range(1, 4):
+        optimizer.zero_grad()
+        model(torch.randn(4, 3)).square().sum().backward()
+        optimizer.step()
+        recorder.on_step_end(step, {})
+        assert recorder.values[-1] == ham_move_ratio(optimizer) > 0.0
+    assert sparsity_runs._recorders(optimizer, 40)[0].every == 2
+    assert sparsity_runs._recorders(torch.optim.AdamW(model.parameters()), 40) == []
+
+
+def test_initial_strength_is_alpha_times_the_mean_magnitude_of_the_matrices():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[0.1, -0.2], [0.3, -0.4]]))
+        model[1].weight.copy_(torch.tensor([[0.5, -0.6]]))
+    optimizer = sparsity_runs.study_optimizer(
+        "horst", model, {"weight_decay": 0.0, "alpha": 2.0, "lr": 1e-3}
+    )
+    # The biases are not mirrored; the six matrix entries average 0.35.
+    assert sparsity_runs.initial_strength(optimizer) == pytest.approx(2.0 * 2.1 / 6)
+    adamw = sparsity_runs.study_optimizer("adamw", model, {"weight_decay": 0.0, "lr": 1e-3})
+    assert sparsity_runs.initial_strength(adamw) is None
+
+
+def test_calibration_reads_a_fixed_draw_of_training_windows_and_no_labels():
+    from convergent.data import DictDataset
+
+    windows = torch.arange(40 * 4).reshape(40, 4)
+    train = DictDataset({"input_ids": windows, "labels": windows + 1})
+    batches = sparsity_runs.calibration_batches(train, 10)
+    assert all(set(batch) == {"input_ids"} for batch in batches)
+    drawn = torch.cat([batch["input_ids"] for batch in batches])
+    assert drawn.shape == (10, 4) and len({int(row[0]) for row in drawn}) == 10
+    assert torch.equal(
+        drawn, torch.cat([b["input_ids"] for b in sparsity_runs.calibration_batches(train, 10)])
+    )
+    assert all(any(torch.equal(row, w) for w in windows) for row in drawn)
+
+
 def test_modes_and_bad_values():
     full = Config.for_mode("full")
     assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
@@ -373,6 +468,14 @@ def test_modes_and_bad_values():
         Config(sparsities=(1.2,))
     with pytest.raises(ValueError, match="optimizers must be among"):
         Config(optimizers=("sgd",))
+    with pytest.raises(ValueError, match="lm_pruners must be among magnitude, wanda, sparsegpt"):
+        Config(lm_pruners=("magnitude", "obs"))
+    with pytest.raises(ValueError, match="lm_pruners must include 'magnitude'"):
+        Config(lm_pruners=("wanda", "sparsegpt"))
+    with pytest.raises(ValueError, match="lm_calibration_windows must be at least 1, got 0"):
+        Config(lm_calibration_windows=0)
+    assert full.lm_pruners == ("magnitude", "wanda", "sparsegpt")
+    assert full.lm_calibration_windows == 128
     with pytest.raises(ValueError, match="selection_seed 1 is also a final seed"):
         Config(selection_seed=1, seeds=(1, 2))
     with pytest.raises(ValueError, match="every classifier grid must have the same number"):
@@ -421,3 +524,54 @@ def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):
     assert "| dense |" in text and "pruned checkpoint:" in text and "head.weight" in text
     with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\), got 2.0"):
         prune_run(tmp_path / "run", (2.0,))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FakeJob:
+    name: str
+    point: tuple[tuple[str, float], ...]
+
+    def unit(self) -> dict:
+        return {"name": self.name, **dict(self.point)}
+
+
+def _fake_unit(job: _FakeJob) -> dict:
+    point = dict(job.point)
+    # AdamW's best lr is 2e-2, beyond its declared grid; HORST's best alpha is inside.
+    best = {"adamw": {"lr": 2e-2, "weight_decay": 0.1}, "horst": {"lr": 4e-3, "alpha": 10.0}}
+    score = -sum(abs(math.log(point[k] / v)) for k, v in best[job.name].items())
+    return {"validation_accuracy": score}
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 2, 3])
+def test_selections_on_an_edge_extend_every_grid_equally(tmp_path, rounds):
+    from convergent.studies.framework import UnitCache
+    from convergent.studies.sparsity.study import _select
+
+    config = dataclasses.replace(
+        Config.for_mode("smoke"), extension_rounds=rounds, workers=1,
+        optimizers=("adamw", "horst"),
+        adamw_lrs=(2e-3, 4e-3, 8e-3), adamw_weight_decays=(0.01, 0.1),
+        horst_lrs=(2e-3, 4e-3, 8e-3), horst_alphas=(3.0, 10.0),
+    )  # fmt: skip
+    cache = UnitCache(tmp_path, "toy", {"rounds": rounds}, design=1)
+    tunings = _select(
+        config,
+        config.grids(),
+        lambda name, point: _FakeJob(name, tuple(sorted(point.items()))),
+        _fake_unit,
+        lambda _: lambda unit: unit["validation_accuracy"],
+        True,
+        "validation accuracy",
+        cache,
+        lambda line: None,
+    )
+    adamw, horst = tunings["adamw"], tunings["horst"]
+    # Each round adds one point per axis to both grids while AdamW's lr sits on the edge:
+    # 8e-3 -> 1.6e-2 (still the edge) -> 3.2e-2 (now 1.6e-2 is inside, and extension stops).
+    used = min(rounds, 2)
+    assert len(adamw.points) == len(horst.points) == 6 + 2 * used
+    expected_lr = {0: 8e-3, 1: 1.6e-2, 2: 1.6e-2, 3: 1.6e-2}[rounds]
+    assert adamw.selected_point == {"lr": expected_lr, "weight_decay": 0.1}
+    assert horst.selected_point == {"lr": 4e-3, "alpha": 10.0}
+    assert ("lr" in adamw.on_edge) == (rounds < 2)

@@ -92,3 +92,30 @@ def test_without_a_candidate_losing_4_points_the_largest_drop_is_used(monkeypatc
     assert result["chosen"] is None
     assert result["used"] == "d64 4x4 2000 steps"
     assert [round(row["drop"], 6) for row in result["regimes"]] == [0.01, 0.03, 0.02]
+
+
+def test_the_pilots_cache_finds_its_committed_units():
+    # The pilot keeps its own unit design and leaves the LM-only fields added after its units
+    # were stored out of their key: its first candidate's 12 grid points and dense run, committed
+    # in docs/results/pilots/sparsity-design3/, must still be found (not recomputed).
+    import dataclasses
+    from pathlib import Path
+
+    from convergent.studies.sparsity.runs import VisionJob
+
+    out = (
+        Path(__file__).resolve().parents[2] / "docs/results/pilots/sparsity-design3/sparsity-pilot"
+    )
+    config = pilot.pilot_config(pilot.PILOT_REGIMES[0])
+    cache = pilot.pilot_cache(out, config)
+    sparse = [
+        VisionJob(config, "adamw", point, pilot.PILOT_SEED, pilot.PILOT_SPARSITY, final=False)
+        for point in (
+            {"lr": lr, "weight_decay": weight_decay}
+            for lr in pilot.PILOT_ADAMW_LRS
+            for weight_decay in pilot.PILOT_ADAMW_WEIGHT_DECAYS
+        )
+    ]
+    assert all(cache.path(job.unit()).is_file() for job in sparse)
+    dense = [cache.path(dataclasses.replace(job, sparsity=None).unit()) for job in sparse]
+    assert sum(path.is_file() for path in dense) == 1  # at the selected point only

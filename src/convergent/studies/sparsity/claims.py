@@ -9,19 +9,23 @@ same seed, each at the configuration its own grid selected on validation.
 3. HORST loses at most half of AdamW's accuracy at 80-90 %: per seed
    drop_m = dense_m - mean over the targets >= 80 % of acc_m; effect
    drop_horst - 0.5 * drop_adamw; holds if <= 0.
-4. HORST's weights concentrate near zero, measured scale-free: the share of the dense ViT's
+4. HORST's weights concentrate near zero, measured scale-free: the share of the dense model's
    prunable weights below 1 % of their tensor's RMS; effect share_horst - share_adamw; holds
-   if >= 0.
-5. One-shot pruning of the character LM to the largest target costs HORST less: effect
-   ppl_horst / ppl_adamw at that target (test windows); holds if <= 1.
+   if >= 0. Two claims: the ViT's dense final runs and the character LM's final runs.
+5. One-shot pruning of the character LM costs HORST less: for each pruner of
+   ``lm_pruners`` (magnitude, Wanda, SparseGPT) and each target of :data:`LM_TARGETS` that was
+   run, effect ppl_horst / ppl_adamw (test windows); holds if <= 1.
+6. HORST's advantage survives a stronger pruner: the same ratio under SparseGPT at 70 %, a
+   claim of its own (omitted when SparseGPT or 70 % was not run); holds if <= 1.
 
 Manipulation checks: HORST's mirror move relative to its AdamW move
 (:func:`convergent.optim.horst_move_ratio`, mean over the recorded steps of each run behind the
-claim, then over the runs) must be >= 0.2; AC/DC must reach its targets; and for claims 1 and
-3 AdamW must lose at least 3 points from dense to 90 % (otherwise no optimizer has room to
-help, and the claim is untested in this regime).
+claim, then over the runs) must be >= 0.2, and for claim 2 HAM's the same
+(:func:`convergent.optim.ham_move_ratio`); AC/DC must reach its targets; for claims 1 and 3
+AdamW, and for claim 2 HAM, must lose at least 3 points from dense to 90 % (otherwise no
+optimizer has room to help, and the claim is untested in this regime).
 
-Only this design's payloads (``data["design"] == 2``) are scored; the results of earlier
+Only this design's payloads (``data["design"] == 3``) are scored; the results of earlier
 designs, with the verdicts they were scored with, are data in
 ``docs/results/sparsity-full/history/``.
 """
@@ -47,42 +51,44 @@ from convergent.studies.framework import (
 from convergent.studies.framework import stored_number as number
 from convergent.studies.sparsity.config import sparsity_key
 
-DESIGN = 2
+DESIGN = 3
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this
 HALF = 0.5
-ROOM_REQUIRED = at_least(0.03)  # AdamW's dense-to-90 % loss that leaves room to help
+ROOM_REQUIRED = at_least(0.03)  # a baseline's dense-to-90 % loss that leaves room to help
 MOVE_RATIO_REQUIRED = at_least(acting.MOVE_RATIO_FLOOR)
-MOVE_RATIO_NOTE = (
-    "below 0.2 the mirror step moves the weights less than a fifth as far as the AdamW step, "
-    "so HORST is AdamW in all but name"
-)
 ACHIEVED_TOLERANCE = acting.SPARSITY_TOLERANCE  # AC/DC's top-k lands within a percent
+LM_TARGETS = (0.7, 0.9)  # the one-shot targets the LM claims read (those that were run)
+STRONGER_PRUNER, STRONGER_TARGET = "sparsegpt", 0.7  # claim 6
 DISPLAY = {"adamw": "AdamW", "ham": "HAM", "horst": "HORST"}
+PRUNER_NAMES = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}
 
 
-def _move_check(values: Sequence[Any], runs: str) -> Check:
-    """The manipulation check from HORST's per-run move ratios (mean over the runs)."""
+def _move_check(values: Sequence[Any], runs: str, method: str = "horst") -> Check:
+    """The manipulation check from HORST's (or HAM's) per-run move ratios (mean over runs)."""
     ratios = [number(v) for v in values]
     finite = [v for v in ratios if math.isfinite(v)]
     spread = f"; runs range {min(finite):.4g} to {max(finite):.4g}" if finite else ""
+    shown = DISPLAY[method]
     note = (
-        f"{MOVE_RATIO_NOTE}. Mean over the recorded steps of each of {len(ratios)} HORST "
-        f"run(s), then over the runs{spread}."
+        f"below 0.2 the mirror step moves the weights less than a fifth as far as the AdamW "
+        f"step, so {shown} is AdamW in all but name. Mean over the recorded steps of each of "
+        f"{len(ratios)} {shown} run(s), then over the runs{spread}."
     )
     return Check(
-        f"HORST mirror move / Adam move ({runs})", finite_mean(ratios), MOVE_RATIO_REQUIRED, note
+        f"{shown} mirror move / Adam move ({runs})", finite_mean(ratios), MOVE_RATIO_REQUIRED, note
     )
 
 
-def _room_check(vision: Mapping[str, Any], key: str) -> Check:
-    adamw = vision["accuracy"]["adamw"]
-    drops = [number(d) - number(s) for d, s in zip(adamw["dense"], adamw[key], strict=True)]
+def _room_check(vision: Mapping[str, Any], key: str, name: str = "adamw") -> Check:
+    """``name`` must lose at least 3 points from dense to ``key`` (mean over the seeds)."""
+    by_key = vision["accuracy"][name]
+    drops = [number(d) - number(s) for d, s in zip(by_key["dense"], by_key[key], strict=True)]
     return Check(
-        f"AdamW loses at least 3 points from dense to {key} (mean over seeds)",
+        f"{DISPLAY[name]} loses at least 3 points from dense to {key} (mean over seeds)",
         finite_mean(drops),
         ROOM_REQUIRED,
-        "where AdamW barely loses accuracy no optimizer can show a smaller loss: the regime "
-        "must leave the baseline room to fail",
+        f"where {DISPLAY[name]} barely loses accuracy no optimizer can show a smaller loss: the "
+        "regime must leave the baseline room to fail",
     )
 
 
@@ -105,6 +111,10 @@ def _seeds(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4f}" for v in values)
 
 
+def _numbers(values: Sequence[Any]) -> list[float]:
+    return [number(v) for v in values]
+
+
 def _drops(by_key: Mapping[str, Sequence[Any]], keys: Sequence[str]) -> list[float]:
     return [
         number(dense) - statistics.fmean(number(by_key[key][i]) for key in keys)
@@ -116,30 +126,39 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """The study's claims from ``results["config"]`` and ``results["data"]`` alone."""
     config, data = results["config"], results["data"]
     check_design("sparsity", data.get("design"), DESIGN)
+    claims: list[Claim] = []
+    if "horst" in config["optimizers"]:
+        claims.extend(_vision_claims(config, data))
+    if {"adamw", "horst"} <= set(config["lm_optimizers"]):
+        claims.extend(_language_claims(config, data))
+    return claims
+
+
+def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:
     have = set(config["optimizers"])
-    vision, language = data["vision"], data["language"]
+    vision = data["vision"]
     top = sparsity_key(max(config["sparsities"]))
     high = [sparsity_key(t) for t in config["sparsities"] if t >= HIGH_SPARSITY - 1e-9]
+    accuracy, moves = vision["accuracy"], vision["move_ratio"]
+    horst_top = _numbers(accuracy["horst"][top])
     claims: list[Claim] = []
-    if "horst" not in have:
-        return claims
-    accuracy, moves = vision["accuracy"], vision["move_ratio"]["horst"]
-    horst_top = [number(v) for v in accuracy["horst"][top]]
     for baseline in ("adamw", "ham"):
         if baseline not in have:
             continue
-        other = [number(v) for v in accuracy[baseline][top]]
-        checks = [
-            _move_check(moves[top], f"ViT, AC/DC at {top}, every seed"),
+        other = _numbers(accuracy[baseline][top])
+        checks = [_move_check(moves["horst"][top], f"ViT, AC/DC at {top}, every seed")]
+        if baseline == "ham":
+            checks.append(_move_check(moves["ham"][top], f"ViT, AC/DC at {top}, every seed", "ham"))
+        checks += [
             _achieved_check(vision, [top], ["horst", baseline]),
+            _room_check(vision, top, baseline),
         ]
-        if baseline == "adamw":
-            checks.append(_room_check(vision, top))
         shown = DISPLAY[baseline]
         claims.append(
             claim_from_seeds(
-                f"At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (AC/DC, "
-                "ViT on Fashion-MNIST, each at its own selected configuration)",
+                f"At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: "
+                f"AC/DC, ViT on Fashion-MNIST, each at its own selected configuration, test "
+                f"top-1 HORST minus {shown} paired per seed)",
                 [h - o for h, o in zip(horst_top, other, strict=True)],
                 at_least(0.0),
                 unit=f"top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
@@ -148,6 +167,13 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
                     f"top-1 at {top} per seed: HORST {_seeds(horst_top)}; {shown} {_seeds(other)}."
                 ),
                 paired=True,
+                revised=(
+                    "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) "
+                    f"and HAM loses at least 3 points from dense to {top}, as AdamW must for "
+                    "the AdamW comparison"
+                    if baseline == "ham"
+                    else ""
+                ),
             )
         )
     if "adamw" in have and high:
@@ -155,12 +181,16 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
         claims.append(
             claim_from_seeds(
                 f"At {'-'.join(high)} sparsity HORST loses at most half the top-1 accuracy "
-                "AdamW loses from dense",
+                "AdamW loses from dense (here: AC/DC, ViT on Fashion-MNIST, per seed the "
+                f"accuracy lost from dense averaged over {', '.join(high)}, HORST's minus half "
+                "of AdamW's)",
                 [h - HALF * a for h, a in zip(horst, adamw, strict=True)],
                 at_most(0.0),
                 unit="accuracy lost by HORST minus half that lost by AdamW (fraction)",
                 checks=[
-                    _move_check([v for key in high for v in moves[key]], "ViT, AC/DC, every seed"),
+                    _move_check(
+                        [v for key in high for v in moves["horst"][key]], "ViT, AC/DC, every seed"
+                    ),
                     _achieved_check(vision, high, ["horst", "adamw"]),
                     _room_check(vision, top),
                 ],
@@ -171,41 +201,117 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
                 paired=True,
             )
         )
-        share = vision["near_zero_share"]
-        horst_share = [number(v) for v in share["horst"]]
-        adamw_share = [number(v) for v in share["adamw"]]
-        fraction = number(data["rms_fraction"])
+    if "adamw" in have:
         claims.append(
-            claim_from_seeds(
-                f"HORST's weights concentrate near zero: a larger share of the dense ViT's "
-                f"prunable weights lies below {fraction:g} x their tensor's RMS than AdamW's",
-                [h - a for h, a in zip(horst_share, adamw_share, strict=True)],
-                at_least(0.0),
-                unit=f"share of weights below {fraction:g} x RMS, HORST minus AdamW",
-                checks=[_move_check(moves["dense"], "dense ViT, every seed")],
-                evidence=(
-                    f"share per seed: HORST {_seeds(horst_share)}; AdamW {_seeds(adamw_share)}"
-                    f" (a Gaussian tensor: {math.erf(fraction / math.sqrt(2)):.4f})."
-                ),
-                paired=True,
+            _near_zero_claim(
+                "ViT",
+                "the dense ViT's prunable weights (final runs)",
+                vision["near_zero_share"],
+                _move_check(moves["horst"]["dense"], "dense ViT, every seed"),
+                number(data["rms_fraction"]),
             )
         )
-    if {"adamw", "horst"} <= set(config["lm_optimizers"]):
-        claims.append(_language_claim(config, language))
     return claims
 
 
-def _language_claim(config: Mapping[str, Any], language: Mapping[str, Any]) -> Claim:
-    key = sparsity_key(max(config["lm_sparsities"]))
-    horst = [number(v) for v in language["perplexity"]["horst"][key]]
-    adamw = [number(v) for v in language["perplexity"]["adamw"][key]]
+def _near_zero_claim(
+    model: str, weights: str, share: Mapping[str, Sequence[Any]], move: Check, fraction: float
+) -> Claim:
+    horst, adamw = _numbers(share["horst"]), _numbers(share["adamw"])
     return claim_from_seeds(
-        f"One-shot magnitude pruning to {key}: a HORST-trained character LM keeps a lower "
-        "perplexity than an AdamW-trained one (ratio HORST / AdamW)",
+        f"HORST's weights concentrate near zero in the {model} (here: a larger share of "
+        f"{weights} lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
+        [h - a for h, a in zip(horst, adamw, strict=True)],
+        at_least(0.0),
+        unit=f"share of weights below {fraction:g} x RMS, HORST minus AdamW",
+        checks=[move],
+        evidence=(
+            f"share per seed: HORST {_seeds(horst)}; AdamW {_seeds(adamw)}"
+            f" (a Gaussian tensor: {math.erf(fraction / math.sqrt(2)):.4f})."
+        ),
+        paired=True,
+        revised="" if model == "ViT" else "design 3: new, the LMs the one-shot claims prune",
+    )
+
+
+def _language_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:
+    language = data["language"]
+    move = _move_check(language["move_ratio"]["horst"], "dense LMs, every seed")
+    claims = [
+        _near_zero_claim(
+            "character LM",
+            "the dense character LM's prunable weights (final runs)",
+            language["near_zero_share"],
+            move,
+            number(data["rms_fraction"]),
+        )
+    ]
+    run = {sparsity_key(t) for t in config["lm_sparsities"]}
+    targets = [sparsity_key(t) for t in LM_TARGETS if sparsity_key(t) in run]
+    selection = sparsity_key(max(config["lm_sparsities"]))
+    windows = config["lm_calibration_windows"]
+    for pruner in config["lm_pruners"]:
+        for key in targets:
+            claims.append(_pruned_claim(language, pruner, key, selection, windows, move))
+    stronger = sparsity_key(STRONGER_TARGET)
+    if STRONGER_PRUNER in config["lm_pruners"] and stronger in targets:
+        claims.append(
+            _pruned_claim(language, STRONGER_PRUNER, stronger, selection, windows, move, True)
+        )
+    return claims
+
+
+def _pruned_claim(
+    language: Mapping[str, Any],
+    pruner: str,
+    key: str,
+    selection: str,
+    windows: int,
+    move: Check,
+    survives: bool = False,
+) -> Claim:
+    """The ratio ppl_horst / ppl_adamw after one-shot ``pruner`` to ``key`` (claims 5 and 6)."""
+    horst = _numbers(language["perplexity"]["horst"][pruner][key])
+    adamw = _numbers(language["perplexity"]["adamw"][pruner][key])
+    dense_horst = _numbers(language["perplexity"]["horst"][pruner]["0%"])
+    dense_adamw = _numbers(language["perplexity"]["adamw"][pruner]["0%"])
+    shown = PRUNER_NAMES[pruner]
+    calibrated = (
+        f", {shown} calibrated on {windows} training windows" if pruner != "magnitude" else ""
+    )
+    test = (
+        f"test perplexity after one-shot {shown} pruning to {key}, HORST over AdamW paired per "
+        f"seed, each at the configuration selected on validation after magnitude pruning to "
+        f"{selection}{calibrated}"
+    )
+    if survives:
+        statement = (
+            f"HORST's advantage survives a stronger pruner: after one-shot {shown} pruning to "
+            f"{key} a HORST-trained character LM still keeps a lower perplexity than an "
+            f"AdamW-trained one (here: {test})"
+        )
+        revised = "design 3: new, the advantage under a pruner that updates the kept weights"
+    else:
+        statement = (
+            f"One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower "
+            f"perplexity than an AdamW-trained one (here: {test})"
+        )
+        revised = (
+            ""
+            if (pruner, key) == ("magnitude", selection)
+            else "design 3: new, another pruner or target than magnitude at the largest"
+        )
+    return claim_from_seeds(
+        statement,
         [h / a for h, a in zip(horst, adamw, strict=True)],
         at_most(1.0),
-        unit=f"test perplexity at {key}, HORST over AdamW",
-        checks=[_move_check(language["move_ratio"]["horst"], "dense LMs, every seed")],
-        evidence=f"test perplexity at {key} per seed: HORST {_seeds(horst)}; AdamW {_seeds(adamw)}.",
+        unit=f"test perplexity after {shown} to {key}, HORST over AdamW",
+        checks=[move],
+        evidence=(
+            f"test perplexity after {shown} to {key} per seed: HORST {_seeds(horst)}; AdamW "
+            f"{_seeds(adamw)} (dense: HORST {_seeds(dense_horst)}; AdamW {_seeds(dense_adamw)})."
+        ),
         paired=True,
+        extra={"pruner": pruner, "sparsity": key},
+        revised=revised,
     )

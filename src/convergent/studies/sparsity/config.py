@@ -22,6 +22,10 @@ from convergent.sparse import MaskSpec
 from convergent.studies.framework import check_mode, grid_points
 
 OPTIMIZERS = ("adamw", "ham", "horst")
+# The language model's one-shot pruners; the selection reads magnitude pruning (it needs no
+# data, so a selection never depends on a calibration draw), the claims every pruner.
+LM_PRUNERS = ("magnitude", "wanda", "sparsegpt")
+LM_SELECTION_PRUNER = "magnitude"
 # The masks the committed numbers were measured with, pinned so that the library's defaults
 # (MaskSpec) can change without moving them: AC/DC on the ViT and the near-zero shares select
 # with the first layer (the patch projection) dense (the distribution comes from
@@ -33,8 +37,9 @@ RMS_FRACTION = 0.01  # "near zero": |w| below 1 % of its tensor's RMS (scale-fre
 VISION_CRITERION = "validation accuracy at the selection sparsity"
 LM_DENSE_TOLERANCE = 1.1  # a selectable LM's dense validation perplexity: at most 1.1 x the best
 LANGUAGE_CRITERION = (
-    "validation perplexity at the largest one-shot target, among the points whose dense "
-    "validation perplexity is at most 1.1 x the best dense one of either grid (n/a: outside)"
+    "validation perplexity after one-shot magnitude pruning to the largest target, among the "
+    "points whose dense validation perplexity is at most 1.1 x the best dense one of either grid "
+    "(n/a: outside)"
 )
 
 
@@ -70,9 +75,16 @@ class Config:
         lm_horst_alphas, lm_lrs, lm_adamw_weight_decays: its grids (HORST alpha x lr, AdamW
             lr x weight decay, the same size).
         lm_sparsities: one-shot targets; the grid selects at the largest (validation).
+        lm_pruners: the one-shot pruners every LM is scored with, among ``magnitude``,
+            ``wanda`` and ``sparsegpt``; must include ``magnitude``, which the selection reads.
+        lm_calibration_windows: training windows (a fixed draw) Wanda and SparseGPT calibrate
+            on; never validation or test windows.
         lm_seq_len, lm_d_model, lm_layers, lm_heads, lm_d_ff: the language model.
         lm_steps, lm_batch_size: language-model training.
         lm_validation_windows, lm_test_windows: windows scored for perplexity (None: all).
+        extension_rounds: equal grid extensions after the declared grids while any selection
+            lies on an edge (each round: one point per axis for every optimizer, beyond the
+            nearer end; see `convergent.studies.framework.extension_points`).
         workers: processes running units side by side (each one thread).
         threads: torch threads per process.
     """
@@ -109,6 +121,8 @@ class Config:
     lm_lrs: tuple[float, ...] = (3e-3,)
     lm_adamw_weight_decays: tuple[float, ...] = (0.01, 0.1)
     lm_sparsities: tuple[float, ...] = (0.5, 0.7, 0.9)
+    lm_pruners: tuple[str, ...] = LM_PRUNERS
+    lm_calibration_windows: int = 128
     lm_seq_len: int = 64
     lm_d_model: int = 64
     lm_layers: int = 2
@@ -118,15 +132,29 @@ class Config:
     lm_batch_size: int = 32
     lm_validation_windows: int | None = 256
     lm_test_windows: int | None = 512
+    extension_rounds: int = 0
     workers: int = 2
     threads: int = 1
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
-        for field, allowed in (("optimizers", OPTIMIZERS), ("lm_optimizers", ("adamw", "horst"))):
+        for field, allowed in (
+            ("optimizers", OPTIMIZERS),
+            ("lm_optimizers", ("adamw", "horst")),
+            ("lm_pruners", LM_PRUNERS),
+        ):
             unknown = sorted(set(getattr(self, field)) - set(allowed))
             if unknown:
                 raise ValueError(f"{field} must be among {', '.join(allowed)}, got {unknown}")
+        if LM_SELECTION_PRUNER not in self.lm_pruners:
+            raise ValueError(
+                f"lm_pruners must include {LM_SELECTION_PRUNER!r}, which the language model's "
+                f"selection reads, got {list(self.lm_pruners)}"
+            )
+        if self.lm_calibration_windows < 1:
+            raise ValueError(
+                f"lm_calibration_windows must be at least 1, got {self.lm_calibration_windows}"
+            )
         for value in (*self.sparsities, self.selection_sparsity, *self.lm_sparsities):
             if not 0.0 < value < 1.0:
                 raise ValueError(f"every sparsity must be in (0, 1), got {value}")
@@ -141,6 +169,10 @@ class Config:
                 raise ValueError(
                     f"every {part} grid must have the same number of points, got {sizes}"
                 )
+        if self.extension_rounds < 0:
+            raise ValueError(
+                f"extension_rounds must be a whole number >= 0, got {self.extension_rounds}"
+            )
         if not self.seeds or self.workers < 1 or self.threads < 1:
             raise ValueError("seeds must be non-empty and workers, threads at least 1")
 
@@ -200,7 +232,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lm_horst_alphas": (50.0,),
         "lm_adamw_weight_decays": (0.01,),
         "sparsities": (0.9,),
-        "lm_sparsities": (0.5, 0.9),
+        "lm_sparsities": (0.7, 0.9),
+        "lm_calibration_windows": 16,
         "vit_d_model": 16,
         "vit_d_ff": 32,
         "vit_steps": 20,

@@ -12,9 +12,18 @@ import torch
 from matplotlib.figure import Figure
 
 from convergent.studies.framework import finite_mean, stored_number
-from convergent.studies.sparsity.config import REGIME_PILOT, RMS_FRACTION, Config, sparsity_key
+from convergent.studies.sparsity.config import (
+    LM_SELECTION_PRUNER,
+    REGIME_PILOT,
+    RMS_FRACTION,
+    Config,
+    sparsity_key,
+)
 
 COLORS = {"adamw": "tab:blue", "ham": "tab:orange", "horst": "tab:green"}
+LINESTYLES = {"magnitude": "-", "wanda": "--", "sparsegpt": ":"}
+# HORST's first-order strength (the ``strength`` HORST(strength=...) takes); no "|": a table cell
+STRENGTH_COLUMN = "strength: alpha x mean abs(theta) at init"
 
 
 def mean_of_finite(values: list[Any]) -> float:
@@ -32,7 +41,8 @@ def _point(point: dict[str, float]) -> str:
 
 
 def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Final runs (mean and spread over seeds), both selections, every grid point."""
+    """Final runs (mean and spread over seeds; the LM's by pruner x target x optimizer), the
+    final runs' move ratios (HORST's and HAM's), both selections, every grid point."""
     vision, language = data["vision"], data["language"]
     several = len(config.seeds) > 1
     rows = []
@@ -45,14 +55,29 @@ def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[st
         row["near-zero share (dense)"] = mean_of_finite(vision["near_zero_share"][name])
         rows.append(row)
     lm_rows = []
-    for name, by_key in language["perplexity"].items():
-        row = {"optimizer": name, "selected": _point(language["selected"][name])}
-        for key, values in by_key.items():
-            row[f"ppl {key}"] = mean_of_finite(values)
-            if several:
-                row[f"sd {key}"] = spread_of_finite(values)
-        lm_rows.append(row)
-    scores = ("move_ratio", "validation_accuracy", "validation_perplexity")
+    for pruner in config.lm_pruners:
+        for name, by_pruner in language["perplexity"].items():
+            row = {
+                "pruner": pruner,
+                "optimizer": name,
+                "selected": _point(language["selected"][name]),
+            }
+            for key, values in by_pruner[pruner].items():
+                row[f"ppl {key}"] = mean_of_finite(values)
+                if several:
+                    row[f"sd {key}"] = spread_of_finite(values)
+            lm_rows.append(row)
+    move_rows = []
+    for part, numbers in (("(a) ViT", vision), ("(b) LM", language)):
+        for name, moves in numbers["move_ratio"].items():
+            by_key = moves if isinstance(moves, dict) else {"dense": moves}
+            row = {"part": part, "optimizer": name}
+            for key, values in by_key.items():
+                row[f"move ratio {key}"] = mean_of_finite(values)
+            strength = numbers["strength"].get(name)
+            row[STRENGTH_COLUMN] = mean_of_finite(strength) if strength else ""
+            move_rows.append(row)
+    scores = ("move_ratio", "strength", "validation_accuracy", "validation_perplexity")
     axes = _axes(vision["selection"], scores)
     grid_rows = [
         {
@@ -60,6 +85,7 @@ def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[st
             **{axis: entry.get(axis, "") for axis in axes},
             "validation_accuracy": entry["validation_accuracy"],
             "mirror/Adam move": entry["move_ratio"],
+            STRENGTH_COLUMN: entry["strength"],
         }
         for name, entries in vision["selection"].items()
         for entry in entries
@@ -70,19 +96,26 @@ def study_tables(config: Config, data: dict[str, Any]) -> dict[str, list[dict[st
         {
             "optimizer": name,
             **{axis: entry.get(axis, "") for axis in lm_axes},
-            "validation ppl 0%": entry["validation_perplexity"]["0%"],
-            f"validation ppl {top}": entry["validation_perplexity"][top],
+            "validation ppl 0%": entry["validation_perplexity"][LM_SELECTION_PRUNER]["0%"],
+            **{
+                f"validation ppl {top} ({pruner})": entry["validation_perplexity"][pruner][top]
+                for pruner in config.lm_pruners
+            },
             "mirror/Adam move": entry["move_ratio"],
+            STRENGTH_COLUMN: entry["strength"],
         }
         for name, entries in language["selection"].items()
         for entry in entries
     ]
     return {
         "(a) Fashion-MNIST ViT, AC/DC: top-1 test accuracy of the selected configurations": rows,
-        "(b) Austen character LM, one-shot layer-wise pruning: test perplexity": lm_rows,
+        "(b) Austen character LM, one-shot layer-wise pruning: test perplexity by pruner": lm_rows,
+        "Manipulation checks of the final runs: mirror move / AdamW move (mean over the "
+        "recorded steps, then the seeds; HAM's base step is its AdamW's)": move_rows,
         f"(a) Grid (selection seed, AC/DC at {sparsity_key(config.selection_sparsity)}, "
         "validation accuracy)": grid_rows,
-        f"(b) Grid (selection seed, validation perplexity after one-shot {top})": lm_grid_rows,
+        f"(b) Grid (selection seed, validation perplexity after one-shot {top}; the selection "
+        f"reads {LM_SELECTION_PRUNER})": lm_grid_rows,
     }
 
 
@@ -102,8 +135,8 @@ def dense_quality_note(data: dict[str, Any]) -> str:
         for name, by_key in vision["accuracy"].items()
     )
     perplexity = ", ".join(
-        f"{name} {mean_of_finite(by_key['0%']):.3f}"
-        for name, by_key in language["perplexity"].items()
+        f"{name} {mean_of_finite(by_pruner[LM_SELECTION_PRUNER]['0%']):.3f}"
+        for name, by_pruner in language["perplexity"].items()
     )
     return (
         f"Dense quality of the selected configurations (mean over the final seeds): ViT top-1 "
@@ -120,6 +153,13 @@ def study_notes(config: Config, data: dict[str, Any], tuning: dict[str, Any]) ->
     adamw = vision["accuracy"].get("adamw", {})
     top = sparsity_key(max(config.sparsities))
     drop = mean_of_finite(adamw["dense"]) - mean_of_finite(adamw[top]) if adamw else math.nan
+    calibrated = [pruner for pruner in config.lm_pruners if pruner != "magnitude"]
+    calibration = (
+        f" ({' and '.join(calibrated)} calibrated on the same {config.lm_calibration_windows} "
+        "training windows for every model)"
+        if calibrated
+        else ""
+    )
     notes = [
         f"(a) Fashion-MNIST at {config.image_size}x{config.image_size} in {config.patch}x"
         f"{config.patch} patches ({tokens} tokens), a {config.vit_layers}-layer ViT (d_model "
@@ -138,14 +178,19 @@ def study_notes(config: Config, data: dict[str, Any], tuning: dict[str, Any]) ->
         "test split, once each.",
         f"(b) Character-level windows of {config.lm_seq_len}, {config.lm_layers} layers, d_model "
         f"{config.lm_d_model}, {config.lm_steps} steps of batch {config.lm_batch_size}; one-shot "
-        "layer-wise magnitude pruning of every attention and feed-forward matrix; selection on "
-        "validation perplexity at the largest target, final scores on test windows.",
+        f"layer-wise pruning of every attention and feed-forward matrix by "
+        f"{', '.join(config.lm_pruners)}{calibration}; selection on validation perplexity after "
+        "magnitude pruning to the largest target, final scores on test windows with every "
+        "pruner.",
         f"Fixed: HORST and HAM weight decay {config.weight_decay} (matrices only), HORST beta "
         f"{config.horst_beta}, HAM beta {config.ham_beta}; warm-up 5 % then cosine decay.",
-        "Manipulation check: HORST's mirror move / AdamW move (convergent.optim."
-        "horst_move_ratio), recorded every 1/20 of each HORST run and averaged per run; the "
-        "alpha grid is spaced by about 3, from a ratio below the required 0.2 to far above 1 "
-        "(the grid table shows each point's ratio).",
+        "Manipulation checks: HORST's mirror move / AdamW move (convergent.optim."
+        "horst_move_ratio) and HAM's (convergent.optim.ham_move_ratio), recorded every 1/20 of "
+        "each HORST and HAM run and averaged per run; every HORST claim needs HORST's at 0.2 or "
+        "more, and the comparison with HAM also HAM's, and HAM losing at least 3 points from "
+        "dense to the highest sparsity. HORST's alpha grid is spaced by about 3, from a ratio "
+        "below the required 0.2 to far above 1 (the grid tables show each point's ratio, and "
+        "alpha x mean |theta| at initialization: the strength HORST(strength=...) takes).",
     ]
     for title, records in tuning.items():
         for name, record in records.items():
@@ -175,12 +220,14 @@ def _mean_and_spread(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
 
 
-def _band(axis: Any, by_key: dict[str, list[float]], color: Any, label: str) -> None:
+def _band(
+    axis: Any, by_key: dict[str, list[float]], color: Any, label: str, linestyle: str = "-"
+) -> None:
     """Mean over seeds with a +- one standard deviation band."""
     points = sorted((_percent(key), *_mean_and_spread(values)) for key, values in by_key.items())
     x = [p[0] for p in points]
     mean = [p[1] for p in points]
-    axis.plot(x, mean, marker="o", color=color, label=label)
+    axis.plot(x, mean, marker="o", color=color, label=label, linestyle=linestyle)
     axis.fill_between(
         x,
         [m - s for m, s in zip(mean, [p[2] for p in points], strict=True)],
@@ -193,22 +240,22 @@ def _band(axis: Any, by_key: dict[str, list[float]], color: Any, label: str) -> 
 def plot_sparsity_curves(
     config: Config,
     accuracy: dict[str, dict[str, list[float]]],
-    perplexity: dict[str, dict[str, list[float]]],
+    perplexity: dict[str, dict[str, dict[str, list[float]]]],
     path: Path,
 ) -> Path:
-    """Top-1 (AC/DC) and perplexity (one-shot) against sparsity: mean over the final seeds
-    with a one-standard-deviation band, one line per optimizer."""
+    """Top-1 (AC/DC) and perplexity (one-shot, one line style per pruner) against sparsity:
+    mean over the final seeds with a one-standard-deviation band, one color per optimizer."""
     figure = Figure(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
-    for axis, results, label in (
-        (left, accuracy, "top-1 test accuracy"),
-        (right, perplexity, "test perplexity"),
-    ):
-        for name, by_key in results.items():
-            _band(axis, by_key, COLORS.get(name), name)
+    for name, by_key in accuracy.items():
+        _band(left, by_key, COLORS.get(name), name)
+    for name, by_pruner in perplexity.items():
+        for pruner, by_key in by_pruner.items():
+            _band(right, by_key, COLORS.get(name), f"{name}, {pruner}", LINESTYLES.get(pruner, "-"))
+    for axis, label in ((left, "top-1 test accuracy"), (right, "test perplexity")):
         axis.set_xlabel("sparsity (%)")
         axis.set_ylabel(label)
-        axis.legend()
+        axis.legend(fontsize="small")
     left.set_title(f"(a) Fashion-MNIST ViT, AC/DC ({len(config.seeds)} seed(s))")
     right.set_title("(b) Austen char LM, one-shot")
     right.set_yscale("log")
@@ -224,7 +271,7 @@ def plot_alpha_sweep(selection: dict[str, list[dict[str, Any]]], path: Path) -> 
     figure = Figure(figsize=(5 * max(1, len(names)), 4))
     axes = figure.subplots(1, max(1, len(names)), squeeze=False)[0]
     for axis, name in zip(axes, names, strict=False):
-        ratio_axis = axis.twinx() if name == "horst" else None
+        ratio_axis = axis.twinx()
         for lr in sorted({entry["lr"] for entry in selection[name]}):
             entries = sorted(
                 (e for e in selection[name] if e["lr"] == lr), key=lambda e: e["alpha"]
@@ -233,23 +280,21 @@ def plot_alpha_sweep(selection: dict[str, list[dict[str, Any]]], path: Path) -> 
             axis.plot(
                 alphas, [e["validation_accuracy"] for e in entries], marker="o", label=f"lr {lr:g}"
             )
-            if ratio_axis is not None:
-                ratio_axis.plot(
-                    alphas,
-                    [e["move_ratio"] for e in entries],
-                    linestyle="--",
-                    marker="x",
-                    color="gray",
-                )
+            ratio_axis.plot(
+                alphas,
+                [e["move_ratio"] for e in entries],
+                linestyle="--",
+                marker="x",
+                color="gray",
+            )
         axis.set_xscale("log")
         axis.set_xlabel("alpha")
         axis.set_ylabel("validation top-1 (selection sparsity)")
         axis.set_title(f"{name}: grid at the selection sparsity")
         axis.legend(loc="lower left")
-        if ratio_axis is not None:
-            ratio_axis.set_yscale("log")
-            ratio_axis.axhline(0.2, color="gray", linewidth=0.8, linestyle=":")
-            ratio_axis.set_ylabel("mirror / AdamW move (dashed; dotted: 0.2)")
+        ratio_axis.set_yscale("log")
+        ratio_axis.axhline(0.2, color="gray", linewidth=0.8, linestyle=":")
+        ratio_axis.set_ylabel("mirror / AdamW move (dashed; dotted: 0.2)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path

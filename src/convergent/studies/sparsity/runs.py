@@ -2,9 +2,16 @@
 
 Two experiments: a small ViT-style classifier (our Transformer on image patches) trained
 dense or with AC/DC, and a small character-level causal Transformer language model trained
-dense and then pruned one-shot. Every optimizer gets the same parameter groups: decoupled
-weight decay on matrices only. HORST runs record how far the mirror step moves the weights
-relative to the AdamW step (the study's manipulation check).
+dense and then pruned one-shot by each of ``Config.lm_pruners`` (magnitude, Wanda, SparseGPT;
+the calibrated two read a fixed draw of training windows). Every optimizer gets the same
+parameter groups: decoupled weight decay on matrices only. HORST and HAM runs record how far
+their mirror step moves the weights relative to their AdamW step (the study's manipulation
+checks), and HORST runs their first-order strength, alpha x mean |theta| at initialization
+(the ``strength`` that ``HORST(strength=...)`` takes).
+
+Every LM unit, selection or final, is scored with every pruner: the selection reads magnitude
+pruning only, and the other pruners' validation perplexities of the grid points cost seconds
+against minutes of training, and show whether a pruner would have selected differently.
 
 A *job* (:class:`VisionJob`, :class:`LanguageJob`) is one run; :func:`vision_unit` and
 :func:`language_unit` turn it into what ``torch.load(weights_only=True)`` reads back, for the
@@ -24,7 +31,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from convergent.data import DictDataset, Splits
-from convergent.optim import HORST, build_optimizer, decay_groups, horst_move_ratio
+from convergent.optim import (
+    HAM,
+    HORST,
+    build_optimizer,
+    decay_groups,
+    ham_move_ratio,
+    horst_move_ratio,
+    horst_strength,
+)
 from convergent.sparse import ACDCSchedule, perplexity, prune_one_shot
 from convergent.studies.sparsity.config import (
     LANGUAGE_MODEL_MASKS,
@@ -36,18 +51,22 @@ from convergent.studies.sparsity.config import (
 from convergent.studies.sparsity.models import (
     language_data,
     language_model,
+    subset,
     vision_data,
     vision_model,
 )
 from convergent.train import ErmStep, MaskedStep, evaluate, fit, seed_everything, warmup_schedule
 
-# The design of this study's units (`UnitCache`), its pilot's too: raise it when this module
-# (or another of the study's own) would compute other numbers for the same config; the
-# library's numbers are fingerprinted (docs/design.md, "Unit keys").
-UNIT_DESIGN = 1
+# The design of this study's units (`UnitCache`; the pilot keeps its own,
+# `pilot.PILOT_UNIT_DESIGN`): raise it when this module (or another of the study's own) would
+# compute other numbers for the same config; the library's numbers are fingerprinted
+# (docs/design.md, "Unit keys"). Design 2: HAM's move ratio, HORST's strength and the LM's
+# Wanda and SparseGPT perplexities.
+UNIT_DESIGN = 2
 
-MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST run (cheap: no forward pass)
+MOVE_RATIO_RECORDS = 20  # move-ratio measurements per HORST or HAM run (no forward pass)
 HISTOGRAM_WEIGHTS = 20000  # weights kept per dense model for the histograms
+EVALUATION_BATCH = 128  # windows per forward pass when scoring or calibrating an LM
 
 
 def study_optimizer(
@@ -76,32 +95,42 @@ class RunResult:
         model: the trained model.
         validation: its validation metrics.
         sparsity: the sparsity of its final masks (0 for dense training).
-        move_ratio: HORST's mirror move / Adam move, mean over the recorded steps (None for
-            the other optimizers).
+        move_ratio: HORST's or HAM's mirror move / AdamW move, mean over the recorded steps
+            (None for AdamW).
+        strength: HORST's alpha x mean |theta| at initialization (None for the others).
     """
 
     model: nn.Module
     validation: dict[str, float]
     sparsity: float = 0.0
     move_ratio: float | None = None
+    strength: float | None = None
 
 
 class MoveRatioRecorder:
-    """Records :func:`~convergent.optim.horst_move_ratio` every ``every`` steps of a fit.
+    """Records the mirror/AdamW move ratio every ``every`` steps of a fit:
+    :func:`~convergent.optim.horst_move_ratio` for HORST, :func:`~convergent.optim.ham_move_ratio`
+    for HAM (which reads the step's gradient, still there when a step ends).
 
     Args:
-        optimizer: the HORST optimizer of the run.
+        optimizer: the HORST or HAM optimizer of the run.
         every: record after every this many optimizer steps.
     """
 
-    def __init__(self, optimizer: HORST, every: int) -> None:
+    def __init__(self, optimizer: HORST | HAM, every: int) -> None:
         self.optimizer = optimizer
         self.every = max(1, every)
         self.values: list[float] = []
 
     def on_step_end(self, step: int, metrics: dict[str, Any]) -> None:
         if step % self.every == 0:
-            self.values.append(horst_move_ratio(self.optimizer))
+            optimizer = self.optimizer
+            ratio = (
+                ham_move_ratio(optimizer)
+                if isinstance(optimizer, HAM)
+                else horst_move_ratio(optimizer)
+            )
+            self.values.append(ratio)
 
     @property
     def mean(self) -> float:
@@ -111,16 +140,33 @@ class MoveRatioRecorder:
 
 
 def _recorders(optimizer: torch.optim.Optimizer, steps: int) -> list[MoveRatioRecorder]:
-    if isinstance(optimizer, HORST):
+    if isinstance(optimizer, HORST | HAM):
         return [MoveRatioRecorder(optimizer, steps // MOVE_RATIO_RECORDS)]
     return []
+
+
+def initial_strength(optimizer: torch.optim.Optimizer) -> float | None:
+    """HORST's first-order strength before its first step: alpha x mean |theta| over the
+    mirrored tensors (every group's, weighted by its mirrored elements), the ``strength`` that
+    ``HORST(strength=...)`` would set this alpha from; None for the other optimizers."""
+    if not isinstance(optimizer, HORST):
+        return None
+    rows = [
+        row
+        for row in horst_strength(optimizer)
+        if row["mirrored"] > 0 and math.isfinite(row["alpha_times_mean_abs"])
+    ]
+    weight = sum(row["mirrored"] for row in rows)
+    if not weight:
+        return math.nan
+    return sum(row["alpha_times_mean_abs"] * row["mirrored"] for row in rows) / weight
 
 
 def _fit(
     model: nn.Module, optimizer: Any, data: Any, recipe: Recipe, seed: int, **kw: Any
 ) -> tuple[bool, float | None]:
     """:func:`fit` with the study's schedule (5 % warm-up, cosine): whether it finished (False:
-    the loss diverged) and HORST's mean move ratio (None for the other optimizers)."""
+    the loss diverged) and HORST's or HAM's mean move ratio (None for AdamW)."""
     scheduler = warmup_schedule(optimizer, recipe.steps, max(1, recipe.steps // 20), "cosine")
     recorders = _recorders(optimizer, recipe.steps)
     try:
@@ -162,6 +208,7 @@ def train_classifier(
     seed_everything(seed)
     model = vision_model(splits, **recipe.shape)
     optimizer = study_optimizer(optimizer_name, model, options)
+    strength = initial_strength(optimizer)
     step: Any = ErmStep("classification")
     if sparsity is not None:
         names = VISION_MASKS.select(model).names
@@ -183,7 +230,7 @@ def train_classifier(
     validation = evaluate(model, validation_data, "classification")
     if not math.isfinite(validation["loss"]):
         return None
-    return RunResult(model, validation, achieved, move)
+    return RunResult(model, validation, achieved, move, strength)
 
 
 def train_language_model(
@@ -193,37 +240,66 @@ def train_language_model(
     optimizer_name: str,
     options: dict[str, float],
     seed: int,
-) -> tuple[nn.Module, float | None] | None:
-    """Train the character language model densely: (model, move ratio); None if it diverged."""
+) -> RunResult | None:
+    """Train the character language model densely (no validation scores yet: the caller
+    prunes and scores it); None if it diverged."""
     seed_everything(seed)
     assert splits.vocab_size is not None
     model = language_model(splits.vocab_size, splits.seq_len, **recipe.shape)
     optimizer = study_optimizer(optimizer_name, model, options)
+    strength = initial_strength(optimizer)
     finished, move = _fit(model, optimizer, train_data, recipe, seed, task="lm", grad_clip=1.0)
-    return (model, move) if finished else None
+    return RunResult(model, {}, 0.0, move, strength) if finished else None
 
 
-def dataset_perplexity(model: nn.Module, dataset: Dataset[Any], batch_size: int = 128) -> float:
-    """Perplexity of ``model`` over a token dataset (``input_ids``, aligned ``labels``)."""
+def _batches(
+    dataset: Dataset[Any], batch_size: int, keys: tuple[str, ...] | None = None
+) -> list[dict[str, torch.Tensor]]:
     assert isinstance(dataset, DictDataset)
-    tensors = dataset.tensors
-    batches = (
+    tensors = {k: v for k, v in dataset.tensors.items() if keys is None or k in keys}
+    return [
         {key: value[start : start + batch_size] for key, value in tensors.items()}
         for start in range(0, len(dataset), batch_size)
-    )
-    return perplexity(model, batches)
+    ]
+
+
+def dataset_perplexity(
+    model: nn.Module, dataset: Dataset[Any], batch_size: int = EVALUATION_BATCH
+) -> float:
+    """Perplexity of ``model`` over a token dataset (``input_ids``, aligned ``labels``)."""
+    return perplexity(model, _batches(dataset, batch_size))
+
+
+def calibration_batches(train: Dataset[Any], windows: int) -> list[dict[str, torch.Tensor]]:
+    """Wanda's and SparseGPT's calibration: ``windows`` training windows (the first of a
+    seeded shuffle, the same for every run), as batches of ``input_ids``."""
+    return _batches(subset(train, windows), EVALUATION_BATCH, ("input_ids",))
 
 
 def pruned_perplexities(
-    model: nn.Module, dataset: Dataset[Any], sparsities: tuple[float, ...]
-) -> dict[str, float]:
-    """``{"0%": dense, "50%": ...}``: perplexity after one-shot layer-wise magnitude pruning of a
-    copy of ``model`` at each sparsity."""
-    scores = {"0%": dataset_perplexity(model, dataset)}
-    for target in sparsities:
-        pruned = copy.deepcopy(model)
-        prune_one_shot(pruned, target, spec=LANGUAGE_MODEL_MASKS)
-        scores[sparsity_key(target)] = dataset_perplexity(pruned, dataset)
+    model: nn.Module,
+    dataset: Dataset[Any],
+    sparsities: tuple[float, ...],
+    pruners: tuple[str, ...] = ("magnitude",),
+    calibration: list[dict[str, torch.Tensor]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """``{pruner: {"0%": dense, "50%": ...}}``: perplexity after one-shot layer-wise pruning of a
+    copy of ``model`` by each pruner at each sparsity (``calibration``: the batches Wanda and
+    SparseGPT read; the dense perplexity is computed once and shown in every pruner's row)."""
+    dense = dataset_perplexity(model, dataset)
+    scores: dict[str, dict[str, float]] = {}
+    for pruner in pruners:
+        scores[pruner] = {"0%": dense}
+        for target in sparsities:
+            pruned = copy.deepcopy(model)
+            prune_one_shot(
+                pruned,
+                target,
+                spec=LANGUAGE_MODEL_MASKS,
+                method=pruner,
+                calibration=None if pruner == "magnitude" else calibration,
+            )
+            scores[pruner][sparsity_key(target)] = dataset_perplexity(pruned, dataset)
     return scores
 
 
@@ -301,10 +377,27 @@ class LanguageJob:
         }
 
 
+def _mirror_numbers(optimizer: str, result: RunResult | None) -> dict[str, float | None]:
+    """The unit's ``move_ratio`` (HORST, HAM) and ``strength`` (HORST); None where the
+    optimizer has none, NaN for a run that diverged."""
+    return {
+        "move_ratio": (
+            (_finite_or_nan(result.move_ratio) if result else math.nan)
+            if optimizer in ("horst", "ham")
+            else None
+        ),
+        "strength": (
+            (_finite_or_nan(result.strength) if result else math.nan)
+            if optimizer == "horst"
+            else None
+        ),
+    }
+
+
 def vision_unit(job: VisionJob) -> dict[str, Any]:
-    """Run a :class:`VisionJob`: validation accuracy, achieved sparsity, the move ratio (HORST),
-    and for final runs the test accuracy; dense final runs also the near-zero share and a
-    histogram sample. NaN for a run that diverged."""
+    """Run a :class:`VisionJob`: validation accuracy, achieved sparsity, the move ratio (HORST,
+    HAM) and the strength (HORST), and for final runs the test accuracy; dense final runs also
+    the near-zero share and a histogram sample. NaN for a run that diverged."""
     config = job.config
     torch.set_num_threads(config.threads)
     splits, train, validation, test = vision_data(
@@ -336,11 +429,7 @@ def vision_unit(job: VisionJob) -> dict[str, Any]:
     unit: dict[str, Any] = {
         "validation_accuracy": result.validation["accuracy"] if result else math.nan,
         "achieved_sparsity": result.sparsity if result else math.nan,
-        "move_ratio": (
-            (_finite_or_nan(result.move_ratio) if result else math.nan)
-            if job.optimizer == "horst"
-            else None
-        ),
+        **_mirror_numbers(job.optimizer, result),
     }
     if job.final:
         unit["test_accuracy"] = (
@@ -354,9 +443,10 @@ def vision_unit(job: VisionJob) -> dict[str, Any]:
 
 
 def language_unit(job: LanguageJob) -> dict[str, Any]:
-    """Run a :class:`LanguageJob`: perplexity dense and after one-shot pruning at each target
-    (validation for selection runs, test windows for final ones), the move ratio (HORST) and,
-    for final runs, the near-zero share and a histogram sample."""
+    """Run a :class:`LanguageJob`: perplexity dense and after one-shot pruning by each pruner at
+    each target (``{pruner: {"0%": ..., "90%": ...}}``; validation for selection runs, test
+    windows for final ones), the move ratio and strength (HORST) and, for final runs, the
+    near-zero share and a histogram sample."""
     config = job.config
     torch.set_num_threads(config.threads)
     splits, validation, test = language_data(
@@ -373,21 +463,24 @@ def language_unit(job: LanguageJob) -> dict[str, Any]:
     trained = train_language_model(splits, splits.train, recipe, job.optimizer, options, job.seed)
     keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
     scored = test if job.final else validation
+    perplexities = (
+        pruned_perplexities(
+            trained.model,
+            scored,
+            config.lm_sparsities,
+            config.lm_pruners,
+            calibration_batches(splits.train, config.lm_calibration_windows),
+        )
+        if trained
+        else {pruner: dict.fromkeys(keys, math.nan) for pruner in config.lm_pruners}
+    )
     unit: dict[str, Any] = {
         "split": "test" if job.final else "validation",
-        "perplexity": (
-            pruned_perplexities(trained[0], scored, config.lm_sparsities)
-            if trained
-            else dict.fromkeys(keys, math.nan)
-        ),
-        "move_ratio": (
-            (_finite_or_nan(trained[1]) if trained else math.nan)
-            if job.optimizer == "horst"
-            else None
-        ),
+        "perplexity": perplexities,
+        **_mirror_numbers(job.optimizer, trained),
     }
     if job.final:
-        weights = prunable_weights(trained[0]) if trained else None
+        weights = prunable_weights(trained.model) if trained else None
         unit["near_zero_share"] = near_zero_share(weights) if weights else math.nan
         unit["histogram"] = histogram_sample(weights) if weights else None
     return unit

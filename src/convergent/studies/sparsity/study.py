@@ -1,8 +1,9 @@
 """The ``sparsity`` study's run: its two parts, each a selection on validation and final runs.
 
 Claims (:mod:`.claims`): at high sparsity HORST keeps more top-1 accuracy than AdamW
-and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its weights near zero,
-and a HORST-trained language model survives one-shot pruning better than an AdamW-trained one.
+and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its weights near zero
+(in the ViT and in the LM), and a HORST-trained language model survives one-shot pruning
+(magnitude, Wanda, SparseGPT) better than an AdamW-trained one.
 
 (a) A ViT-style classifier (our Transformer on image patches, mean pooling) on Fashion-MNIST,
     trained with AC/DC (global magnitude, straight to the target at each compression).
@@ -12,13 +13,15 @@ and a HORST-trained language model survives one-shot pruning better than an Adam
     selected configuration, trained dense and with AC/DC at 70 / 80 / 90 % from each final
     seed (disjoint from the selection seed), scored once on the test split.
 (b) A character-level causal Transformer on Jane Austen's novels, trained densely with HORST
-    and AdamW, then pruned one-shot layer-wise by magnitude; selection on validation perplexity
-    at the largest target among the points whose dense validation perplexity is within 10 % of
-    the best dense one (either grid), final seeds scored on test windows.
+    and AdamW, then pruned one-shot layer-wise by magnitude, Wanda and SparseGPT (the last two
+    calibrated on a fixed draw of training windows); selection on validation perplexity after
+    magnitude pruning to the largest target among the points whose dense validation
+    perplexity is within 10 % of the best dense one (either grid), final seeds scored on test
+    windows with every pruner.
 
-The manipulation check is HORST's mirror move relative to its AdamW move, recorded in every
-HORST run; alpha's grid runs from a ratio below 0.2 to far above 1. Every run is a unit in
-``OUT/units`` (resumable) and units run in ``workers`` processes.
+The manipulation checks are HORST's and HAM's mirror move relative to their AdamW move,
+recorded in every HORST and HAM run; alpha's grid runs from a ratio below 0.2 to far above 1.
+Every run is a unit in ``OUT/units`` (resumable) and units run in ``workers`` processes.
 """
 
 from __future__ import annotations
@@ -34,19 +37,20 @@ import torch
 from convergent.studies.framework import (
     StudyResult,
     Tuning,
-    TuningData,
     UnitCache,
+    extension_points,
     finish,
     grid_points,
     json_ready,
     run_jobs,
-    tune,
+    select_points,
     unit_session,
 )
 from convergent.studies.sparsity.claims import DESIGN, claims_from_results
 from convergent.studies.sparsity.config import (
     LANGUAGE_CRITERION,
     LM_DENSE_TOLERANCE,
+    LM_SELECTION_PRUNER,
     RMS_FRACTION,
     VISION_CRITERION,
     Config,
@@ -69,73 +73,92 @@ from convergent.studies.sparsity.runs import (
 
 VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
 LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"
+MIRRORED = ("horst", "ham")  # the optimizers whose runs record a move ratio
 
 
 def _select(
+    config: Config,
     grids: dict[str, dict[str, tuple[float, ...]]],
-    units: dict[tuple[str, int], dict[str, Any]],
-    score: Callable[[dict[str, Any]], float],
+    job_of: Callable[[str, dict[str, Any]], Any],
+    unit_of: Callable[[Any], dict[str, Any]],
+    scorer: Callable[[list[dict[str, Any]]], Callable[[dict[str, Any]], float]],
     maximize: bool,
     criterion: str,
+    cache: UnitCache,
     log: Callable[[str], None],
 ) -> dict[str, Tuning[dict[str, Any]]]:
-    """Each optimizer's selection from the finished grid units (equal grids, validation only)."""
+    """Each optimizer's selection on validation: its declared grid (every grid the same size),
+    then up to ``config.extension_rounds`` equal extensions while any selection lies on an edge
+    of its grid: every optimizer gets one point beyond the nearer end of each axis
+    (`extension_points`), so the budgets stay equal. ``scorer`` makes the score from every
+    unit trained so far (the LM's dense floor reads every grid)."""
     points = {name: grid_points(axes) for name, axes in grids.items()}
+    units: dict[str, list[dict[str, Any]]] = {name: [] for name in grids}
 
-    def run_point(name: str, point: dict[str, Any], _: TuningData) -> dict[str, Any]:
-        return units[(name, points[name].index(point))]
+    def train(new: dict[str, list[dict[str, Any]]]) -> None:
+        jobs = [(name, job_of(name, point)) for name, listed in new.items() for point in listed]
+        done = run_jobs(cache, [job for _, job in jobs], unit_of, config.workers, log)
+        for (name, _), unit in zip(jobs, done, strict=True):
+            units[name].append(unit)
 
-    # The grid units ran already (in parallel); tune() only scores and selects them. Its
-    # TuningData is empty: nothing here can reach a split, let alone the test split.
-    return tune(
-        grids,
-        run_point,
-        score,
-        TuningData(None, None),
-        maximize=maximize,
-        criterion=criterion,
-        log=log,
-    )
+    train(points)
+    for round_ in range(config.extension_rounds + 1):
+        score = scorer([unit for listed in units.values() for unit in listed])
+        tunings = {
+            name: select_points(
+                name, points[name], units[name], score, maximize=maximize, criterion=criterion
+            )
+            for name in grids
+        }
+        if round_ == config.extension_rounds or not any(t.on_edge for t in tunings.values()):
+            break
+        new = {name: extension_points(tuning) for name, tuning in tunings.items()}
+        if len({len(listed) for listed in new.values()}) != 1:
+            raise ValueError(
+                "an extension must give every optimizer the same number of points, got "
+                + ", ".join(f"{name} {len(listed)}" for name, listed in new.items())
+            )
+        log(f"extension round {round_ + 1}: " + "; ".join(f"{n} {v}" for n, v in new.items()))
+        for name, listed in new.items():
+            points[name] += listed
+        train(new)
+    for name, tuning in tunings.items():
+        edge = f" (on the edge of its grid: {', '.join(tuning.on_edge)})" if tuning.on_edge else ""
+        log(f"{name}: selected {tuning.selected_point} of {len(tuning.points)} points{edge}")
+    return tunings
 
 
 def pruned_score_of_good_dense(
     units: list[dict[str, Any]], key: str, tolerance: float = LM_DENSE_TOLERANCE
 ) -> Callable[[dict[str, Any]], float]:
-    """The language models' selection score: validation perplexity after pruning to ``key``,
-    NaN (never selected) for a unit whose dense perplexity exceeds ``tolerance`` x the best
-    dense one among ``units`` (every optimizer's grid). Without the bound a strong mirror step
-    wins on pruned perplexity with a dense model no one would keep (a HORST LM at twice
+    """The language models' selection score: validation perplexity after magnitude pruning to
+    ``key``, NaN (never selected) for a unit whose dense perplexity exceeds ``tolerance`` x the
+    best dense one among ``units`` (every optimizer's grid). Without the bound a strong mirror
+    step wins on pruned perplexity with a dense model no one would keep (a HORST LM at twice
     AdamW's dense perplexity)."""
-    dense = [u["perplexity"]["0%"] for u in units if math.isfinite(u["perplexity"]["0%"])]
+    scores = [u["perplexity"][LM_SELECTION_PRUNER] for u in units]
+    dense = [s["0%"] for s in scores if math.isfinite(s["0%"])]
     bound = tolerance * min(dense) if dense else math.nan
 
     def score(unit: dict[str, Any]) -> float:
-        return unit["perplexity"][key] if unit["perplexity"]["0%"] <= bound else math.nan
+        scored = unit["perplexity"][LM_SELECTION_PRUNER]
+        return scored[key] if scored["0%"] <= bound else math.nan
 
     return score
 
 
 def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
-    grids = config.grids()
-    selection = [
-        (
-            name,
-            index,
-            VisionJob(
-                config, name, point, config.selection_seed, config.selection_sparsity, final=False
-            ),
-        )
-        for name, axes in grids.items()
-        for index, point in enumerate(grid_points(axes))
-    ]
-    done = run_jobs(cache, [job for *_, job in selection], vision_unit, config.workers, log)
-    units = {(name, index): unit for (name, index, _), unit in zip(selection, done, strict=True)}
     tunings = _select(
-        grids,
-        units,
-        lambda u: u["validation_accuracy"],
+        config,
+        config.grids(),
+        lambda name, point: VisionJob(
+            config, name, point, config.selection_seed, config.selection_sparsity, final=False
+        ),
+        vision_unit,
+        lambda _: lambda unit: unit["validation_accuracy"],
         True,
         VISION_CRITERION,
+        cache,
         lambda line: log(f"(a) {line}"),
     )
     targets: list[float | None] = [None, *config.sparsities]
@@ -153,7 +176,9 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
     achieved: dict[str, dict[str, list[float]]] = {
         n: {k: [] for k in keys[1:]} for n in config.optimizers
     }
-    moves: dict[str, list[Any]] = {k: [] for k in keys}
+    mirrored = [name for name in MIRRORED if name in config.optimizers]
+    moves: dict[str, dict[str, list[Any]]] = {n: {k: [] for k in keys} for n in mirrored}
+    strength: dict[str, list[Any]] = {"horst": []} if "horst" in config.optimizers else {}
     share: dict[str, list[float]] = {n: [] for n in config.optimizers}
     histograms: dict[str, torch.Tensor] = {}
     for job, unit in zip(finals, results, strict=True):
@@ -161,28 +186,32 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
         accuracy[job.optimizer][key].append(unit["test_accuracy"])
         if job.sparsity is None:
             share[job.optimizer].append(unit["near_zero_share"])
+            if job.optimizer in strength:
+                strength[job.optimizer].append(unit["strength"])
             if job.seed == config.seeds[0] and unit["histogram"] is not None:
                 histograms[job.optimizer] = unit["histogram"]
         else:
             achieved[job.optimizer][key].append(unit["achieved_sparsity"])
-        if job.optimizer == "horst":
-            moves[key].append(unit["move_ratio"])
+        if job.optimizer in moves:
+            moves[job.optimizer][key].append(unit["move_ratio"])
     return {
         "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
         "selection": {
             name: [
                 {
                     **point,
-                    "validation_accuracy": units[(name, i)]["validation_accuracy"],
-                    "move_ratio": units[(name, i)]["move_ratio"],
+                    "validation_accuracy": unit["validation_accuracy"],
+                    "move_ratio": unit["move_ratio"],
+                    "strength": unit["strength"],
                 }
-                for i, point in enumerate(grid_points(grids[name]))
+                for point, unit in zip(tuning.points, tuning.runs, strict=True)
             ]
-            for name in grids
+            for name, tuning in tunings.items()
         },
         "accuracy": accuracy,
         "achieved": achieved,
-        "move_ratio": {"horst": moves} if "horst" in config.optimizers else {},
+        "move_ratio": moves,
+        "strength": strength,
         "near_zero_share": share,
         "histograms": histograms,
         "tunings": tunings,
@@ -191,20 +220,16 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
 
 def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
     grids = config.language_grids()
-    selection = [
-        (name, index, LanguageJob(config, name, point, config.selection_seed, final=False))
-        for name, axes in grids.items()
-        for index, point in enumerate(grid_points(axes))
-    ]
-    done = run_jobs(cache, [job for *_, job in selection], language_unit, config.workers, log)
-    units = {(name, index): unit for (name, index, _), unit in zip(selection, done, strict=True)}
     top = sparsity_key(max(config.lm_sparsities))
     tunings = _select(
+        config,
         grids,
-        units,
-        pruned_score_of_good_dense(list(units.values()), top),
+        lambda name, point: LanguageJob(config, name, point, config.selection_seed, final=False),
+        language_unit,
+        lambda units: pruned_score_of_good_dense(units, top),
         False,
         LANGUAGE_CRITERION,
+        cache,
         lambda line: log(f"(b) {line}"),
     )
     finals = [
@@ -214,16 +239,21 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
     ]
     results = run_jobs(cache, finals, language_unit, config.workers, log)
     keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
-    perplexity: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in grids}
+    perplexity: dict[str, dict[str, dict[str, list[float]]]] = {
+        n: {p: {k: [] for k in keys} for p in config.lm_pruners} for n in grids
+    }
     share: dict[str, list[float]] = {n: [] for n in grids}
-    moves: list[Any] = []
+    moves: dict[str, list[Any]] = {"horst": []} if "horst" in grids else {}
+    strength: dict[str, list[Any]] = {"horst": []} if "horst" in grids else {}
     histograms: dict[str, torch.Tensor] = {}
     for job, unit in zip(finals, results, strict=True):
-        for key in keys:
-            perplexity[job.optimizer][key].append(unit["perplexity"][key])
+        for pruner in config.lm_pruners:
+            for key in keys:
+                perplexity[job.optimizer][pruner][key].append(unit["perplexity"][pruner][key])
         share[job.optimizer].append(unit["near_zero_share"])
-        if job.optimizer == "horst":
-            moves.append(unit["move_ratio"])
+        if job.optimizer in moves:
+            moves[job.optimizer].append(unit["move_ratio"])
+            strength[job.optimizer].append(unit["strength"])
         if job.seed == config.seeds[0] and unit["histogram"] is not None:
             histograms[job.optimizer] = unit["histogram"]
     return {
@@ -232,15 +262,17 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
             name: [
                 {
                     **point,
-                    "validation_perplexity": units[(name, i)]["perplexity"],
-                    "move_ratio": units[(name, i)]["move_ratio"],
+                    "validation_perplexity": unit["perplexity"],
+                    "move_ratio": unit["move_ratio"],
+                    "strength": unit["strength"],
                 }
-                for i, point in enumerate(grid_points(grids[name]))
+                for point, unit in zip(tuning.points, tuning.runs, strict=True)
             ]
-            for name in grids
+            for name, tuning in tunings.items()
         },
         "perplexity": perplexity,
-        "move_ratio": {"horst": moves} if "horst" in grids else {},
+        "move_ratio": moves,
+        "strength": strength,
         "near_zero_share": share,
         "histograms": histograms,
         "tunings": tunings,

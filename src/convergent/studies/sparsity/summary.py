@@ -1,8 +1,10 @@
 """The ``sparsity`` study's plain summary: what was tested, what a user should do, what stays
 unknown, written from a ``results.json`` payload's verdicts and numbers alone.
 
-Five sentences: the scale; the language model's one-shot claim; HORST's strength there (the
-selected alpha and the mirror/Adam move ratio it gave); the ViT claims against HAM and on
+Five sentences: the scale; the language model's one-shot claims (every pruner and target, and
+whether HORST's advantage survives SparseGPT); when HORST is worth using there and at what
+strength, in HORST's own unit (``HORST(strength=r)``: alpha x mean |theta| at the first step,
+about the first step's mirror/Adam move ratio); the ViT claims against HAM and the claims on
 weights near zero; the ViT claims against AdamW. Each phrase is chosen by its claim's verdict,
 so a rescored or re-run result rewrites its own summary.
 """
@@ -17,25 +19,29 @@ from typing import Any
 from convergent.diagnostics import acting
 from convergent.studies.framework import (
     Sentence,
+    check_design,
     claims_by_name,
     finite_mean,
     stored_number,
     verdict_of,
 )
-from convergent.studies.sparsity.claims import HIGH_SPARSITY
-from convergent.studies.sparsity.config import sparsity_key
+from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
+from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 
 # A stable part of each claim's name (the rest carries the configured sparsities).
 BEATS_ADAMW = "higher top-1 accuracy than AdamW"
 BEATS_HAM = "higher top-1 accuracy than HAM"
 HALF_THE_LOSS = "loses at most half"
-NEAR_ZERO = "concentrate near zero"
-LANGUAGE = "character LM"
+NEAR_ZERO_VIT = "concentrate near zero in the ViT"
+NEAR_ZERO_LM = "concentrate near zero in the character LM"
+ONE_SHOT = "a HORST-trained character LM keeps a lower perplexity"
+SURVIVES = "survives a stronger pruner"
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
 
 
 def summary(payload: Mapping[str, Any]) -> list[Sentence]:
-    """The study's summary sentences from its ``results.json`` payload."""
+    """The study's summary sentences from its ``results.json`` payload (this design's only)."""
+    check_design("sparsity", payload["data"].get("design"), DESIGN)
     sentences = [_scale(payload)]
     for write in (_language, _strength, _vision_against_ham, _vision_against_adamw):
         sentence = write(payload)
@@ -48,6 +54,15 @@ def _claim(payload: Mapping[str, Any], part: str) -> tuple[str, Mapping[str, Any
     """The name and record of the claim whose name contains ``part`` (None when absent)."""
     found = [(name, record) for name, record in claims_by_name(payload).items() if part in name]
     return found[0] if len(found) == 1 else None
+
+
+def _one_shot(payload: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The one-shot claims (claim 5), one per pruner and target, in the payload's order."""
+    return [
+        (name, record)
+        for name, record in claims_by_name(payload).items()
+        if ONE_SHOT in name and SURVIVES not in name
+    ]
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -102,6 +117,21 @@ def _grid_note(payload: Mapping[str, Any], part: str, optimizer: str) -> str:
     return ""
 
 
+def _shown(fraction: float) -> str:
+    """A sparsity as a sentence writes it: ``0.9 -> "90 %"``."""
+    return f"{round(100 * fraction)} %"
+
+
+def _key_shown(key: str) -> str:
+    """A data key as a sentence writes it: ``"90%" -> "90 %"``."""
+    return key.replace("%", " %")
+
+
+def _listed(items: Sequence[str]) -> str:
+    """``("50", "70", "90") -> "50, 70 and 90"``."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
+
+
 def _scale(payload: Mapping[str, Any]) -> Sentence:
     config = payload["config"]
     seeds = config["seeds"]
@@ -114,101 +144,171 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
         for part, what in (("(a)", "vision model"), ("(b)", "language model"))
         if (counts := sizes.get(part))
     )
-    sparsities, lm_sparsities = _listed(config["sparsities"]), _listed(config["lm_sparsities"])
+    sparsities = _listed([f"{round(100 * t)}" for t in config["sparsities"]])
+    lm_sparsities = _listed([f"{round(100 * t)}" for t in config["lm_sparsities"]])
+    pruners = _listed([PRUNER_NAMES[p] for p in config["lm_pruners"]])
+    calibrated = [PRUNER_NAMES[p] for p in config["lm_pruners"] if p != "magnitude"]
+    calibration = (
+        f" ({_listed(calibrated)} calibrated on {config['lm_calibration_windows']} training "
+        "windows)"
+        if calibrated
+        else ""
+    )
     return Sentence(
         f"Tested at small scale: a {config['vit_layers']}-layer vision transformer (width "
         f"{config['vit_d_model']}) trained for {config['vit_steps']} steps on Fashion-MNIST and "
         f"pruned during training with AC/DC to {sparsities} % sparsity, and a "
         f"{config['lm_layers']}-layer character language model (width {config['lm_d_model']}) "
         f"trained for {config['lm_steps']} steps on Jane Austen's novels and pruned once after "
-        f"training by weight magnitude to {lm_sparsities} %; each optimizer was tuned on a grid "
-        f"of the same size ({grid}) with seed {config['selection_seed']} and then scored on "
-        f"{len(seeds)} other seed{'s' if len(seeds) != 1 else ''}."
+        f"training by {pruners}{calibration} to {lm_sparsities} %; each optimizer was tuned on "
+        f"a grid of the same size ({grid}) with seed {config['selection_seed']} and then scored "
+        f"on {len(seeds)} other seed{'s' if len(seeds) != 1 else ''}."
     )
 
 
-def _shown(fraction: float) -> str:
-    """A sparsity as a sentence writes it: ``0.9 -> "90 %"``."""
-    return f"{round(100 * fraction)} %"
-
-
-def _listed(fractions: Sequence[float]) -> str:
-    """Fractions as percentages in words: ``(0.5, 0.7, 0.9) -> "50, 70 and 90"``."""
-    shown = [f"{round(100 * t)}" for t in fractions]
-    return " and ".join([", ".join(shown[:-1]), shown[-1]]) if len(shown) > 1 else "".join(shown)
+def _setting(record: Mapping[str, Any]) -> str:
+    """A one-shot claim's pruner and target in words: ``"SparseGPT at 70 %"``."""
+    extra = record["extra"]
+    return f"{PRUNER_NAMES[extra['pruner']]} at {_key_shown(extra['sparsity'])}"
 
 
 def _language(payload: Mapping[str, Any]) -> Sentence | None:
-    found = _claim(payload, LANGUAGE)
+    found = _one_shot(payload)
+    if not found:
+        return None
+    verdicts = {name: verdict_of(payload, name) for name, _ in found}
+    counts = {v: list(verdicts.values()).count(v) for v in set(verdicts.values())}
+    total = len(found)
+    if counts.get("untested") == total:
+        lead = (
+            "Whether HORST helps a model you will prune once after training is not known from "
+            f"this run ({_why_untested(found[0][1])})"
+        )
+    elif counts.get("reproduced") == total:
+        lead = "For a model you will prune once after training, HORST helped with every pruner"
+    elif counts.get("reproduced"):
+        lead = (
+            "For a model you will prune once after training, HORST helped in "
+            f"{counts['reproduced']} of the {total} settings"
+        )
+    elif counts.get("not reproduced"):
+        lead = (
+            "For a model you will prune once after training, HORST did worse than AdamW in "
+            f"{counts['not reproduced']} of the {total} settings and helped in none"
+        )
+    else:
+        lead = (
+            "For a model you will prune once after training, these seeds cannot tell HORST "
+            "from AdamW"
+        )
+    ratios = "; ".join(
+        f"{_effect(record)} after {_setting(record)} ({_verdict(payload, name)})"
+        for name, record in found
+    )
+    perplexity = payload["data"]["language"]["perplexity"]
+    dense = {m: _mean(by[LM_SELECTION_PRUNER]["0%"]) for m, by in perplexity.items()}
+    text = (
+        f"{lead}: the HORST-trained language model's test perplexity over the AdamW-trained "
+        f"one's was {ratios} (unpruned: {_number(dense['horst'], 3)} against "
+        f"{_number(dense['adamw'], 3)})"
+    )
+    survives = _claim(payload, SURVIVES)
+    if survives is not None:
+        name, record = survives
+        verdict = verdicts[name] = verdict_of(payload, name)
+        what = {
+            "reproduced": "survived",
+            "not reproduced": "did not survive",
+            "inconclusive": "may or may not survive (these seeds cannot tell)",
+            "untested": "is not known to survive",
+        }[verdict]
+        text += (
+            f"; HORST's advantage {what} the stronger pruner, {_setting(record)} "
+            f"({_verdict(payload, name)})"
+        )
+    return Sentence(f"{text}.", verdicts)
+
+
+def _strength(payload: Mapping[str, Any]) -> Sentence | None:
+    found = _one_shot(payload)
+    language = payload["data"]["language"]
+    if not found or "horst" not in language["selected"]:
+        return None
+    verdicts = {name: verdict_of(payload, name) for name, _ in found}
+    selected = language["selected"]["horst"]
+    strength = _number(_mean(language["strength"]["horst"]))
+    ratio = _number(_mean(language["move_ratio"]["horst"]))
+    edge = _grid_note(payload, "(b)", "horst")
+    where = (
+        f"HORST(strength={strength}), which is alpha {selected['alpha']:g} on these weights, "
+        f"with learning rate {selected['lr']:g}" + (f" ({edge})" if edge else "")
+    )
+    moved = f"over the run its mirror step moved the weights about {ratio} times as far as its "
+    helped = [_setting(record) for name, record in found if verdicts[name] == "reproduced"]
+    values = set(verdicts.values())
+    if helped:
+        settings = "with every pruner" if len(helped) == len(found) else f"({_listed(helped)})"
+        lead = (
+            f"Use HORST before pruning once after training where it helped {settings}, at the "
+            f"strength selected here, {where}; {moved}Adam step"
+        )
+    elif "not reproduced" in values:
+        lead = (
+            f"Keep AdamW for one-shot pruning: HORST acted ({where}; {moved}Adam step) and did "
+            "not pay"
+        )
+    elif values == {"untested"}:
+        lead = (
+            f"A fair test needs a stronger HORST: at {where}, {moved}Adam step, below the 0.2 "
+            "the test needs"
+        )
+    else:
+        lead = (
+            "Before choosing HORST for one-shot pruning, run more seeds or a larger test set; "
+            f"it ran at {where}, and {moved}Adam step"
+        )
+    return Sentence(
+        f"{lead}; HORST's strength is alpha x mean |theta|, about the first step's mirror/Adam "
+        "move ratio (the ratio then grows as HORST spreads the weights), so on another model "
+        f"pass strength={strength} rather than copying alpha {selected['alpha']:g}.",
+        verdicts,
+    )
+
+
+def _near_zero_part(payload: Mapping[str, Any], part: str, where: str) -> tuple[str, str] | None:
+    found = _claim(payload, part)
     if found is None:
         return None
     name, record = found
     verdict = verdict_of(payload, name)
-    highest = max(payload["config"]["lm_sparsities"])
-    top, key = _shown(highest), sparsity_key(highest)
-    perplexity = payload["data"]["language"]["perplexity"]
-    means = {m: {k: _mean(v) for k, v in by_key.items()} for m, by_key in perplexity.items()}
-    sparse = f"{_number(means['horst'][key], 3)} against {_number(means['adamw'][key], 3)}"
-    dense = f"{_number(means['horst']['0%'], 3)} against {_number(means['adamw']['0%'], 3)}"
     lead = {
-        "reproduced": "For a model you will prune once after training by weight magnitude, "
-        "HORST helped",
-        "not reproduced": "For a model you will prune once after training by weight magnitude, "
-        "HORST did worse than AdamW",
-        "inconclusive": "For a model you will prune once after training by weight magnitude, "
-        "these seeds cannot tell HORST from AdamW",
-        "untested": "Whether HORST helps a model you will prune once after training is not "
-        f"known from this run ({_why_untested(record)})",
+        "reproduced": f"HORST's unpruned {where} weights were more concentrated near zero than "
+        "AdamW's",
+        "not reproduced": f"HORST's unpruned {where} weights were less concentrated near zero "
+        "than AdamW's",
+        "inconclusive": f"these seeds cannot tell whether HORST's unpruned {where} weights sit "
+        "nearer zero than AdamW's",
+        "untested": f"whether HORST's {where} weights sit nearer zero is not known "
+        f"({_why_untested(record)})",
     }[verdict]
-    return Sentence(
-        f"{lead}: at {top} sparsity the HORST-trained language model's test perplexity was "
-        f"{_effect(record)} times AdamW's ({_verdict(payload, name)}; {sparse}, while unpruned "
-        f"it was {dense}).",
-        {name: verdict},
-    )
-
-
-def _strength(payload: Mapping[str, Any]) -> Sentence | None:
-    found = _claim(payload, LANGUAGE)
-    language = payload["data"]["language"]
-    if found is None or "horst" not in language["selected"]:
-        return None
-    name, _ = found
-    verdict = verdict_of(payload, name)
-    selected = language["selected"]["horst"]
-    ratio = _number(_mean(language["move_ratio"]["horst"]))
-    edge = _grid_note(payload, "(b)", "horst")
-    where = f"alpha {selected['alpha']:g} with learning rate {selected['lr']:g} here" + (
-        f"; {edge}" if edge else ""
-    )
-    lead = {
-        "reproduced": "Use it at a strength where its mirror step moves the weights about "
-        f"{ratio} times as far as its Adam step ({where})",
-        "not reproduced": "Keep AdamW for one-shot pruning: HORST's mirror step acted, moving "
-        f"the weights about {ratio} times as far as its Adam step ({where}), and did not pay",
-        "inconclusive": "Before choosing HORST for this, run more seeds or a larger test set; "
-        f"its mirror step moved the weights about {ratio} times as far as its Adam step "
-        f"({where})",
-        "untested": "A fair test needs a larger alpha: the mirror step moved the weights only "
-        f"about {ratio} times as far as the Adam step ({where})",
-    }[verdict]
-    return Sentence(
-        f"{lead}; that ratio grows roughly with alpha times the typical weight size, so on "
-        "another model set alpha by the ratio convergent.optim.horst_move_ratio reports rather "
-        f"than by copying {selected['alpha']:g}.",
-        {name: verdict},
+    fraction = stored_number(payload["data"].get("rms_fraction"))
+    return name, (
+        f"{lead} (share below {_number(100 * fraction)} % of their tensor's RMS, HORST minus "
+        f"AdamW: {_effect(record, 100)} percentage points; {_verdict(payload, name)})"
     )
 
 
 def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
     parts, verdicts = [], {}
+    near_zero = []
     found = _claim(payload, BEATS_HAM)
     highest = max(payload["config"]["sparsities"])
     top = _shown(highest)
+    vision = payload["data"]["vision"]
     if found is not None:
         name, record = found
         verdict = verdicts[name] = verdict_of(payload, name)
-        ham = payload["data"]["vision"]["selected"].get("ham", {})
+        ham = vision["selected"].get("ham", {})
         setting = (
             f" (alpha {ham['alpha']:g} with learning rate {ham['lr']:g} selected)"
             if {"alpha", "lr"} <= set(ham)
@@ -218,50 +318,36 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
             "reproduced": "HORST beat HAM",
             "not reproduced": f"HORST did worse than HAM{setting}, so prefer HAM there",
             "inconclusive": "these seeds cannot tell HORST from HAM",
-            "untested": f"HORST against HAM is not known ({_why_untested(record)})",
+            "untested": f"HORST against HAM is not known ({_why_untested(record, top)})",
         }[verdict]
         parts.append(
-            f"{lead}: at {top} sparsity HORST's top-1 accuracy minus HAM's was "
-            f"{_effect(record, 100)} points ({_verdict(payload, name)})"
+            f"Training the vision transformer with AC/DC, {lead}: at {top} sparsity HORST's "
+            f"top-1 accuracy minus HAM's was {_effect(record, 100)} points "
+            f"({_verdict(payload, name)})"
         )
-    found = _claim(payload, NEAR_ZERO)
-    if found is not None:
-        name, record = found
-        verdict = verdicts[name] = verdict_of(payload, name)
-        lead = {
-            "reproduced": "HORST's unpruned weights were more concentrated near zero than AdamW's",
-            "not reproduced": "HORST's unpruned weights were less concentrated near zero than "
-            "AdamW's",
-            "inconclusive": "these seeds cannot tell whether HORST's unpruned weights sit "
-            "nearer zero than AdamW's",
-            "untested": "whether HORST's weights sit nearer zero is not known "
-            f"({_why_untested(record)})",
-        }[verdict]
-        fraction = stored_number(payload["data"].get("rms_fraction"))
-        parts.append(
-            f"{lead} (share below {_number(100 * fraction)} % of their tensor's RMS, HORST "
-            f"minus AdamW: {_effect(record, 100)} percentage points; {_verdict(payload, name)})"
-        )
+    for part, where in ((NEAR_ZERO_VIT, "vision-transformer"), (NEAR_ZERO_LM, "language-model")):
+        near = _near_zero_part(payload, part, where)
+        if near is not None:
+            verdicts[near[0]] = verdict_of(payload, near[0])
+            near_zero.append(near[1])
+    if near_zero:
+        parts.append(" and ".join(near_zero))
     if not parts:
         return None
-    vision = payload["data"]["vision"]
     horst = vision["selected"].get("horst", {})
-    ratio = _mean(vision["move_ratio"]["horst"].get(sparsity_key(highest), []))
+    ratio = _mean(vision["move_ratio"].get("horst", {}).get(sparsity_key(highest), []))
+    strength = _mean(vision["strength"].get("horst", []))
     edge = _grid_note(payload, "(a)", "horst")
     acted = ""
     if "alpha" in horst and math.isfinite(ratio):
         moved = "acted, moving" if ratio >= acting.MOVE_RATIO_FLOOR else "barely acted, moving only"
         acted = (
-            f"; HORST's mirror step {moved} the weights about {_number(ratio)} times as far as "
-            f"its Adam step at its selected alpha {horst['alpha']:g}"
-            + (f" ({edge})" if edge else "")
+            f"; on the vision transformer HORST's mirror step {moved} the weights about "
+            f"{_number(ratio)} times as far as its Adam step at its selected alpha "
+            f"{horst['alpha']:g} (strength {_number(strength)})" + (f" ({edge})" if edge else "")
         )
-    return Sentence(
-        f"Training the vision transformer with AC/DC, {parts[0]}"
-        + "".join(f", and {part}" for part in parts[1:])
-        + f"{acted}.",
-        verdicts,
-    )
+    text = "; ".join(parts)
+    return Sentence(f"{text[0].upper()}{text[1:]}{acted}.", verdicts)
 
 
 def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
@@ -316,22 +402,23 @@ def _by_part(table: Mapping[str, Any], name: str) -> Any:
 
 def _why_untested(record: Mapping[str, Any], top: str = "the highest sparsity") -> str:
     """The failed or unmeasured checks of a claim, in plain words (``top``: the sparsity the
-    room check reads)."""
+    room checks read)."""
     reasons = []
     for check in record.get("checks", []):
         if check.get("passed"):
             continue
         name, value = check["name"], stored_number(check.get("value"))
         required = _required_number(check.get("required", ""))
-        if name.startswith("AdamW loses"):
+        who = name.split()[0]  # AdamW, HAM or HORST
+        if name.startswith(("AdamW loses", "HAM loses")):
             reasons.append(
-                f"AdamW itself lost only {_number(100 * value)} points of accuracy from unpruned "
+                f"{who} itself lost only {_number(100 * value)} points of accuracy from unpruned "
                 f"to {top} (the test needs at least {_number(100 * required)}), so this model "
-                "leaves no optimizer room to help"
+                f"leaves HORST no room to beat it"
             )
-        elif name.startswith("HORST mirror move"):
+        elif name.startswith(("HORST mirror move", "HAM mirror move")):
             reasons.append(
-                f"HORST's mirror step moved the weights only {_number(value)} times as far as "
+                f"{who}'s mirror step moved the weights only {_number(value)} times as far as "
                 f"its Adam step (the test needs {_number(required)})"
             )
         elif name.startswith("AC/DC reached"):

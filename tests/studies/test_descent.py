@@ -5,6 +5,7 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -420,7 +421,7 @@ def test_design_two_data_gets_the_seed_level_interval_and_its_resolution():
         assert f"about {needed} seeds" in claim.evidence and "unresolvable" in claim.evidence
 
 
-def _crossed_by_hand(table: list[list[int]]) -> tuple[float, float]:
+def _crossed_by_hand(table: Sequence[Sequence[float]]) -> tuple[float, float]:
     """The interval over seeds and sentences, written out: Var(mean) = var_a / N + var_b / n +
     var_e / (N n) from the two-way mean squares (components cut at 0), Satterthwaite df."""
     n, big_n = len(table), len(table[0])
@@ -463,7 +464,8 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
     assert (folder / "report.md").is_file()
     for figure in result.figures:
         assert_drawn_figure(folder / figure)
-    assert len(result.claims) == 10
+    assert len(result.claims) == 13  # (a) 8, (b) 2, (c) 3
+    assert "language.png" in result.figures
     for claim in result.claims:
         assert claim.n == 1 and claim.preview and claim.interval is None
         assert claim.verdict in VERDICTS and claim.checks
@@ -514,7 +516,9 @@ def test_smoke_run_writes_a_report_with_every_table_claim_and_figure(smoke_run):
 def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_run, monkeypatch):
     config, folder, first = smoke_run
     units = sorted((folder / "units").glob("*.pt"))
-    assert len(units) == 8  # (text, video) x (erm, constrained) x (grid point, final seed)
+    # (text, video, language) x (erm, constrained) x (grid point, final seed), and the
+    # language model's shared pretraining.
+    assert len(units) == 13
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished unit was trained again")
@@ -524,7 +528,7 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
     assert sorted((folder / "units").glob("*.pt")) == units
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]
     assert json.dumps(again.data) == json.dumps(first.data)
-    assert "8 unit(s) reused" in again.notes[-1]
+    assert "13 unit(s) reused" in again.notes[-1]
 
     # A field that changes what a unit computes gives new units: training runs again.
     changed = dataclasses.replace(config, constrained_alphas=(0.1,))

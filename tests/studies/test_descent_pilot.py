@@ -62,7 +62,7 @@ def test_the_pilot_chooses_the_first_depth_where_erm_bumps_in_two_of_three_seeds
 ):
     jobs: list[Any] = []
     monkeypatch.setattr(descent_pilot, "video_unit", _fake_units(bumps, jobs))
-    result = descent_pilot.run_pilot(tmp_path, workers=1, log=lambda line: None, base=_base())
+    result = descent_pilot.run_depth_pilot(tmp_path, workers=1, log=lambda line: None, base=_base())
     assert [row["layers"] for row in result["depths"]] == tried
     assert result["chosen"] == chosen and result["used"] == used
     for row in result["depths"]:

@@ -6,24 +6,37 @@ Ribeiro, 2026, "A Constrained Optimization Perspective of Unrolled Transformers"
     tokenization (character typos, word dropout), per-layer test losses.
 (b) An unrolled Transformer denoiser on patches of street-video frames, trained at one noise
     level: test RMSE up to 3x the training level, and per-layer losses.
+(c) A GPT-style language model pretrained on Jane Austen and fine-tuned on held-apart text
+    (the paper's Llama claim at a CPU's size): the win rate against ERM per test window,
+    clean and under Gaussian embedding noise, perplexities, per-layer losses through the LM
+    head (``Config.run_language``).
 
-Both parts select each method's point on its declared grid (validation only), then train the
-selected points from every final seed and score them once on test; every constrained run
+Every part selects each method's point on its declared grid (validation only), then trains
+the selected points from every final seed and scores them once on test; every constrained run
 records its multipliers and slacks over training, the manipulation check of every claim.
 Modules: ``config`` (settings, grids, modes, the selection rules), ``study`` (the run),
-``runs`` (one unit: data, training, measuring), ``models``, ``measures`` (also the clean
-claim's intervals over sentences and seeds), ``claims`` (the current design's scorer),
-``report``, ``summary`` (the plain sentences opening the report) and ``pilot`` (the
-denoiser-depth pilot, validation frames only). Run with ``convergent reproduce
-descent --mode quick`` (or ``smoke``, ``full``).
+``runs`` (one unit of parts (a) and (b): data, training, measuring), ``language`` (part (c)'s
+data, pretraining and fine-tuning units), ``models``, ``measures`` (also the clean claim's
+intervals over sentences and seeds, and the win marks), ``claims`` (the current design's
+scorer), ``report``, ``summary`` (the plain sentences opening the report) and ``pilot`` (the
+denoiser-depth pilot and part (c)'s pilot, validation only). Run with ``convergent reproduce
+descent --quick`` (or ``--smoke``, ``--full``; ``--pilot`` for both pilots).
 """
 
 from __future__ import annotations
 
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.pilot import run_pilot
+from convergent.studies.descent.pilot import run_language_pilot, run_pilot
 from convergent.studies.descent.study import run
 from convergent.studies.descent.summary import summary
 
-__all__ = ["DESIGN", "Config", "claims_from_results", "run", "run_pilot", "summary"]
+__all__ = [
+    "DESIGN",
+    "Config",
+    "claims_from_results",
+    "run",
+    "run_language_pilot",
+    "run_pilot",
+    "summary",
+]

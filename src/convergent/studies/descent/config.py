@@ -20,6 +20,13 @@ points. Design 2 took the floor over every constrained point: binding cost more 
 at the training noise, so the floor removed every point where the constraints acted and the
 claims' checks could not pass.
 
+Part (c), the language model (:class:`LanguageConfig`), joined design 3 before any of its
+numbers. There each method selects its own learning rate (ERM over lr x weight decay, the
+constrained model over lr x alpha x c, grids of the same size), both by the denoiser's rule on
+perplexity (:func:`language_score`): the best validation perplexity under Gaussian embedding
+noise among the points where the constraints act, within a tolerance of the best such clean
+validation perplexity.
+
 The modes differ only in the values of :data:`PRESETS`; every other field keeps its default.
 """
 
@@ -34,12 +41,112 @@ from convergent.diagnostics import acting
 from convergent.studies.framework import check_mode, grid_points
 
 METHODS = ("erm", "constrained")
+# Part (c)'s claims are read at this Gaussian embedding-noise level (the paper's gamma).
+LANGUAGE_CLAIM_GAMMA = 1.5
+
+
+@dataclass(frozen=True)
+class LanguageConfig:
+    """Part (c): a GPT-style causal LM pretrained on Jane Austen, then fine-tuned by ERM and by
+    descent constraints on held-apart text (the defaults are the quick mode's).
+
+    Both methods select their own learning rate on validation over grids of the same size: ERM
+    over learning rate x weight decay, the constrained model over learning rate x alpha x
+    resilient cost (at ``weight_decay``). Grid and final runs train for the same ``steps``.
+
+    Attributes:
+        layers, width, heads: the decoder's depth L, d_model and attention heads.
+        max_length: WordPiece tokens kept of each 256-character window.
+        pretrain_windows, finetune_windows, validation_windows, test_windows: evenly spaced
+            windows kept of each portion (None: all of it).
+        pretrain_seed: the seed of the one pretraining run every fine-tune starts from.
+        pretrain_steps: the pretraining's step cap.
+        evaluate_every: steps between the pretraining's validation evaluations.
+        pretrain_lr: AdamW's pretraining lr (constant after ``evaluate_every`` warm-up steps).
+        steps, batch_size: every fine-tune's AdamW steps and windows per step (also the
+            pretraining's batch size).
+        erm_lrs, erm_weight_decays: ERM's grid.
+        lrs, alphas, costs: the constrained grid (costs: resilient c, None for hard).
+        weight_decay: the constrained runs' AdamW decay.
+        gammas: the test levels of Gaussian embedding noise (x embedding RMS).
+        selection_gamma: the noise level of the validation selection score.
+        token_fraction: the share of target tokens the inner layers are read out at in a
+            primal-dual step (an unbiased estimate; the last layer stays exact).
+    """
+
+    layers: int = 4
+    width: int = 128
+    heads: int = 4
+    max_length: int = 64
+    pretrain_windows: int | None = 2048
+    finetune_windows: int | None = 1024
+    validation_windows: int | None = 128
+    test_windows: int | None = 256
+    pretrain_seed: int = 40
+    pretrain_steps: int = 80
+    evaluate_every: int = 40
+    pretrain_lr: float = 1e-3
+    steps: int = 30
+    batch_size: int = 16
+    erm_lrs: tuple[float, ...] = (1e-3,)
+    erm_weight_decays: tuple[float, ...] = (0.01, 0.1)
+    lrs: tuple[float, ...] = (1e-3,)
+    alphas: tuple[float, ...] = (0.2,)
+    costs: tuple[float | None, ...] = (10.0, None)
+    weight_decay: float = 0.01
+    gammas: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)
+    selection_gamma: float = LANGUAGE_CLAIM_GAMMA
+    token_fraction: float | None = 0.25
+
+    def __post_init__(self) -> None:
+        for alpha in self.alphas:
+            if not 0.0 <= alpha < 1.0:
+                raise ValueError(f"every language alpha must be in [0, 1), got {alpha}")
+        for cost in self.costs:
+            if cost is not None and not cost > 0:
+                raise ValueError(f"every language cost must be > 0 or None (hard), got {cost}")
+        sizes = {name: len(grid_points(axes)) for name, axes in self.grids().items()}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(
+                f"both language grids must have the same number of points, got {sizes}"
+            )
+        if LANGUAGE_CLAIM_GAMMA not in self.gammas:
+            raise ValueError(
+                f"the language gammas {self.gammas} must include {LANGUAGE_CLAIM_GAMMA}, the "
+                "level part (c)'s noise claim is read at"
+            )
+        if self.evaluate_every < 1 or self.pretrain_steps < 1 or self.steps < 1:
+            raise ValueError("evaluate_every, pretrain_steps and steps must be at least 1")
+
+    def grids(self) -> dict[str, dict[str, tuple[Any, ...]]]:
+        """Each method's grid axes: ERM's lr x weight decay, the constrained lr x alpha x c."""
+        return {
+            "erm": {"lr": self.erm_lrs, "weight_decay": self.erm_weight_decays},
+            "constrained": {"lr": self.lrs, "alpha": self.alphas, "resilient_cost": self.costs},
+        }
+
+    def options(self, method: str, point: Mapping[str, Any]) -> dict[str, Any]:
+        """The training options of ``method`` at ``point``: ``{"lr", "weight_decay", "alpha",
+        "resilient_cost"}`` (ERM: alpha 0, no cost)."""
+        if method == "erm":
+            return {
+                "lr": point["lr"],
+                "weight_decay": point["weight_decay"],
+                "alpha": 0.0,
+                "resilient_cost": None,
+            }
+        return {
+            "lr": point["lr"],
+            "weight_decay": self.weight_decay,
+            "alpha": point["alpha"],
+            "resilient_cost": point["resilient_cost"],
+        }
 
 
 @dataclass(frozen=True)
 class Config:
     """Every setting of the study; ``for_mode`` gives the three standard sizes (the
-    defaults are the quick mode's: about 5 minutes on 2 cores, previews only).
+    defaults are the quick mode's: about 8 minutes on 2 cores, part (c) 3 of them; previews).
 
     Attributes:
         mode: ``"smoke"``, ``"quick"`` or ``"full"``.
@@ -57,7 +164,8 @@ class Config:
         selection_gamma: the Gaussian embedding-noise level of the text selection score.
         clean_tolerance: text: a selectable point's clean validation accuracy is at least its
             method's best one minus this; video: its validation RMSE at the training noise is
-            at most (1 + this) x its method's best one.
+            at most (1 + this) x its method's best one; language: likewise its clean
+            validation perplexity.
         text_layers: MiniLM layers kept (None: all 6).
         max_length: tokens per sentence.
         train_examples, validation_examples, test_examples: cut the rt-sentences splits.
@@ -77,6 +185,8 @@ class Config:
         train_noise: sigma of the training noise (pixels in [0, 1]).
         noise_multiples: test noise levels as multiples of ``train_noise``.
         selection_multiple: the noise multiple of the video selection score.
+        run_language: whether part (c), the language model, runs.
+        language: part (c)'s settings (:class:`LanguageConfig`).
         workers: processes running units side by side (each ``threads`` threads).
         threads: torch threads per process.
     """
@@ -120,6 +230,8 @@ class Config:
     train_noise: float = 0.1
     noise_multiples: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)
     selection_multiple: float = 2.0
+    run_language: bool = True
+    language: LanguageConfig = LanguageConfig()
     workers: int = 2
     threads: int = 1
 
@@ -221,17 +333,32 @@ def denoising_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit],
     units whose constraints act (:func:`constraints_act`), or every unit when none does; the
     ceiling is (1 + ``tolerance``) x the pool's best RMSE at the training noise (one method's
     grid)."""
+    return _acting_floor(
+        units, tolerance, "validation_rmse_train_noise", "validation_rmse_selection"
+    )
+
+
+def language_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
+    """Part (c)'s selection score (lower is better): validation perplexity under Gaussian
+    embedding noise, by the denoiser's rule: NaN outside the pool (the units whose constraints
+    act, or every unit when none does) or above (1 + ``tolerance``) x the pool's best clean
+    validation perplexity (one method's grid)."""
+    return _acting_floor(units, tolerance, "validation_perplexity", "validation_noisy_perplexity")
+
+
+def _acting_floor(
+    units: Sequence[Unit], tolerance: float, clean: str, shifted: str
+) -> Callable[[Unit], float]:
     acted = [unit for unit in units if constraints_act(unit)]
     pool = acted or list(units)
-    at_training = [u["validation_rmse_train_noise"] for u in pool]
-    finite = [value for value in at_training if math.isfinite(value)]
+    finite = [value for value in (u[clean] for u in pool) if math.isfinite(value)]
     ceiling = (1 + tolerance) * min(finite) if finite else math.nan
 
     def score(unit: Unit) -> float:
         if acted and not constraints_act(unit):
             return math.nan
-        if unit["validation_rmse_train_noise"] <= ceiling:
-            return float(unit["validation_rmse_selection"])
+        if unit[clean] <= ceiling:
+            return float(unit[shifted])
         return math.nan
 
     return score
@@ -289,8 +416,9 @@ REGIME_PILOT = (
 
 
 # The values that differ per mode; every other field keeps its default (quick: about 5
-# minutes on 2 cores, previews only). smoke: seconds, for CI (MiniLM cut to 2 layers, a
-# 2-layer denoiser, one point per grid).
+# minutes on 2 cores for parts (a) and (b) and 3 for part (c), previews only). smoke: seconds,
+# for CI (MiniLM cut to 2 layers, a 2-layer denoiser, a 2-layer language model, one point per
+# grid).
 #
 # full, design 3, declared before its run. The constrained grid: c in {10, 1000, hard} (u =
 # lambda / c, so c = 10 leaves slacks of lambda / 10 and 1000 almost none) x alpha in {0.05,
@@ -305,6 +433,38 @@ REGIME_PILOT = (
 # CPU-s, a denoiser step 0.14 CPU-s (0.07 as implied by design 2's full-run wall time). Text
 # grid 12 x ~550 CPU-s, text finals 10 x ~860, denoiser 22 runs x 1000 steps: about 4.7-5.1
 # CPU-hours (2.3-2.5 hours on 2 cores), against 3.6-3.9 for design 2 (shorter grid runs).
+#
+# Part (c), the language model (design 3, declared before any of its numbers): a 4-layer
+# pre-norm causal decoder (d_model 128, 4 heads, tied LM head, GPT-2's shape at a CPU's size)
+# on MiniLM's WordPiece tokens of 256-character windows of the austen source (the first 64
+# tokens of each; the vocabulary is the 11,067 WordPiece tokens of the training windows). Each
+# novel's training block is cut by position: its first two thirds pretrain one shared
+# checkpoint (seed 40), until validation perplexity gains < 2 % over the last two evaluations
+# (every 250 steps) or at 3,000 steps; its last third (the text just before validation and
+# test) is held apart for fine-tuning. Fine-tuning: 300 AdamW steps of 32 windows (10 %
+# warm-up, linear decay, clip 1.0, the same data order per seed for both methods). Grids of 8:
+# ERM lr {3e-4, 1e-3} x weight decay {0, 0.01, 0.1, 0.3}; constrained lr {3e-4, 1e-3} x alpha
+# {0.05, 0.2} x c {10, hard} (weight decay 0.01), dual lr 0.5, inner layers read out at a
+# quarter of the target tokens. Selection as the denoiser's (:func:`language_score`, noise at
+# gamma 1.5 on the 783 validation windows); seeds as parts (a) and (b); the pilot
+# (:func:`~convergent.studies.descent.pilot.run_language_pilot`) uses 30-32.
+# Measured cost (under nice -n 19 while a background job held both cores, so high; CPU time
+# of one process, 1 thread; wall read 1.5x): a pretraining or ERM step 0.77 CPU-s, a
+# primal-dual step 1.13 (1.98 reading every token out), per-sequence losses on 783 windows
+# 12.9 CPU-s per noise level, per-layer losses 37.7. Budget: pretraining <= 3,000 x 0.77 + 13
+# evaluations = 2,380 CPU-s; 8 ERM grid runs x (300 x 0.77 + 76 of validation scoring) =
+# 2,456; 8 constrained x (300 x 1.13 + 76) = 3,320; 5 ERM finals x (231 + 128 of test
+# scoring) = 1,795; 5 constrained x (339 + 128) = 2,335: 12,286 CPU-s, 3.4 CPU-hours (1.7 hours
+# on 2 cores), at most 4 even if every measured cost were 15 % low. Quick (the defaults): 80
+# pretraining and 30 fine-tuning steps of 16 windows, one seed, 2-point grids, 128 validation
+# and 256 test windows: about 170 s on 2 cores.
+# The margins (5 points each) against the design's smallest detectable effect, the expected
+# half-width of the win rate's interval over 783 test windows and 5 seeds: 1.6 points if every
+# sequence's outcome were independent (1.96 x sqrt(0.25 / 3,915)), 3.5 if each sequence's
+# outcome repeated in every seed (1.96 x sqrt(0.25 / 783)); a seed-to-seed SD s of the win
+# rate adds about 2.78 s / sqrt(5) (pilot.expected_half_width: 2.78 x sqrt(s^2 / 5 + 0.25 /
+# 3,915)), so a 5-point margin is resolvable while s is below about 3.5 points (s = 3: 4.3
+# points; s = 4: 5.4). The pilot measures s and the half-width on validation, ERM against ERM.
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {
         "constrained_costs": (10.0,),
@@ -330,6 +490,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "video_grid_steps": 10,
         "video_batch_size": 32,
         "noise_multiples": (1.0, 2.0),
+        "language": LanguageConfig(
+            layers=2,
+            width=32,
+            heads=2,
+            max_length=32,
+            pretrain_windows=256,
+            finetune_windows=128,
+            validation_windows=32,
+            test_windows=32,
+            pretrain_steps=6,
+            evaluate_every=3,
+            steps=4,
+            batch_size=8,
+            erm_weight_decays=(0.01,),
+            costs=(10.0,),
+            gammas=(1.5,),
+        ),
         "workers": 1,
     },
     "quick": {},
@@ -357,5 +534,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "video_steps": 1000,
         "video_grid_steps": 1000,
         "noise_multiples": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0),
+        "language": LanguageConfig(
+            pretrain_windows=None,
+            finetune_windows=None,
+            validation_windows=None,
+            test_windows=None,
+            pretrain_steps=3000,
+            evaluate_every=250,
+            steps=300,
+            batch_size=32,
+            erm_lrs=(3e-4, 1e-3),
+            erm_weight_decays=(0.0, 0.01, 0.1, 0.3),
+            lrs=(3e-4, 1e-3),
+            alphas=(0.05, 0.2),
+            costs=(10.0, None),
+        ),
     },
 }

@@ -5,8 +5,11 @@ How hard the constraints pushed during training (:func:`multiplier_activity`,
 which descent constraints hold (:func:`layer_report`), accuracy under token-embedding
 perturbations (:func:`robustness`) and denoising RMSE at several noise levels
 (:func:`denoising_rmse`), and which test sentences a classifier gets right
-(:func:`correct_per_example`, for the clean claim's paired test). Every perturbation is drawn
-from a fixed seed, so ERM and the constrained model see the same draws (paired comparison).
+(:func:`correct_per_example`, for the clean claim's paired test), a language model's loss on
+each test sequence (:func:`sequence_losses`) and the pairwise win marks of two models
+(:func:`sequence_wins`, part (c)'s analogue of AlpacaEval's judgement). Every perturbation is
+drawn from a fixed seed, so ERM and the constrained model see the same draws (paired
+comparison).
 
 How finely the clean-accuracy claim can be resolved (:func:`crossed_interval`,
 :func:`seed_half_width`, :func:`seeds_to_resolve`). A clean-accuracy difference has two
@@ -42,11 +45,13 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from scipy import stats
 from torch import nn
 
 from convergent.data import DictDataset, perturbed_embeddings
 from convergent.diagnostics import monotonicity_report
+from convergent.losses import IGNORE_INDEX
 from convergent.train import dataset_layer_losses, evaluate, split_batch
 
 TRAJECTORY_POINTS = 100  # multiplier and slack records kept per run (evenly spaced steps)
@@ -193,6 +198,53 @@ def denoising_rmse(
     return [
         evaluate(model, noisy_pairs(clean, sigma, seed + index), "regression")["rmse"]
         for index, sigma in enumerate(sigmas)
+    ]
+
+
+@torch.no_grad()
+def sequence_losses(
+    model: nn.Module, dataset: DictDataset, batch_size: int = 64
+) -> tuple[list[float], float]:
+    """Each sequence's mean next-token cross-entropy, in the dataset's order, and the
+    perplexity of the whole dataset (exp of the mean over all its target tokens).
+
+    The batches are the same for every model scored on ``dataset``, so a seeded embedding
+    perturbation draws the same noise for each of them.
+    """
+    was_training = model.training
+    model.eval()
+    means: list[float] = []
+    total, count = 0.0, 0
+    for start in range(0, len(dataset), batch_size):
+        batch = {key: value[start : start + batch_size] for key, value in dataset.tensors.items()}
+        inputs, labels = split_batch(batch)
+        logits = model(**inputs).logits.float()
+        losses = F.cross_entropy(
+            logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none"
+        )
+        tokens = (labels != IGNORE_INDEX).sum(dim=1)
+        sums = losses.sum(dim=1)
+        means.extend((sums / tokens.clamp(min=1)).tolist())
+        total, count = total + float(sums.sum()), count + int(tokens.sum())
+    model.train(was_training)
+    return means, math.exp(total / max(count, 1))
+
+
+def sequence_wins(baseline: Sequence[float], method: Sequence[float]) -> list[float]:
+    """Per sequence: 1 where ``method``'s loss is lower than ``baseline``'s, 0 where higher,
+    0.5 for a tie (their mean is the method's win rate, ties split).
+
+    Raises:
+        ValueError: lists of different lengths (not the same sequences).
+    """
+    if len(baseline) != len(method):
+        raise ValueError(
+            f"{len(baseline)} baseline and {len(method)} method losses; they must score the "
+            "same sequences"
+        )
+    return [
+        1.0 if ours < theirs else 0.0 if ours > theirs else 0.5
+        for theirs, ours in zip(baseline, method, strict=True)
     ]
 
 

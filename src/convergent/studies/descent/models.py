@@ -1,7 +1,7 @@
 """The ``descent`` study's models and their training: MiniLM-L6 with a fresh classification
-head for part (a), an unrolled Transformer denoiser for part (b), and one training routine in
-which ERM and the descent-constrained model differ only by the training step (same AdamW,
-warm-up, clipping, steps and seed).
+head for part (a), an unrolled Transformer denoiser for part (b), a GPT-style causal language
+model for part (c), and one training routine in which ERM and the descent-constrained model
+differ only by the training step (same AdamW, warm-up, clipping, steps and seed).
 """
 
 from __future__ import annotations
@@ -54,6 +54,26 @@ def denoiser(seed: int, patch: int, tokens: int, d_model: int, layers: int) -> T
     return Transformer(config).train()
 
 
+def language_model(
+    seed: int, vocab_size: int, max_length: int, width: int, heads: int, layers: int
+) -> Transformer:
+    """A GPT-style decoder: L pre-norm causal blocks, learned positions, and one LM head tied to
+    the token embedding, through which every layer is read out (after the final norm)."""
+    seed_everything(seed)
+    config = TransformerConfig(
+        task="lm",
+        vocab_size=vocab_size,
+        max_len=max_length,
+        d_model=width,
+        n_heads=heads,
+        n_layers=layers,
+        causal=True,
+        norm="pre",
+        tie_embeddings=True,
+    )
+    return Transformer(config).train()
+
+
 def train_model(
     model: nn.Module,
     method: str,
@@ -69,8 +89,11 @@ def train_model(
     resilient_cost: float | None,
     progress: bool,
     weight_decay: float = 0.01,
+    token_fraction: float | None = None,
 ) -> dict[str, Any]:
-    """Train ``model`` by ERM or primal-dual with the same AdamW, warm-up and clipping.
+    """Train ``model`` by ERM or primal-dual with the same AdamW, warm-up and clipping
+    (``token_fraction``: a language model's inner layers read out at that share of the target
+    tokens in each primal-dual step).
 
     Returns:
         ``{"train_loss", "multipliers", "history"}`` (multipliers: the final lambda, or []).
@@ -86,6 +109,7 @@ def train_model(
             alpha=alpha,
             dual_lr=dual_lr,
             resilient_cost=resilient_cost,
+            token_fraction=token_fraction,
             seed=seed,
         )
     )

@@ -23,22 +23,54 @@ For each depth of :data:`PILOT_DEPTHS`, in the declared order (design 2's 8 laye
 The rule, declared before the pilot runs: design 3 keeps the 8-layer denoiser if the pilot
 chooses it; otherwise the full mode's ``denoiser_layers`` becomes the pilot's ``used`` depth
 before the study runs. Cost: 8 runs of 1000 denoiser steps per depth, about 10-20 CPU-minutes
-at 8 layers and 1.5 times that at 12. Run it with ``run_pilot(OUT / "descent-pilot")`` and
-keep its result as ``pilot.json`` there, as ``convergent reproduce sparsity --pilot`` does for
-the sparsity pilot (same signature, same ``chosen`` and ``used`` keys).
+at 8 layers and 1.5 times that at 12 (`run_depth_pilot`).
+``convergent reproduce descent --pilot --out OUT`` runs it and then part (c)'s pilot
+(`run_pilot`), writing ``OUT/descent-pilot/pilot.json``.
+
+Part (c) has a pilot of its own (:func:`run_language_pilot`, ERM only, validation windows
+only, seeds 30-32): it reports, and changes nothing, whether ERM's per-layer losses through
+the LM head are already monotone, whether ERM's fine-tune improves on its start, and the
+seed-to-seed spread of a win rate whose truth is 50 % (ERM against ERM), from which it states
+the win-rate claims' expected half-width. Cost: the pretraining and 10 ERM fine-tunes, about
+1.5 CPU-hours. Run it with ``run_language_pilot(OUT / "descent-language-pilot")``; it writes
+``language_pilot.json`` there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 import math
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.descent.claims import MONOTONE_TOLERANCE, largest_relative_increase
-from convergent.studies.descent.config import Config, denoising_score, selected_index
+from scipy import stats
+
+from convergent.io import write_text_atomically
+from convergent.studies.descent.claims import (
+    MONOTONE_TOLERANCE,
+    WIN_CLEAN_MARGIN,
+    WIN_NOISE_MARGIN,
+    largest_relative_increase,
+)
+from convergent.studies.descent.config import (
+    Config,
+    denoising_score,
+    language_score,
+    selected_index,
+)
+from convergent.studies.descent.language import (
+    LanguageJob,
+    PretrainJob,
+    language_unit,
+    pretrain_unit,
+    validation_data,
+)
+from convergent.studies.descent.measures import sequence_wins
 from convergent.studies.descent.runs import Job, video_unit
 from convergent.studies.framework import UnitCache, grid_points, json_ready, run_jobs
 
@@ -109,7 +141,7 @@ def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[st
     }
 
 
-def run_pilot(
+def run_depth_pilot(
     out_dir: str | Path,
     workers: int = 2,
     log: Callable[[str], None] = print,
@@ -154,3 +186,143 @@ def run_pilot(
         "seeds": list(PILOT_SEEDS),
         "threshold": PILOT_BUMP_SHARE,
     }
+
+
+# Part (c)'s pilot: the language model's regime and the win rate's resolution, ERM only.
+LANGUAGE_PILOT_UNIT_DESIGN = 1
+
+
+def expected_half_width(spread: float, seeds: int, windows: int) -> float:
+    """The expected half-width of a win rate's interval over ``windows`` test windows and
+    ``seeds`` seeds: t_(0.975, seeds - 1) x sqrt(spread^2 / seeds + 0.25 / (windows x seeds)),
+    a seed-to-seed SD ``spread`` of the per-seed win rate plus the binomial spread of
+    independent windows at 50 % (conservative: the t quantile of the seed count alone); NaN
+    below 2 seeds."""
+    if seeds < 2:
+        return math.nan
+    variance = spread**2 / seeds + 0.25 / (windows * seeds)
+    return float(stats.t.ppf(0.975, seeds - 1)) * math.sqrt(variance)
+
+
+def _null_win_rates(runs: list[dict[str, Any]], key: str) -> list[float]:
+    """The win rate of each pair of ERM runs against each other (the later seed over the
+    earlier): what seed noise alone does to a win rate whose truth is 50 %."""
+    return [
+        statistics.fmean(sequence_wins(first[key], second[key]))
+        for first, second in itertools.combinations(runs, 2)
+        if first.get(key) is not None and second.get(key) is not None
+    ]
+
+
+def run_language_pilot(
+    out_dir: str | Path,
+    workers: int = 2,
+    log: Callable[[str], None] = print,
+    base: Config | None = None,
+) -> dict[str, Any]:
+    """Part (c)'s pilot, on the validation windows and with ERM alone; writes
+    ``out_dir/language_pilot.json`` and returns its content.
+
+    It pretrains the shared checkpoint, trains ERM's declared grid from pilot seed 30,
+    selects by the study's rule (:func:`language_score`), and trains the selected point from
+    seeds 31 and 32. It reports, changing nothing in the design:
+
+    - whether ERM's per-layer validation losses through the LM head are already monotone
+      (the share of seeds with a rise above the claims' 1 %; the monotone claim's room check
+      needs at least half of the final seeds);
+    - whether ERM's fine-tune improves on its start (the clean claim's fit check);
+    - the win rates of the ERM runs against each other, clean and under the selection noise
+      (the truth is 50 %), their RMS distance from 50 % as a seed-to-seed SD, and the expected
+      half-width of the win rate's interval at the study's seed count and test size
+      (:func:`expected_half_width`), against the claims' 5-point margins.
+
+    Args:
+        out_dir: where its units and its JSON go.
+        workers: processes running units side by side.
+        log: called with progress lines.
+        base: the config whose part (c) the pilot runs (the full mode's by default).
+    """
+    config = dataclasses.replace(
+        base or Config.for_mode("full"),
+        selection_seed=PILOT_SEEDS[0],
+        seeds=PILOT_SEEDS[1:],
+        workers=workers,
+    )
+    spec, folder = config.language, Path(out_dir)
+    cache = UnitCache(
+        folder / "units",
+        "descent-language-pilot",
+        json_ready(config),
+        design=LANGUAGE_PILOT_UNIT_DESIGN,
+    )
+    (pretrained,) = run_jobs(cache, [PretrainJob(config)], pretrain_unit, 1, log)
+    start = pretrained["state"]
+    points = grid_points(spec.grids()["erm"])
+    grid = [LanguageJob(config, "erm", point, PILOT_SEEDS[0], False, start) for point in points]
+    units = run_jobs(cache, grid, language_unit, config.workers, log)
+    index = selected_index(units, language_score(units, config.clean_tolerance))
+    index = 0 if index is None else index  # every point diverged: the record shows it
+    others = [dataclasses.replace(grid[index], seed=seed) for seed in PILOT_SEEDS[1:]]
+    runs = [units[index], *run_jobs(cache, others, language_unit, config.workers, log)]
+    rises = [
+        largest_relative_increase(run["layer_losses"]) if "layer_losses" in run else math.nan
+        for run in runs
+    ]
+    # The study's test size: its test windows, or all of them, as many as the validation
+    # windows (each the same 5 % of every novel); the test split itself is not read.
+    windows = spec.test_windows or len(validation_data(spec))
+    seeds = len((base or Config.for_mode("full")).seeds)
+    resolution = {}
+    for name, key in (
+        ("clean", "validation_sequence_losses"),
+        (f"gamma {spec.selection_gamma:g}", "validation_noisy_sequence_losses"),
+    ):
+        rates = _null_win_rates(runs, key)
+        spread = math.sqrt(statistics.fmean((r - 0.5) ** 2 for r in rates)) if rates else math.nan
+        resolution[name] = {
+            "erm_against_erm_win_rates": rates,
+            "seed_sd": spread,
+            "expected_half_width": expected_half_width(spread, seeds, windows),
+        }
+    start_perplexity = pretrained["validation_perplexity"]
+    result = {
+        "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
+        "grid": [
+            {
+                **point,
+                "validation_perplexity": unit["validation_perplexity"],
+                "validation_noisy_perplexity": unit["validation_noisy_perplexity"],
+            }
+            for point, unit in zip(points, units, strict=True)
+        ],
+        "selected": dict(points[index]),
+        "seeds": list(PILOT_SEEDS),
+        "layer_losses": [run.get("layer_losses") for run in runs],
+        "largest_rise": rises,
+        "bump_share": sum(rise > MONOTONE_TOLERANCE for rise in rises) / len(rises),
+        "erm_over_start": [run["validation_perplexity"] / start_perplexity for run in runs],
+        "resolution": resolution,
+        "margins": {"clean": WIN_CLEAN_MARGIN, "noise": WIN_NOISE_MARGIN},
+        "windows": windows,
+        "final_seeds": seeds,
+    }
+    log(f"language pilot: {json.dumps(json_ready(result['resolution']))}")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(
+        folder / "language_pilot.json", json.dumps(json_ready(result), indent=2) + "\n"
+    )
+    return result
+
+
+def run_pilot(
+    out_dir: str | Path,
+    workers: int = 2,
+    log: Callable[[str], None] = print,
+    base: Config | None = None,
+) -> dict[str, Any]:
+    """Both of the study's pilots, validation only (``convergent reproduce descent --pilot``):
+    the denoiser depth (`run_depth_pilot`, whose ``chosen`` and ``used`` keys this returns) and
+    then part (c)'s (`run_language_pilot`, under ``"language"``; it also writes
+    ``language_pilot.json``)."""
+    depth = run_depth_pilot(out_dir, workers, log, base)
+    return {**depth, "language": run_language_pilot(out_dir, workers, log, base)}

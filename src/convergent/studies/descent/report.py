@@ -1,4 +1,4 @@
-"""The tables and figures of the ``descent`` study's report."""
+"""The tables and figures of the ``descent`` study's report (part (c)'s where its data is)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from convergent.studies.descent.claims import win_rows
 from convergent.studies.descent.config import METHODS, REGIME_PILOT
 
 XLABELS = {
@@ -18,7 +19,7 @@ XLABELS = {
     "typos": "typo rate (per letter)",
     "word_dropout": "drop rate (per word)",
 }
-GRID_AXES = ("lr_scale", "weight_decay", "resilient_cost", "alpha")
+GRID_AXES = ("lr_scale", "lr", "weight_decay", "resilient_cost", "alpha")
 KINDS = ("gaussian", "uniform", "discrete", "typos", "word_dropout")
 
 
@@ -103,7 +104,54 @@ def study_tables(config: Any, data: dict[str, Any]) -> dict[str, list[dict[str, 
     ]
     tables["(b) per-layer test MSE at the training noise"] = _layer_rows(vruns, 5)
     tables["(b) layer constraints (final runs)"] = _constraint_rows(vruns)
+    if "language" in data:
+        tables.update(language_tables(data["language"]))
     return tables
+
+
+def win_rates(language: dict[str, Any]) -> list[list[float]]:
+    """Per level (clean, then each gamma), the constrained model's win rate in each seed
+    against ERM (seeds without per-window losses left out)."""
+    erm, constrained = language["runs"]["erm"], language["runs"]["constrained"]
+    levels = [None, *range(len(language["gammas"]))]
+    return [
+        [statistics.fmean(row) for row in win_rows(erm, constrained, level) if row]
+        for level in levels
+    ]
+
+
+def language_tables(language: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    runs, gammas = language["runs"], [0.0, *language["gammas"]]
+    rates = win_rates(language)
+    by_level = [
+        {
+            "gamma": gamma,
+            "win rate (constrained over ERM)": _fmt(rates[index], 3) if rates[index] else "n/a",
+            **{
+                f"{method} perplexity": _fmt(
+                    [
+                        r["perplexity"] if index == 0 else r["gaussian"][index - 1]
+                        for r in runs[method]
+                    ],
+                    2,
+                )
+                for method in METHODS
+            },
+        }
+        for index, gamma in enumerate(gammas)
+    ]
+    return {
+        "(c) grid (selection seed, validation)": _grid_rows(
+            language,
+            {
+                "validation_perplexity": "clean perplexity",
+                "validation_noisy_perplexity": "noisy perplexity",
+            },
+        ),
+        "(c) win rate against ERM and test perplexity by Gaussian embedding noise (gamma)": by_level,
+        "(c) per-layer test loss (cross-entropy through the LM head)": _layer_rows(runs, 4),
+        "(c) layer constraints (final runs)": _constraint_rows(runs),
+    }
 
 
 def _layer_rows(runs: dict[str, list[dict[str, Any]]], digits: int) -> list[dict[str, Any]]:
@@ -175,11 +223,48 @@ def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
         f"Final seeds {list(config.seeds)}, selection seed {config.selection_seed}: the test "
         "split scores only the final runs, once each.",
     ]
+    if "language" in data:
+        notes.extend(_language_notes(config, data["language"]))
     if config.mode == "full":
         notes.append(REGIME_PILOT)
     if len(config.seeds) < 3:
         notes.append(f"{len(config.seeds)} final seed(s): every verdict is a preview.")
     return notes
+
+
+def _language_notes(config: Any, language: dict[str, Any]) -> list[str]:
+    spec, pretraining = config.language, language["pretraining"]
+    windows = ", ".join(
+        f"{name} {'all' if count is None else count}"
+        for name, count in (
+            ("pretraining", spec.pretrain_windows),
+            ("fine-tuning", spec.finetune_windows),
+            ("validation", spec.validation_windows),
+            ("test", spec.test_windows),
+        )
+    )
+    selected = ", ".join(f"{m}: {_selected(p)}" for m, p in language["selected"].items())
+    return [
+        f"(c) A {spec.layers}-layer pre-norm causal decoder (d_model {spec.width}, {spec.heads} "
+        f"heads, LM head tied to the token embedding; {pretraining['vocab_size']:,} WordPiece "
+        f"tokens of MiniLM's tokenizer, {spec.max_length} per 256-character window of the "
+        f"austen novels; windows: {windows}). Each novel's training block: its first two thirds "
+        f"pretrain one shared checkpoint (seed {spec.pretrain_seed}, AdamW lr "
+        f"{spec.pretrain_lr:g}, batch {spec.batch_size}): stopped after "
+        f"{pretraining['steps']} steps ({pretraining['stopped']}), validation perplexity "
+        f"{pretraining['validation_perplexity']:.2f}; its last third is held apart for the "
+        f"fine-tunes: {spec.steps} AdamW steps of {spec.batch_size} (10 % warm-up, linear decay, "
+        "clip 1.0), the same data order per seed for both methods; a primal-dual step reads the "
+        f"inner layers out at {spec.token_fraction} of the target tokens.",
+        f"(c) Grids of the same size, each method selecting its own learning rate: ERM lr "
+        f"{list(spec.erm_lrs)} x weight decay {list(spec.erm_weight_decays)}; constrained lr "
+        f"{list(spec.lrs)} x alpha {list(spec.alphas)} x c {list(spec.costs)} (None: hard; "
+        f"weight decay {spec.weight_decay:g}). Selection: validation perplexity under Gaussian "
+        f"embedding noise at gamma {spec.selection_gamma:g}, by the denoiser's rule. Selected: "
+        f"{selected}. The win rate is the share of test windows on which the constrained "
+        "model's mean next-token loss is lower than ERM's (ties count half), under the same "
+        "noise draws for both.",
+    ]
 
 
 def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style: str) -> None:
@@ -196,10 +281,15 @@ def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style:
 
 
 def draw_figures(
-    text: dict[str, Any], video: dict[str, Any], noise_multiples: Sequence[float], out: Path
+    text: dict[str, Any],
+    video: dict[str, Any],
+    noise_multiples: Sequence[float],
+    out: Path,
+    language: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Accuracy under each shift, per-layer losses, denoising RMSE by noise level and the
-    multipliers and slacks over training, as PNG files in ``out``; returns their names."""
+    """Accuracy under each shift, per-layer losses, denoising RMSE by noise level, part (c)'s
+    win rate, perplexity and per-layer losses (with ``language``), and the multipliers and
+    slacks over training, as PNG files in ``out``; returns their names."""
     names = []
     figure = Figure(figsize=(19, 3.6))
     for axis, kind in zip(figure.subplots(1, len(KINDS)), KINDS, strict=True):
@@ -249,9 +339,15 @@ def draw_figures(
     figure.savefig(out / "denoising.png", dpi=110)
     names.append("denoising.png")
 
-    figure = Figure(figsize=(11, 7))
-    for row, (title, part) in enumerate((("(a) text", text), ("(b) denoiser", video))):
-        left, right = figure.add_subplot(2, 2, 2 * row + 1), figure.add_subplot(2, 2, 2 * row + 2)
+    if language is not None:
+        names.append(draw_language(language, out))
+
+    parts = [("(a) text", text), ("(b) denoiser", video)]
+    parts += [("(c) language model", language)] if language is not None else []
+    figure = Figure(figsize=(11, 3.5 * len(parts)))
+    for row, (title, part) in enumerate(parts):
+        left = figure.add_subplot(len(parts), 2, 2 * row + 1)
+        right = figure.add_subplot(len(parts), 2, 2 * row + 2)
         records = [r["trajectory"] for r in part["runs"]["constrained"] if r["trajectory"]["steps"]]
         if records:
             steps = records[0]["steps"]
@@ -271,3 +367,37 @@ def draw_figures(
     figure.savefig(out / "multipliers.png", dpi=110)
     names.append("multipliers.png")
     return names
+
+
+def draw_language(language: dict[str, Any], out: Path) -> str:
+    """Part (c): the win rate and each method's perplexity against gamma, per-layer losses."""
+    figure = Figure(figsize=(16, 3.8))
+    wins, perplexity, layers = figure.subplots(1, 3)
+    gammas = [0.0, *language["gammas"]]
+    rates = win_rates(language)
+    seeds = min(len(rate) for rate in rates)
+    if seeds:
+        _band(
+            wins, gammas, [[rate[s] for rate in rates] for s in range(seeds)], "constrained", "s-C1"
+        )
+    wins.axhline(0.5, color="gray", linewidth=0.8, label="50 % (a tie)")
+    wins.set_ylabel("win rate against ERM (test windows)")
+    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+        runs = [[r["perplexity"], *r["gaussian"]] for r in language["runs"][method]]
+        _band(perplexity, gammas, runs, method, style)
+        losses = [r["layer_losses"] for r in language["runs"][method]]
+        _band(layers, list(range(len(losses[0]))), losses, method, style)
+    perplexity.set_ylabel("test perplexity")
+    perplexity.set_yscale("log")
+    layers.set_ylabel("test cross-entropy through the LM head")
+    layers.set_xlabel("layer l (0 = embedding output)")
+    for axis in (wins, perplexity):
+        axis.set_xlabel("Gaussian embedding noise gamma (x embedding RMS)")
+    for axis, title in zip(
+        (wins, perplexity, layers), ("win rate", "perplexity", "per-layer loss"), strict=True
+    ):
+        axis.set_title(f"(c) language model: {title}")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(out / "language.png", dpi=110)
+    return "language.png"

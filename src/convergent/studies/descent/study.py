@@ -1,4 +1,4 @@
-"""The ``descent`` study's run: both parts, each selected on its grids and then trained from
+"""The ``descent`` study's run: every part, each selected on its grids and then trained from
 every final seed.
 
 Each part follows the same protocol (:mod:`convergent.studies.descent.config`): both methods'
@@ -7,8 +7,11 @@ one rule selects each method's point (the best score under a validation shift am
 points whose clean score is within a tolerance of the method's best clean one; on the
 denoiser, among the points where the constraints act, when any does:
 :func:`~convergent.studies.descent.config.denoising_score`); the selected
-configurations train from every final seed and are scored once on test. Every run is a unit
-in ``OUT/units`` (resumable); units run in ``workers`` processes.
+configurations train from every final seed and are scored once on test. Part (c), the
+language model (``run_language``), first pretrains one shared checkpoint (a unit of its own),
+and both of its methods select their own learning rate: its grids run side by side, each
+selected by :func:`~convergent.studies.descent.config.language_score`. Every run is a unit in
+``OUT/units`` (resumable); units run in ``workers`` processes.
 """
 
 from __future__ import annotations
@@ -20,7 +23,19 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.claims import DESIGN, claims_from_results
-from convergent.studies.descent.config import METHODS, Config, denoising_score, robust_score
+from convergent.studies.descent.config import (
+    METHODS,
+    Config,
+    denoising_score,
+    language_score,
+    robust_score,
+)
+from convergent.studies.descent.language import (
+    LanguageJob,
+    PretrainJob,
+    language_unit,
+    pretrain_unit,
+)
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
 from convergent.studies.descent.runs import Job, text_unit, video_unit
 from convergent.studies.framework import (
@@ -44,6 +59,9 @@ UNIT_DESIGN = 2
 
 TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
 VIDEO_TUNING = "(b) street-video denoiser, selection seed"
+LANGUAGE_TUNING = "(c) Austen language model, selection seed"
+# What a language selection unit keeps for the pilot but the report does not show.
+SEQUENCE_KEYS = ("validation_sequence_losses", "validation_noisy_sequence_losses")
 
 
 # The constrained grid trains at the learning rate and weight decay ERM selected, so that the
@@ -120,6 +138,68 @@ def _part(
     }
 
 
+def _language(
+    config: Config, cache: UnitCache, log: Callable[[str], None], criterion: str
+) -> dict[str, Any]:
+    """Part (c): pretrain once, run both grids (each method selects its own lr) from that
+    checkpoint, select each on validation, then fine-tune the selected points from every
+    final seed."""
+    (pretrained,) = run_jobs(cache, [PretrainJob(config)], pretrain_unit, 1, log)
+    start = pretrained["state"]
+    grids = config.language.grids()
+    points = {name: grid_points(axes) for name, axes in grids.items()}
+    jobs = [
+        LanguageJob(config, name, point, config.selection_seed, False, start)
+        for name in METHODS
+        for point in points[name]
+    ]
+    done = run_jobs(cache, jobs, language_unit, config.workers, log)
+    units = {
+        (job.method, points[job.method].index(job.point)): unit
+        for job, unit in zip(jobs, done, strict=True)
+    }
+    tunings: dict[str, Tuning[Any]] = {}
+    for name in METHODS:
+        grid = [units[(name, index)] for index in range(len(points[name]))]
+        tunings.update(
+            tune(
+                {name: grids[name]},
+                lambda method, point, _: units[(method, points[method].index(point))],
+                language_score(grid, config.clean_tolerance),
+                TuningData(None, None),
+                maximize=False,
+                criterion=criterion,
+                log=log,
+            )
+        )
+    finals = [
+        LanguageJob(config, name, tunings[name].selected_point, seed, True, start)
+        for name in METHODS
+        for seed in config.seeds
+    ]
+    results = run_jobs(cache, finals, language_unit, config.workers, log)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
+    for job, unit in zip(finals, results, strict=True):
+        runs[job.method].append(unit)
+    return {
+        "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
+        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selection": {
+            name: [
+                {
+                    **point,
+                    **{k: v for k, v in units[(name, i)].items() if k not in SEQUENCE_KEYS},
+                }
+                for i, point in enumerate(points[name])
+            ]
+            for name in METHODS
+        },
+        "runs": runs,
+        "gammas": list(config.language.gammas),
+        "tunings": tunings,
+    }
+
+
 def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
     """Run both parts (resuming from ``out_dir / "units"``) and draw the figures there."""
     started = time.perf_counter()
@@ -154,6 +234,21 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             "(n/a: outside)",
             lambda line: log(f"(b) {line}"),
         )
+        language = (
+            _language(
+                config,
+                cache,
+                lambda line: log(f"(c) {line}"),
+                "validation perplexity under Gaussian embedding noise (gamma "
+                f"{config.language.selection_gamma:g}), among the method's points where its "
+                f"constraints act (largest lambda >= {acting.MULTIPLIER_FLOOR:g}, active in >= "
+                f"{100 * acting.ACTIVE_SHARE_FLOOR:g} % of the steps; every point when none "
+                f"does) within {100 * config.clean_tolerance:g} % of the best such clean "
+                "validation perplexity (n/a: outside)",
+            )
+            if config.run_language
+            else None
+        )
     log(cache.summary())
     text["levels"] = {
         "gaussian": config.additive_gammas,
@@ -170,8 +265,13 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
         TEXT_TUNING: {name: t.to_json() for name, t in text["tunings"].items()},
         VIDEO_TUNING: {name: t.to_json() for name, t in video["tunings"].items()},
     }
+    if language is not None:
+        data["language"] = {k: v for k, v in language.items() if k != "tunings"}
+        tuning[LANGUAGE_TUNING] = {name: t.to_json() for name, t in language["tunings"].items()}
     claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    figures = draw_figures(shown_text, shown_video, config.noise_multiples, folder)
+    figures = draw_figures(
+        shown_text, shown_video, config.noise_multiples, folder, data.get("language")
+    )
     return finish(
         "descent",
         config,

@@ -31,6 +31,15 @@ VIDEO_NOISE = (
     "RMSE than ERM"
 )
 VIDEO_MONOTONE = "(b)" + TEXT_MONOTONE[3:]
+LANGUAGE_CLEAN = (
+    "(c) Without noise the descent-constrained fine-tune is judged as good as the unconstrained "
+    "one, a 50 % win rate"
+)
+LANGUAGE_NOISE = (
+    "(c) Under Gaussian embedding noise (gamma 1.5) the descent-constrained fine-tune beats the "
+    "unconstrained one, a 69.93 % win rate"
+)
+LANGUAGE_MONOTONE = "(c)" + TEXT_MONOTONE[3:]
 # The shift a robustness claim names (its word after "Under"), in a user's words.
 SHIFTS = {
     "gaussian": "Gaussian embedding noise",
@@ -137,7 +146,10 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
     sentences = _test_sentences(data["text"]["runs"])
     test = f", {sentences:,} test sentences" if sentences else ""
     grids = {
-        len(record["points"]) for part in payload["tuning"].values() for record in part.values()
+        len(record["points"])
+        for key, part in payload["tuning"].items()
+        if key.startswith(("(a)", "(b)"))  # part (c)'s grids are its own sentence's
+        for record in part.values()
     }
     grid = f" on equal {grids.pop()}-point grids" if len(grids) == 1 else ""
     return Sentence(
@@ -367,9 +379,93 @@ def _text_layers(payload: Mapping[str, Any]) -> Sentence:
     return Sentence(text + ".", {TEXT_MONOTONE: verdict})
 
 
+CLEAN_WIN = {
+    "reproduced": "within {margin} points of the paper's 50 % (reproduced)",
+    "not reproduced": "more than {margin} points from the paper's 50 % (not reproduced)",
+    "inconclusive": "not resolved against the paper's 50 % +- {margin} points (inconclusive)",
+    "untested": "leaving the paper's 50 % untested{why}",
+}
+NOISE_WIN = {
+    "reproduced": "clearing the test's {floor} (reproduced; the paper: 69.93 %)",
+    "not reproduced": "short of the test's {floor} (not reproduced; the paper: 69.93 %)",
+    "inconclusive": "not resolved against the test's {floor} (inconclusive; the paper: 69.93 %)",
+    "untested": "leaving the paper's 69.93 % untested",
+}
+LANGUAGE_LAYERS = {
+    "reproduced": "its per-layer losses fell layer by layer where ERM's did not (reproduced)",
+    "not reproduced": "its per-layer losses did not fall layer by layer where ERM's did not "
+    "(not reproduced)",
+    "inconclusive": "whether its per-layer losses fall layer by layer where ERM's do not is "
+    "inconclusive",
+    "untested": "whether its per-layer losses fall layer by layer where ERM's do not is untested",
+}
+
+
+def _share(claim: Claim) -> str:
+    """A win-rate claim's effect as a percentage (n/a when every seed diverged)."""
+    return "n/a" if claim["effect"] is None else _percent(float(claim["effect"]))
+
+
+def _language(payload: Mapping[str, Any]) -> Sentence:
+    """Part (c): the two win rates and the per-layer claim, with the strength that ran."""
+    claims = claims_by_name(payload)
+    names = (LANGUAGE_CLEAN, LANGUAGE_NOISE, LANGUAGE_MONOTONE)
+    verdicts = {name: verdict_of(payload, name) for name in names}
+    clean, noise, layers = (claims[name] for name in names)
+    spec = payload["config"]["language"]
+    bound, measured = _binding(noise)
+    model = (
+        f"On a {spec['layers']}-layer GPT-style language model pretrained on Jane Austen's "
+        f"novels and fine-tuned on held-apart text ({clean['n']} seed"
+        f"{'' if clean['n'] == 1 else 's'})"
+    )
+    if not bound:
+        return Sentence(
+            f"{model} the selected constraints barely bound ({measured}), so its win rates "
+            f"against ERM ({_share(clean)} clean, {_share(noise)} under Gaussian embedding "
+            "noise) test nothing: "
+            "its three claims are untested.",
+            verdicts,
+        )
+    low, high = clean["threshold"]["value"]
+    margin = f"{100 * (high - low) / 2:g}"
+    fit = _check(clean, "ERM's clean test perplexity")
+    why = (
+        ", since ERM's own fine-tune did not improve on its start"
+        if fit["passed"] is not True
+        else ""
+    )
+    floor = _percent(float(noise["threshold"]["value"]))
+    layer_text = LANGUAGE_LAYERS[verdicts[LANGUAGE_MONOTONE]]
+    bumps = _check(layers, BUMP_CHECK)
+    if verdicts[LANGUAGE_MONOTONE] == "untested" and bumps["passed"] is False:
+        layer_text += " (ERM's own already fell layer by layer)"
+    selected = _strength(payload["data"]["language"]["selected"]["constrained"])
+    advice = (
+        "; where inputs are noisy, constrained fine-tuning is worth trying"
+        if verdicts[LANGUAGE_NOISE] == "reproduced"
+        else ""
+    )
+    return Sentence(
+        f"{model} the selected constraints ({selected}) bound ({measured}); the constrained "
+        f"model won {_share(clean)} of the test windows against ERM without "
+        f"noise, {CLEAN_WIN[verdicts[LANGUAGE_CLEAN]].format(margin=margin, why=why)}, and "
+        f"{_share(noise)} under Gaussian embedding noise at gamma 1.5, "
+        f"{NOISE_WIN[verdicts[LANGUAGE_NOISE]].format(floor=floor)}, and {layer_text}{advice}.",
+        verdicts,
+    )
+
+
+def _joined(first: Sentence, second: Sentence) -> Sentence:
+    """Two sentences as one (the second's first letter lowered after a semicolon)."""
+    text = first.text.rstrip(".") + "; " + second.text[0].lower() + second.text[1:]
+    return Sentence(text, {**first.verdicts, **second.verdicts})
+
+
 def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     """The study's plain summary: what ran and at what scale, what the text results tell a
-    user to do and at which constraint strength, and what stays unknown and why.
+    user to do and at which constraint strength, and what stays unknown and why; with part
+    (c)'s claims, the denoiser's and the text layers' sentences merge and part (c) ends it.
 
     Args:
         payload: the study's ``results.json`` object.
@@ -377,10 +473,7 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     Returns:
         Five sentences, each declaring the verdicts it states.
     """
-    return [
-        _scale(payload),
-        _robustness(payload),
-        _clean(payload),
-        _video(payload),
-        _text_layers(payload),
-    ]
+    opening = [_scale(payload), _robustness(payload), _clean(payload)]
+    if LANGUAGE_CLEAN not in claims_by_name(payload):
+        return [*opening, _video(payload), _text_layers(payload)]
+    return [*opening, _joined(_video(payload), _text_layers(payload)), _language(payload)]

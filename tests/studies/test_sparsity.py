@@ -455,7 +455,8 @@ def test_calibration_reads_a_fixed_draw_of_training_windows_and_no_labels():
 
 def test_modes_and_bad_values():
     full = Config.for_mode("full")
-    assert full.seeds == (1, 2, 3, 4, 5) and full.selection_seed == 0
+    # Design 3: seeds no earlier design read (designs 1-2 used 0-5), the pilot's selection seed.
+    assert full.seeds == (21, 22, 23, 24, 25) and full.selection_seed == 20
     assert full.horst_alphas == (3.0, 10.0, 30.0, 100.0)
     assert full.sparsities == (0.7, 0.8, 0.9) and full.selection_sparsity == 0.9
     sizes = {len(list(itertools.product(*axes.values()))) for axes in full.grids().values()}
@@ -575,3 +576,25 @@ def test_selections_on_an_edge_extend_every_grid_equally(tmp_path, rounds):
     assert adamw.selected_point == {"lr": expected_lr, "weight_decay": 0.1}
     assert horst.selected_point == {"lr": 4e-3, "alpha": 10.0}
     assert ("lr" in adamw.on_edge) == (rounds < 2)
+
+
+def test_the_full_regime_is_the_one_the_committed_pilot_used():
+    from convergent.studies.sparsity import pilot
+
+    record = json.loads(
+        Path("docs/results/pilots/sparsity-design3/sparsity-pilot/pilot.json").read_text()
+    )
+    used = next(row for row in record["regimes"] if row["name"] == record["used"])
+    full = Config.for_mode("full")
+    shape = {key: value for key, value in used.items() if key in pilot.PILOT_REGIMES[0]}
+    assert {key: getattr(full, key) for key in shape if key != "name"} == {
+        key: value for key, value in shape.items() if key != "name"
+    }
+    assert full.selection_seed == record["seed"] == pilot.PILOT_SEED
+    assert (full.adamw_lrs, full.adamw_weight_decays) == (
+        pilot.PILOT_ADAMW_LRS,
+        pilot.PILOT_ADAMW_WEIGHT_DECAYS,
+    )
+    lr = used["selected"]["lr"]
+    assert full.horst_lrs == full.ham_lrs == (lr / 2, lr, 2 * lr)
+    assert (full.vit_layers, full.vit_heads, full.acdc_distribution) == (4, 4, "uniform")

@@ -72,11 +72,35 @@ PILOT_REGIMES: tuple[dict[str, Any], ...] = (
 )  # fmt: skip
 
 
+# The full mode's fields as the pilot ran (design 2's preset, before design 3's was declared
+# from this pilot): the pilot's configs, and so its unit keys, must not move with the preset.
+PILOT_BASE: dict[str, Any] = {
+    "seeds": (1, 2, 3, 4, 5),
+    "horst_alphas": (3.0, 10.0, 30.0, 100.0),
+    "horst_lrs": (3e-3, 1e-2, 3e-2),
+    "ham_alphas": (50.0, 200.0, 800.0, 3200.0),
+    "ham_lrs": (3e-3, 1e-2, 3e-2),
+    "adamw_lrs": (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2),
+    "adamw_weight_decays": (0.01, 0.1),
+    "sparsities": (0.7, 0.8, 0.9),
+    "test_examples": None,
+    "lm_horst_alphas": (3.0, 10.0, 30.0, 100.0, 300.0),
+    "lm_lrs": (1e-3, 3e-3),
+    "lm_adamw_weight_decays": (0.03, 0.1, 0.3, 1.0, 3.0),
+    "lm_d_model": 128,
+    "lm_d_ff": 256,
+    "lm_steps": 1000,
+    "lm_validation_windows": 1024,
+    "lm_test_windows": None,
+}
+
+
 def pilot_config(regime: dict[str, Any], workers: int = 2) -> Config:
-    """The full mode's config with the candidate's shape, the pilot's AdamW grid and seed."""
+    """The pilot's config for one candidate: :data:`PILOT_BASE` with the candidate's shape, the
+    pilot's AdamW grid and seed."""
     fields = {key: value for key, value in regime.items() if key != "name"}
     return dataclasses.replace(
-        Config.for_mode("full"),
+        Config(mode="full", **PILOT_BASE),
         optimizers=("adamw",),
         adamw_lrs=PILOT_ADAMW_LRS,
         adamw_weight_decays=PILOT_ADAMW_WEIGHT_DECAYS,

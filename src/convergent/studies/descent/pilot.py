@@ -100,6 +100,29 @@ def timed_video_unit(job: Job) -> dict[str, Any]:
     return {**unit, "seconds": time.perf_counter() - start}
 
 
+def _selected_at_pilot_seeds(
+    cache: UnitCache,
+    grid: list[Any],
+    compute: Callable[[Any], dict[str, Any]],
+    scorer: Callable[[list[dict[str, Any]]], Any],
+    workers: int,
+    log: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]], list[float]]:
+    """ERM's grid units, the selected point's index (0 when every point diverged: the record
+    shows it), its runs from every pilot seed (the grid's own unit first) and each run's
+    largest layer-to-layer rise."""
+    units = run_jobs(cache, grid, compute, workers, log)
+    index = selected_index(units, scorer(units))
+    index = 0 if index is None else index
+    others = [dataclasses.replace(grid[index], seed=seed) for seed in PILOT_SEEDS[1:]]
+    runs = [units[index], *run_jobs(cache, others, compute, workers, log)]
+    rises = [
+        largest_relative_increase(run["layer_losses"]) if "layer_losses" in run else math.nan
+        for run in runs
+    ]
+    return units, index, runs, rises
+
+
 def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """One candidate depth: ERM's grid, its selected point from every pilot seed, the rises."""
     cache = UnitCache(
@@ -109,15 +132,10 @@ def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[st
     grid = [
         Job(config, "video", "erm", dict(point), PILOT_SEEDS[0], final=False) for point in points
     ]
-    units = run_jobs(cache, grid, timed_video_unit, config.workers, log)
-    index = selected_index(units, denoising_score(units, config.clean_tolerance))
-    index = 0 if index is None else index  # every point diverged: the report shows it
-    others = [dataclasses.replace(grid[index], seed=seed) for seed in PILOT_SEEDS[1:]]
-    runs = [units[index], *run_jobs(cache, others, timed_video_unit, config.workers, log)]
-    rises = [
-        largest_relative_increase(run["layer_losses"]) if "layer_losses" in run else math.nan
-        for run in runs
-    ]
+    units, index, runs, rises = _selected_at_pilot_seeds(
+        cache, grid, timed_video_unit, lambda u: denoising_score(u, config.clean_tolerance),
+        config.workers, log,
+    )  # fmt: skip
     share = sum(rise > MONOTONE_TOLERANCE for rise in rises) / len(rises)
     seconds = [unit["seconds"] for unit in [*units, *runs[1:]]]
     log(f"pilot {config.denoiser_layers} layers: {dict(points[index])}, rises {rises}")
@@ -259,15 +277,10 @@ def run_language_pilot(
     start = pretrained["state"]
     points = grid_points(spec.grids()["erm"])
     grid = [LanguageJob(config, "erm", point, PILOT_SEEDS[0], False, start) for point in points]
-    units = run_jobs(cache, grid, language_unit, config.workers, log)
-    index = selected_index(units, language_score(units, config.clean_tolerance))
-    index = 0 if index is None else index  # every point diverged: the record shows it
-    others = [dataclasses.replace(grid[index], seed=seed) for seed in PILOT_SEEDS[1:]]
-    runs = [units[index], *run_jobs(cache, others, language_unit, config.workers, log)]
-    rises = [
-        largest_relative_increase(run["layer_losses"]) if "layer_losses" in run else math.nan
-        for run in runs
-    ]
+    units, index, runs, rises = _selected_at_pilot_seeds(
+        cache, grid, language_unit, lambda u: language_score(u, config.clean_tolerance),
+        config.workers, log,
+    )  # fmt: skip
     # The study's test size: its test windows, or all of them, as many as the validation
     # windows (each the same 5 % of every novel); the test split itself is not read.
     windows = spec.test_windows or len(validation_data(spec))

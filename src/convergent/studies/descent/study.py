@@ -69,6 +69,45 @@ SEQUENCE_KEYS = ("validation_sequence_losses", "validation_noisy_sequence_losses
 SHARED_AXES = ("lr_scale", "weight_decay")
 
 
+def _select(
+    name: str,
+    grids: dict[str, dict[str, tuple[Any, ...]]],
+    points: dict[str, list[dict[str, Any]]],
+    units: dict[tuple[str, int], dict[str, Any]],
+    score: Callable[[dict[str, Any]], float],
+    maximize: bool,
+    criterion: str,
+    log: Callable[[str], None],
+) -> Tuning[Any]:
+    """Method ``name``'s selection on its grid, whose units (``units[(name, index)]``) ran
+    already, side by side: `tune` only scores them and selects."""
+    (tuning,) = tune(
+        {name: grids[name]},
+        lambda method, point, _: units[(method, points[method].index(point))],
+        score,
+        TuningData(None, None),
+        maximize=maximize,
+        criterion=criterion,
+        log=log,
+    ).values()
+    return tuning
+
+
+def _final_runs(
+    cache: UnitCache,
+    finals: list[Any],
+    compute: Callable[[Any], dict[str, Any]],
+    workers: int,
+    log: Callable[[str], None],
+) -> dict[str, list[dict[str, Any]]]:
+    """Every final job's unit (computed, or read back from the cache), grouped by method in
+    seed order."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
+    for job, unit in zip(finals, run_jobs(cache, finals, compute, workers, log), strict=True):
+        runs[job.method].append(unit)
+    return runs
+
+
 def _part(
     config: Config,
     cache: UnitCache,
@@ -101,27 +140,13 @@ def _part(
         # Each method's clean floor is its own best clean point: what the constraints cost
         # in clean quality is the clean-accuracy claim's to judge, on test.
         score = scorer(done, config.clean_tolerance)
-        # The grid ran already (in parallel); tune() only scores and selects on its units.
-        tunings.update(
-            tune(
-                {name: grids[name]},
-                lambda method, point, _: units[(method, points[method].index(point))],
-                score,
-                TuningData(None, None),
-                maximize=maximize,
-                criterion=criterion,
-                log=log,
-            )
-        )
+        tunings[name] = _select(name, grids, points, units, score, maximize, criterion, log)
     finals = [
         Job(config, part, name, {**tunings[name].selected_point, **shared[name]}, seed, True)
         for name in METHODS
         for seed in config.seeds
     ]
-    results = run_jobs(cache, finals, compute, config.workers, log)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
-    for job, unit in zip(finals, results, strict=True):
-        runs[job.method].append(unit)
+    runs = _final_runs(cache, finals, compute, config.workers, log)
     return {
         "selected": {
             name: {**tuning.selected_point, **shared[name]} for name, tuning in tunings.items()
@@ -158,29 +183,28 @@ def _language(
         (job.method, points[job.method].index(job.point)): unit
         for job, unit in zip(jobs, done, strict=True)
     }
-    tunings: dict[str, Tuning[Any]] = {}
-    for name in METHODS:
-        grid = [units[(name, index)] for index in range(len(points[name]))]
-        tunings.update(
-            tune(
-                {name: grids[name]},
-                lambda method, point, _: units[(method, points[method].index(point))],
-                language_score(grid, config.clean_tolerance),
-                TuningData(None, None),
-                maximize=False,
-                criterion=criterion,
-                log=log,
-            )
+    tunings = {
+        name: _select(
+            name,
+            grids,
+            points,
+            units,
+            language_score(
+                [units[(name, index)] for index in range(len(points[name]))],
+                config.clean_tolerance,
+            ),
+            False,
+            criterion,
+            log,
         )
+        for name in METHODS
+    }
     finals = [
         LanguageJob(config, name, tunings[name].selected_point, seed, True, start)
         for name in METHODS
         for seed in config.seeds
     ]
-    results = run_jobs(cache, finals, language_unit, config.workers, log)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
-    for job, unit in zip(finals, results, strict=True):
-        runs[job.method].append(unit)
+    runs = _final_runs(cache, finals, language_unit, config.workers, log)
     return {
         "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
         "selected": {name: tuning.selected_point for name, tuning in tunings.items()},

@@ -33,6 +33,7 @@ EXTRA_STUDY_FILES = {
     "wording.py",
     "summary.py",
     "language.py",
+    "selection.py",
 }
 
 

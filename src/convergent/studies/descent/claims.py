@@ -62,8 +62,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from convergent.diagnostics import acting
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA, revised_selection
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
 from convergent.studies.descent.measures import crossed_interval, margin_resolution, sequence_wins
+from convergent.studies.descent.selection import revised_selection
 from convergent.studies.framework import (
     Check,
     Claim,

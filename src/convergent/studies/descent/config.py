@@ -5,11 +5,11 @@ scored on the validation split only. ERM goes first, over learning rate x weight
 has no constraint; its two axes are the knobs it has); the constrained model then runs over
 resilient cost c (``None``: hard constraints) x the required decrease alpha at the learning
 rate and weight decay ERM selected, so the two differ by the constraints alone. The selection
-rule is the same for both (:func:`robust_score` on text, :func:`denoising_score` on the
-denoiser): the best validation score under the selection shift among the method's points
-whose clean validation score is within a tolerance of its own best clean one, so a point
-cannot win robustness by giving up clean quality; what the constraints cost in clean quality
-is the clean-accuracy claim's to judge, on test.
+rule is the same for both (:func:`~.selection.robust_score` on text,
+:func:`~.selection.denoising_score` on the denoiser): the best validation score under the
+selection shift among the method's points whose clean validation score is within a tolerance
+of its own best clean one, so a point cannot win robustness by giving up clean quality; what
+the constraints cost in clean quality is the clean-accuracy claim's to judge, on test.
 
 On the denoiser (design 3) the floor is (1 + tolerance) x the best validation RMSE at the
 training noise among the method's points *where its constraints act* on the selection run
@@ -23,21 +23,19 @@ claims' checks could not pass.
 Part (c), the language model (:class:`LanguageConfig`), joined design 3 before any of its
 numbers. There each method selects its own learning rate (ERM over lr x weight decay, the
 constrained model over lr x alpha x c, grids of the same size), both by the denoiser's rule on
-perplexity (:func:`language_score`): the best validation perplexity under Gaussian embedding
-noise among the points where the constraints act, within a tolerance of the best such clean
-validation perplexity.
+perplexity (:func:`~.selection.language_score`): the best validation perplexity under
+Gaussian embedding noise among the points where the constraints act, within a tolerance of the
+best such clean validation perplexity.
 
 The modes differ only in the values of :data:`PRESETS`; every other field keeps its default.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from convergent.diagnostics import acting
 from convergent.studies.framework import check_mode, grid_points
 
 METHODS = ("erm", "constrained")
@@ -298,110 +296,6 @@ class Config:
     def for_mode(cls, mode: str) -> Config:
         """smoke: seconds, for CI; quick: < 5 min on 2 cores (previews); full: the test."""
         return cls(mode=mode, **PRESETS[check_mode(mode)])
-
-
-Unit = Mapping[str, Any]
-
-
-def robust_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
-    """The text selection score: validation accuracy under the selection noise, NaN (never
-    selected) for a unit whose clean validation accuracy is more than ``tolerance`` below the
-    best clean one among ``units`` (one method's grid)."""
-    clean = [u["validation_clean"] for u in units if math.isfinite(u["validation_clean"])]
-    floor = max(clean) - tolerance if clean else math.nan
-
-    def score(unit: Unit) -> float:
-        return unit["validation_robust"] if unit["validation_clean"] >= floor else math.nan
-
-    return score
-
-
-def constraints_act(unit: Unit) -> bool:
-    """Whether a run's constraints acted by the claims' checks: the largest lambda during
-    training at least ``acting.MULTIPLIER_FLOOR`` and some lambda positive in at least
-    ``acting.ACTIVE_SHARE_FLOOR`` of the steps (never for ERM or a diverged run)."""
-    peak, share = unit.get("multiplier_max"), unit.get("multiplier_active_share")
-    if peak is None or share is None:
-        return False
-    return float(peak) >= acting.MULTIPLIER_FLOOR and float(share) >= acting.ACTIVE_SHARE_FLOOR
-
-
-def denoising_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
-    """The video selection score (lower is better): validation RMSE at the selection noise.
-
-    NaN (never selected) for a unit outside the pool or above the ceiling. The pool is the
-    units whose constraints act (:func:`constraints_act`), or every unit when none does; the
-    ceiling is (1 + ``tolerance``) x the pool's best RMSE at the training noise (one method's
-    grid)."""
-    return _acting_floor(
-        units, tolerance, "validation_rmse_train_noise", "validation_rmse_selection"
-    )
-
-
-def language_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
-    """Part (c)'s selection score (lower is better): validation perplexity under Gaussian
-    embedding noise, by the denoiser's rule: NaN outside the pool (the units whose constraints
-    act, or every unit when none does) or above (1 + ``tolerance``) x the pool's best clean
-    validation perplexity (one method's grid)."""
-    return _acting_floor(units, tolerance, "validation_perplexity", "validation_noisy_perplexity")
-
-
-def _acting_floor(
-    units: Sequence[Unit], tolerance: float, clean: str, shifted: str
-) -> Callable[[Unit], float]:
-    acted = [unit for unit in units if constraints_act(unit)]
-    pool = acted or list(units)
-    finite = [value for value in (u[clean] for u in pool) if math.isfinite(value)]
-    ceiling = (1 + tolerance) * min(finite) if finite else math.nan
-
-    def score(unit: Unit) -> float:
-        if acted and not constraints_act(unit):
-            return math.nan
-        if unit[clean] <= ceiling:
-            return float(unit[shifted])
-        return math.nan
-
-    return score
-
-
-def selected_index(units: Sequence[Unit], score: Callable[[Unit], float]) -> int | None:
-    """The index of the lowest finite ``score`` among ``units`` (ties: the first); None when no
-    unit scores."""
-    scored = [(score(unit), index) for index, unit in enumerate(units)]
-    finite = [(value, index) for value, index in scored if math.isfinite(value)]
-    return min(finite)[1] if finite else None
-
-
-def revised_selection(video: Mapping[str, Any], tolerance: float) -> str:
-    """What design 3's denoiser selection picks on a stored constrained grid, beside the point
-    the stored final runs trained (a sentence; empty without a stored grid)."""
-    grid = video.get("selection", {}).get("constrained")
-    if not grid:
-        return ""
-    index = selected_index(grid, denoising_score(grid, tolerance))
-    if index is None:
-        return " On this data's grid design 3's denoiser selection finds no selectable point."
-    point = grid[index]
-    shown = _point(point)
-    stored = _point(video["selected"]["constrained"])
-    acts = (
-        f"its constraints act on the selection run: largest lambda {point['multiplier_max']:.2g}, "
-        f"active in {100 * point['multiplier_active_share']:.0f} % of the steps"
-        if constraints_act(point)
-        else "no grid point's constraints act on the selection run"
-    )
-    same = shown == stored
-    return f" On this data's grid design 3's denoiser selection picks {shown} ({acts}); " + (
-        "design 2 picked the same point."
-        if same
-        else f"the final runs here are of design 2's pick ({stored}), so this data cannot "
-        "test the revised selection."
-    )
-
-
-def _point(point: Mapping[str, Any]) -> str:
-    cost = point["resilient_cost"]
-    return f"c {'hard' if cost is None else f'{cost:g}'}, alpha {point['alpha']:g}"
 
 
 # How the denoiser's depth was chosen (a note of the full report).

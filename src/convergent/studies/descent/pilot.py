@@ -12,7 +12,7 @@ For each depth of :data:`PILOT_DEPTHS`, in the declared order (design 2's 8 laye
 
 1. ERM trains at every point of its declared grid (the full mode's lr x weight decay, for the
    full mode's steps) from the first pilot seed, and the study's own video rule selects its
-   point on validation (:func:`~convergent.studies.descent.config.denoising_score`).
+   point on validation (:func:`~convergent.studies.descent.selection.denoising_score`).
 2. The selected point trains from the other pilot seeds; each of the three runs' per-layer
    validation MSE at the training noise gives its largest relative rise max_l f_l / f_(l-1) - 1.
 3. The first depth where the rise exceeds the claims' 1 % in at least :data:`PILOT_BUMP_SHARE`
@@ -57,12 +57,7 @@ from convergent.studies.descent.claims import (
     WIN_NOISE_MARGIN,
     largest_relative_increase,
 )
-from convergent.studies.descent.config import (
-    Config,
-    denoising_score,
-    language_score,
-    selected_index,
-)
+from convergent.studies.descent.config import Config
 from convergent.studies.descent.language import (
     LanguageJob,
     PretrainJob,
@@ -72,6 +67,7 @@ from convergent.studies.descent.language import (
 )
 from convergent.studies.descent.measures import sequence_wins
 from convergent.studies.descent.runs import Job, video_unit
+from convergent.studies.descent.selection import denoising_score, language_score, selected_index
 from convergent.studies.framework import UnitCache, grid_points, json_ready, run_jobs
 
 PILOT_DEPTHS = (8, 12)

@@ -6,11 +6,11 @@ declared grids (the same size) are trained with the selection seed and scored on
 one rule selects each method's point (the best score under a validation shift among the
 points whose clean score is within a tolerance of the method's best clean one; on the
 denoiser, among the points where the constraints act, when any does:
-:func:`~convergent.studies.descent.config.denoising_score`); the selected
+:func:`~convergent.studies.descent.selection.denoising_score`); the selected
 configurations train from every final seed and are scored once on test. Part (c), the
 language model (``run_language``), first pretrains one shared checkpoint (a unit of its own),
 and both of its methods select their own learning rate: its grids run side by side, each
-selected by :func:`~convergent.studies.descent.config.language_score`. Every run is a unit in
+selected by :func:`~convergent.studies.descent.selection.language_score`. Every run is a unit in
 ``OUT/units`` (resumable); units run in ``workers`` processes.
 """
 
@@ -23,13 +23,7 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.claims import DESIGN, claims_from_results
-from convergent.studies.descent.config import (
-    METHODS,
-    Config,
-    denoising_score,
-    language_score,
-    robust_score,
-)
+from convergent.studies.descent.config import METHODS, Config
 from convergent.studies.descent.language import (
     LanguageJob,
     PretrainJob,
@@ -38,6 +32,7 @@ from convergent.studies.descent.language import (
 )
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
 from convergent.studies.descent.runs import Job, text_unit, video_unit
+from convergent.studies.descent.selection import denoising_score, language_score, robust_score
 from convergent.studies.framework import (
     StudyResult,
     Tuning,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from convergent.studies.descent.config import (
+from convergent.studies.descent.selection import (
     constraints_act,
     denoising_score,
     selected_index,

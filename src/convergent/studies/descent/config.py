@@ -355,7 +355,8 @@ REGIME_PILOT = (
 # scoring) = 1,795; 5 constrained x (339 + 128) = 2,335: 12,286 CPU-s, 3.4 CPU-hours (1.7 hours
 # on 2 cores), at most 4 even if every measured cost were 15 % low. Quick (the defaults): 80
 # pretraining and 30 fine-tuning steps of 16 windows, one seed, 2-point grids, 128 validation
-# and 256 test windows: about 170 s on 2 cores.
+# and 256 test windows: measured at 200 CPU-s (26 in the main process, which pretrains; 174 in
+# the 2 workers that fine-tune), so about 2 minutes on 2 idle cores.
 # The margins (5 points each) against the design's smallest detectable effect, the expected
 # half-width of the win rate's interval over 783 test windows and 5 seeds: 1.6 points if every
 # sequence's outcome were independent (1.96 x sqrt(0.25 / 3,915)), 3.5 if each sequence's

@@ -15,6 +15,7 @@ from scipy import stats
 
 from convergent.studies import VERDICTS, write_study
 from convergent.studies.descent import DESIGN, Config, claims_from_results, run
+from convergent.studies.descent import language as descent_language
 from convergent.studies.descent import runs as descent_runs
 from convergent.studies.descent.claims import constraints_acted
 from convergent.studies.descent.measures import dual_trajectory, multiplier_activity
@@ -524,6 +525,9 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
         raise AssertionError("a finished unit was trained again")
 
     monkeypatch.setattr(descent_runs, "train_model", no_training)
+    # Part (c) trains through its own imports: its fine-tunes and its pretraining's data.
+    monkeypatch.setattr(descent_language, "train_model", no_training)
+    monkeypatch.setattr(descent_language, "training_data", no_training)
     again = run(config, folder, progress=False)
     assert sorted((folder / "units").glob("*.pt")) == units
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]

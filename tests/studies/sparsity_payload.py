@@ -35,12 +35,23 @@ def _tuning(sizes: int, records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _lm_point(point: dict[str, float], dense: float) -> dict[str, Any]:
+    """A stored LM selection point with its dense validation perplexity ``dense``."""
+    return {
+        **point,
+        "validation_perplexity": {"magnitude": {"0%": dense, "90%": 3 * dense}},
+        "move_ratio": None,
+        "strength": None,
+    }
+
+
 def design3_payload(
     adamw_dense: float = 0.86,
     adamw_90: float = 0.78,
     ham_dense: float = 0.85,
     ham_move: float = 0.5,
     lm_move: float = 0.6,
+    adamw_selected_dense: float = 4.0,
 ) -> dict[str, Any]:
     """The payload (config, data, tuning; no claims yet: see :func:`scored`)."""
     accuracy = {
@@ -105,6 +116,18 @@ def design3_payload(
                 "selected": {
                     "adamw": {"lr": 0.003, "weight_decay": 0.1},
                     "horst": {"lr": 0.001, "alpha": 100.0},
+                },
+                # Each grid's dense validation perplexity (magnitude's 0 %): the best is
+                # AdamW's 4.0, so the floor is 4.4; each selected point is within it.
+                "selection": {
+                    "adamw": [
+                        _lm_point({"lr": 0.001, "weight_decay": 0.1}, 4.3),
+                        _lm_point({"lr": 0.003, "weight_decay": 0.1}, adamw_selected_dense),
+                    ],
+                    "horst": [
+                        _lm_point({"lr": 0.001, "alpha": 100.0}, 4.2),
+                        _lm_point({"lr": 0.003, "alpha": 300.0}, 5.0),  # outside the floor
+                    ],
                 },
                 "perplexity": perplexity,
                 "move_ratio": {"horst": [lm_move] * 3},

@@ -224,7 +224,9 @@ def test_design_three_claims_follow_their_formulas():
     assert vit_zero.per_seed == pytest.approx([0.012, 0.021, 0.015])
     assert vit_zero.verdict == "reproduced" and vit_zero.checks[0].value == pytest.approx(0.5)
     assert lm_zero.per_seed == pytest.approx([0.012, 0.016, 0.02])
-    assert lm_zero.checks[0].value == pytest.approx(0.6)
+    # HORST's move; the floor: the selected dense perplexities over the best (AdamW's 4.0), the
+    # larger of AdamW's 4.0 / 4.0 and HORST's 4.2 / 4.0.
+    assert [check.value for check in lm_zero.checks] == pytest.approx([0.6, 1.05])
     # The one-shot claims: ppl_horst / ppl_adamw per seed (the ratios of sparsity_payload).
     ratios = [
         [6.0 / 8, 6.4 / 8, 5.6 / 8],
@@ -246,10 +248,49 @@ def test_design_three_claims_follow_their_formulas():
         assert claim.per_seed == pytest.approx(expected)
         assert claim.interval == pytest.approx(_t_interval(expected))
         assert claim.verdict == verdict and claim.threshold.text == "<= 1"
-        assert [check.value for check in claim.checks] == pytest.approx([0.6])
+        assert [check.value for check in claim.checks] == pytest.approx([0.6, 1.05])
     assert survives.per_seed == pytest.approx(ratios[4]) and survives.verdict == "reproduced"
+    # Its precondition: magnitude at 70 % holds (the upper end of its interval, 0.87 <= 1).
+    advantage = survives.checks[2]
+    assert advantage.name.startswith("HORST had an advantage to survive")
+    assert advantage.value == pytest.approx(_t_interval(ratios[0])[1]) and advantage.passed
     assert survives.extra == {"pruner": "sparsegpt", "sparsity": "70%"}
     assert "calibrated on 128 training windows" in survives.statement
+
+
+def test_a_selected_lm_outside_the_dense_floor_leaves_every_lm_claim_untested():
+    # AdamW's selected point at 4.7 > 1.1 x 4.2 (the best dense is now HORST's 4.2): a
+    # selection that fell back to a point nothing chose.
+    claims = claims_from_results(design3_payload(adamw_selected_dense=4.7))
+    lm = [c for c in claims if "character LM" in c.statement]
+    assert len(lm) == 8
+    for claim in lm:
+        floor = claim.checks[1]
+        assert floor.value == pytest.approx(4.7 / 4.2) and floor.passed is False
+        assert claim.verdict == "untested"
+    assert all(c.verdict != "untested" for c in claims[:2])  # the ViT claims do not read it
+    # Just inside the floor (4.6 = 1.095 x 4.2) it passes.
+    inside = claims_from_results(design3_payload(adamw_selected_dense=4.6))
+    assert inside[4].checks[1].passed and inside[4].verdict != "untested"
+    # Without stored selection grids the floor is not measured: untested, not failed.
+    payload = design3_payload()
+    del payload["data"]["language"]["selection"]
+    unmeasured = claims_from_results(payload)[4]
+    assert unmeasured.checks[1].value is None and unmeasured.verdict == "untested"
+
+
+def test_the_survival_claim_is_untested_without_an_advantage_under_magnitude():
+    payload = design3_payload()
+    # HORST's magnitude-70 % perplexities at ratios 1.0, 1.1, 0.9: no advantage to survive.
+    payload["data"]["language"]["perplexity"]["horst"]["magnitude"]["70%"] = [8.0, 8.8, 7.2]
+    claims = claims_from_results(payload)
+    survives = _survives(claims)[0]
+    advantage = survives.checks[2]
+    assert advantage.value == pytest.approx(_t_interval([1.0, 1.1, 0.9])[1])
+    assert advantage.passed is False and survives.verdict == "untested"
+    # The plain SparseGPT claim at 70 % does not read it.
+    sparsegpt = [c for c in claims if c.statement.startswith("One-shot SparseGPT pruning to 70%")]
+    assert sparsegpt[0].verdict == "reproduced"
 
 
 def test_a_baseline_without_room_to_fail_leaves_the_claim_untested():

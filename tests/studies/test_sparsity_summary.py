@@ -72,7 +72,12 @@ def test_one_shot_verdicts_flipped_rewrite_the_language_and_strength_sentences()
     assert misstated_verdicts(summary(scored(design3_payload())), flipped) != []
     language, strength = sentences[1].text, sentences[2].text
     assert "HORST did worse than AdamW in 6 of the 6 settings and helped in none" in language
-    assert "did not survive the stronger pruner, SparseGPT at 70 % (not reproduced)" in language
+    # No advantage under magnitude at 70 % (ratios about 1.5): none to survive, said why.
+    assert (
+        "is not known to survive the stronger pruner, SparseGPT at 70 % (untested): there was "
+        "no clear advantage to survive, as after magnitude pruning to 70 % the upper end of the "
+        "ratio's 95 % interval was 1.6" in language
+    )
     assert strength.startswith("Keep AdamW for one-shot pruning: HORST acted (HORST(strength=")
     assert [s.text for s in sentences[3:]] == original[3:]
 
@@ -119,6 +124,19 @@ def test_an_adamw_comparison_without_room_stays_untested_and_says_why():
     last = summary(payload)[-1].text
     assert "whether HORST reaches a higher accuracy than AdamW at 90 % and whether HORST" in last
     assert "stay untested: AdamW itself lost only 2 points" in last
+
+
+def test_a_selection_outside_the_dense_floor_says_why_the_lm_claims_are_untested():
+    payload = scored(design3_payload(adamw_selected_dense=4.7))
+    sentences = summary(payload)
+    assert misstated_verdicts(sentences, payload) == []
+    language = sentences[1].text
+    assert language.startswith("Whether HORST helps a model you will prune once after training")
+    assert (
+        "a selected language model's unpruned validation perplexity was 1.12 times the best "
+        "one's (at most 1.1 is selectable), so its selection fell back to a point nothing chose"
+        in language
+    )
 
 
 def test_the_committed_design_two_results_are_refused():

@@ -25,7 +25,13 @@ from convergent.studies.framework import (
     stored_number,
     verdict_of,
 )
-from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
+from convergent.studies.sparsity.claims import (
+    ADVANTAGE_CHECK,
+    DESIGN,
+    FLOOR_CHECK,
+    HIGH_SPARSITY,
+    PRUNER_NAMES,
+)
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 
 # A stable part of each claim's name (the rest carries the configured sparsities).
@@ -226,7 +232,21 @@ def _language(payload: Mapping[str, Any]) -> Sentence | None:
             f"; HORST's advantage {what} the stronger pruner, {_setting(record)} "
             f"({_verdict(payload, name)})"
         )
+        if verdict == "untested":
+            text += _no_advantage(record)
     return Sentence(f"{text}.", verdicts)
+
+
+def _no_advantage(record: Mapping[str, Any]) -> str:
+    """Why the survival claim is untested when its precondition failed (else nothing)."""
+    for check in record.get("checks", []):
+        if check["name"].startswith(ADVANTAGE_CHECK) and check.get("passed") is False:
+            return (
+                ": there was no clear advantage to survive, as after magnitude pruning to "
+                f"{_key_shown(record['extra']['sparsity'])} the upper end of the ratio's 95 % "
+                f"interval was {_number(stored_number(check.get('value')))} (at most 1 needed)"
+            )
+    return ""
 
 
 def _strength(payload: Mapping[str, Any]) -> Sentence | None:
@@ -423,6 +443,12 @@ def _why_untested(record: Mapping[str, Any], top: str = "the highest sparsity") 
             )
         elif name.startswith("AC/DC reached"):
             reasons.append(f"AC/DC missed its sparsity targets by up to {_number(value)}")
+        elif name == FLOOR_CHECK and math.isfinite(value):
+            reasons.append(
+                f"a selected language model's unpruned validation perplexity was "
+                f"{_number(value, 3)} times the best one's (at most {_number(required)} is "
+                "selectable), so its selection fell back to a point nothing chose"
+            )
         else:
             reasons.append(f"{name} was {_number(value)}, needing {check.get('required')}")
     return "; ".join(reasons) or "a check was not measured"

@@ -21,6 +21,7 @@ from convergent.studies.langevin.measures import (
     NORM_CHECK,
     OUTCOME_CHECK,
     OVERFIT_CHECK,
+    Experiment,
     mean_noise_ratio,
     norm_moved_check,
     outcome_moved_check,
@@ -194,3 +195,34 @@ def test_on_the_committed_design_6_runs_the_checks_fail_cold_and_pass_warm():
                 experiment.name,
                 temperature,
             )
+
+
+def _trace(values: dict[int, float]) -> list[dict[str, float]]:
+    return [{"step": step, "test_rmse": value} for step, value in values.items()]
+
+
+def test_the_outcome_check_compares_a_longer_run_with_s_zero_at_the_same_step():
+    # The hot run lasts 12,000 steps, its s = 0 control 3,000. At step 3,000 the noise has
+    # moved the test RMSE by 0.005 (0.5 % of the phase-1 1.0); by step 12,000 the longer run
+    # has drifted to 1.3, which is time, not noise.
+    hot = {"trace": _trace({1000: 1.0, 3000: 1.005, 12000: 1.3})}
+    zero = {"trace": _trace({1000: 1.0, 3000: 1.0})}
+    experiment = Experiment(
+        "attention",
+        "W_Q and W_K",
+        [
+            {
+                "seed": 1,
+                "pretrained": {"test_rmse": 1.0},
+                "phase2": {"hot": {"none": hot}, "zero": {"none": zero}},
+            }
+        ],
+        ["none"],
+        {"hot": 0.02, "zero": 0.0},
+        0.01,
+    )
+    found = outcome_moved_check(experiment, "hot", ["none"], 0.01)
+    assert found.value == pytest.approx(0.005) and found.passed is False
+    # A run without an evaluation at the control's last step is not compared at all.
+    hot["trace"] = _trace({1000: 1.0, 12000: 1.3})
+    assert math.isnan(outcome_moved_check(experiment, "hot", ["none"], 0.01).value)

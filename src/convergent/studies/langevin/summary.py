@@ -19,7 +19,7 @@ from typing import Any
 from convergent.studies.framework import Sentence
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.claims import experiments
-from convergent.studies.langevin.measures import final, growth, mean
+from convergent.studies.langevin.measures import change_from_zero, final, growth, mean
 from convergent.studies.langevin.wording import (
     KIND_WORDS,
     LABELS,
@@ -40,13 +40,14 @@ from convergent.studies.langevin.wording import (
 class TemperatureFit:
     """At one temperature, per (experiment, variant), means over seeds of: ``train``, the final
     train RMSE / phase-1 train RMSE; ``change``, (final test RMSE - the s = 0 run's) / phase-1
-    test RMSE, and ``moved``, its absolute value (both empty without an s = 0 run); per
-    experiment, the unregularized run's total norm end / start - 1 (``growth``) after
-    ``steps`` steps."""
+    test RMSE, both read at the s = 0 run's last step, and ``moved``, its absolute value (both
+    empty without an s = 0 run; ``moved_by`` holds ``moved`` per experiment); per experiment,
+    the unregularized run's total norm end / start - 1 (``growth``) after ``steps`` steps."""
 
     train: list[float] = field(default_factory=list)
     change: list[float] = field(default_factory=list)
     moved: list[float] = field(default_factory=list)
+    moved_by: dict[str, list[float]] = field(default_factory=dict)
     growth: list[float] = field(default_factory=list)
     steps: list[float] = field(default_factory=list)
 
@@ -80,13 +81,13 @@ def temperature_fits(payload: Mapping[str, Any]) -> dict[str, TemperatureFit]:
                     mean([final(r, "train_rmse") / number(p["train_rmse"]) for r, p in runs])
                 )
                 if experiment.has("zero", variant):
-                    zero = [final(z, "test_rmse") for z in experiment.records("zero", variant)]
                     change = [
-                        (final(r, "test_rmse") - z) / number(p["test_rmse"])
-                        for (r, p), z in zip(runs, zero, strict=True)
+                        change_from_zero(r, z) / number(p["test_rmse"])
+                        for (r, p), z in zip(runs, experiment.records("zero", variant), strict=True)
                     ]
                     fit.change.append(mean(change))
                     fit.moved.append(mean([abs(c) for c in change]))
+                    fit.moved_by.setdefault(experiment.name, []).append(fit.moved[-1])
         if fit.train:
             fits[temperature] = fit
     return fits
@@ -301,7 +302,7 @@ def unknown_sentence(
         if not untested:
             continue
         stated += untested
-        why = reason(untested, fit.moved)
+        why = reason(untested, fit.moved_by)
         where = f"{temperature} temperature (s = {_s(payload, temperature)})"
         if len(untested) == len(at):
             parts.append(f"all {len(at)} claims at the {where} are untested, because {why}")

@@ -191,10 +191,10 @@ def declared(claims: Sequence[StudyClaim]) -> dict[str, str]:
     return {claim.name: claim.verdict for claim in claims}
 
 
-def reason(untested: Sequence[StudyClaim], moved: Sequence[float]) -> str:
+def reason(untested: Sequence[StudyClaim], moved: Mapping[str, Sequence[float]]) -> str:
     """Why ``untested`` were left untested, from their failed checks, naming the experiments
-    where a check failed for only some of them (``moved``: how far the noise moved each
-    variant's final test RMSE at their temperature, as `summary.TemperatureFit` has it)."""
+    where a check failed for only some of them (``moved``: per experiment, how far the noise
+    moved each variant's test RMSE at their temperature, as `summary.TemperatureFit` has it)."""
     reasons = []
     everyone = {c.experiment for c in untested}
     for prefix, words, largest in REASONS:
@@ -205,15 +205,15 @@ def reason(untested: Sequence[StudyClaim], moved: Sequence[float]) -> str:
         worst = max(values) if largest else min(values)
         form, _, bound = str(failed[0][1]["required"]).partition(" ")
         need = {">=": "at least", "<=": "at most"}.get(form, form)
+        who = {c.experiment for c, _ in failed}
         if prefix in PERCENT_CHECKS:
-            if prefix == OUTCOME_CHECK:  # the largest move over every variant
-                worst = max(moved, default=worst)
+            if prefix == OUTCOME_CHECK:  # the largest move over the failing experiments' variants
+                worst = max((m for e in who for m in moved.get(e, ())), default=worst)
             text = words.format(
                 worst=f"at most {percent(worst)}", need=f"{need} {percent(float(bound))}"
             )
         else:
             text = words.format(worst=significant(worst), need=f"{need} {bound}")
-        who = {c.experiment for c, _ in failed}
         if who != everyone:
             text = f"for {' and '.join(LABELS.get(e, e) for e in sorted(who))} {text}"
         reasons.append(text)

@@ -269,6 +269,31 @@ def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     )
 
 
+def test_history_lines_match_a_name_whose_selection_was_nested_in_it():
+    from convergent.studies.framework import history_lines
+
+    # Earlier designs named the tuned regime with its selected step sizes; a redesign moved
+    # them into the test, so its name differs only by the nested parenthesis.
+    old = _payload(
+        [1, 2, 3],
+        [
+            _record(
+                "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)", "reproduced", 1
+            )
+        ],
+    )
+    new = _payload(
+        [4, 5, 6],
+        [_record("Linear (lr tuned per beta, 2000 steps; here: 0: 0.8, 1: 0.8)", "untested", 2)],
+    )
+    lines = history_lines(new, 3, [(2, old)])
+    table = [line for line in lines if line.startswith("|")]
+    assert table[2] == (
+        "| Linear (lr tuned per beta, 2000 steps) | reproduced: 1 [0, 2] | untested: 2 [1, 3] | — |"
+    )
+    assert "no counterpart" not in "\n".join(lines)
+
+
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):
     import gzip
     import json

@@ -307,3 +307,19 @@ def test_part_a_on_two_workers_matches_one(tmp_path):
     assert parallel.data["lr_tuning"] == alone.data["lr_tuning"]
     with pytest.raises(ValueError, match="workers=0 is out of range"):
         replace(config, workers=0)
+
+
+def test_a_run_that_diverges_on_a_measured_step_ends_diverged_instead_of_crashing():
+    # Spectra measured at every step, and a step size that sends the loss to inf within a few
+    # steps: the step whose loss is not finite is the first with NaN weights, where the SVD
+    # behind the spectra would refuse them.
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(8, 6, 3, generator=generator)
+    labels = torch.randn(8, 2, generator=generator)
+    found = unit_runs.train_one_beta(
+        inputs, labels, 1.0, 0, window=6, d_model=8, d_ff=16, init_std=0.3, steps=50,
+        lr=1e6, spectra_every=1,
+    )  # fmt: skip
+    assert found.diverged and not math.isfinite(found.losses[-1])
+    assert len(found.spectra_steps) == len(found.losses) - 1  # every finite step measured
+    assert all(map(math.isfinite, found.sigma_min))

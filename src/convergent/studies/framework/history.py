@@ -6,8 +6,9 @@ earlier designs live in ``docs/results/<study>-full/history/design<N>.results.js
 ``.json.gz``) with the claims they were scored with; :func:`history_lines` puts each claim's
 verdicts from all of them in one table, with what changed in its test and why (the claim's
 ``revised`` field). Claims are matched across designs by their names (`claim_names`: the
-paper's words, which a redesign keeps); an earlier claim with no counterpart is listed below
-the table.
+paper's words, which a redesign keeps), ignoring a parenthesis nested in a name's last one
+(a selection such as "lr tuned per beta (0: 0.8, ...)" that earlier designs' names carried);
+an earlier claim with no counterpart is listed below the table.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from convergent.studies.framework.claims import format_interval, format_number
 from convergent.studies.framework.common import claim_names, printed_verdict, table_cell
 
 HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
+# A parenthesis inside a claim name's last one: " (0: 0.8, 0.25: 0.8)" in "(lr tuned per beta
+# (0: 0.8, 0.25: 0.8), 2000 steps)".
+NESTED = re.compile(r" \([^()]*\)(?=[^()]*\)$)")
 
 Records = Sequence[Mapping[str, Any]]
 Rescore = Callable[[Mapping[str, Any]], Records]
@@ -59,8 +63,13 @@ def _verdict_cell(claim: Mapping[str, Any] | None) -> str:
     return f"{printed_verdict(claim)}: {format_number(claim.get('effect'))} {shown}"
 
 
+def comparable_name(name: str) -> str:
+    """``name`` without a parenthesis nested in its last one: what matches across designs."""
+    return NESTED.sub("", name)
+
+
 def _by_name(claims: Records) -> dict[str, Mapping[str, Any]]:
-    return dict(zip(claim_names(claims), claims, strict=True))
+    return {comparable_name(n): c for n, c in zip(claim_names(claims), claims, strict=True)}
 
 
 def history_lines(
@@ -114,6 +123,7 @@ def history_lines(
         " (an earlier design's data)" if exploratory else ""
     )
     names = claim_names(claims)
+    matched = {comparable_name(name) for name in names}
     header = [
         "claim",
         *(title for title, _, _ in columns),
@@ -131,7 +141,7 @@ def history_lines(
         "|" + "---|" * len(header),
     ]
     for name, claim in zip(names, claims, strict=True):
-        cells = [_verdict_cell(by_name.get(name)) for _, _, by_name in columns]
+        cells = [_verdict_cell(by_name.get(comparable_name(name))) for _, _, by_name in columns]
         cells.append(_verdict_cell(claim))
         lines.append(
             "| "
@@ -140,7 +150,7 @@ def history_lines(
         )
     lines.append("")
     for _, whose, by_name in columns:
-        dropped = [f"{n} ({_verdict_cell(c)})" for n, c in by_name.items() if n not in names]
+        dropped = [f"{n} ({_verdict_cell(c)})" for n, c in by_name.items() if n not in matched]
         if dropped:
             lines += [f"{whose} with no counterpart now: " + "; ".join(dropped) + ".", ""]
     return lines

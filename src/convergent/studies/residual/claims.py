@@ -150,8 +150,9 @@ def bound_claim(
     t0 = transient_steps(regime.steps, fraction)
     return claim_from_seeds(
         f"Full-batch GD on a one-layer Transformer with residual connections converges linearly "
-        f"({regime.name}; here: after a transient of {t0} steps every beta > 0 curve stays "
-        "under the geometric bound L_t <= rho^(t - t0) L_t0 through its window's ends)",
+        f"({regime.name}; here: {regime.selected_steps}after a transient of {t0} steps every "
+        "beta > 0 curve stays under the geometric bound L_t <= rho^(t - t0) L_t0 through its "
+        "window's ends)",
         per_seed,
         at_most(tolerance),
         unit="largest log excess over the geometric envelope (beta > 0 runs)",
@@ -187,6 +188,7 @@ def speed_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
     )
     return claim_from_seeds(
         f"Convergence speeds up as beta goes from {low:g} to {high:g} ({regime.name}; here: "
+        f"{regime.selected_steps}"
         "the mean log-slope of the loss over a loss band common to every beta is at least as "
         "steep at each beta as at the one below it)",
         per_seed,
@@ -223,8 +225,9 @@ def rate_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
     )
     return claim_from_seeds(
         "The rate is governed by sigma_min^2 / sigma_max^2 of the attention output "
-        f"({regime.name}; here: across beta > 0, log band speed rises with log "
-        f"(sigma_min/sigma_max)^2 of beta X + Attn(X) at a slope of at least {RATE_SLOPE:g})",
+        f"({regime.name}; here: {regime.selected_steps}across beta > 0, log band speed rises "
+        f"with log (sigma_min/sigma_max)^2 of beta X + Attn(X) at a slope of at least "
+        f"{RATE_SLOPE:g})",
         per_seed,
         at_least(RATE_SLOPE),
         unit="slope of log speed on log (sigma_min/sigma_max)^2 over beta > 0 (1: proportional, "

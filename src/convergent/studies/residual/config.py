@@ -120,7 +120,7 @@ class Config:
     confidence: float = 0.95
     depths: tuple[int, ...] = (2, 6, 10)
     depth_betas: tuple[float, ...] = (0.0, 1.0)
-    depth_steps: int = 60
+    depth_steps: int = 30
     depth_batch_size: int = 16
     depth_lr: float = 1e-4
     max_length: int = 32

@@ -151,7 +151,7 @@ def smallest_step_speedup(speeds: Mapping[float, float]) -> float:
     where some step up in beta slowed convergence; NaN below two betas or where a speed is
     missing."""
     ordered = [speeds[beta] for beta in sorted(speeds)]
-    if len(ordered) < 2:
+    if len(ordered) < 2 or not all(map(math.isfinite, ordered)):
         return math.nan
     return min(log_ratio(b, a) for a, b in itertools.pairwise(ordered))
 
@@ -166,9 +166,11 @@ def bound_margin(speeds: Mapping[float, float], ratios: Mapping[float, float]) -
 
 
 def log_log_slope(speeds: Mapping[float, float], ratios: Mapping[float, float]) -> float:
-    """Least-squares slope of log(speed) on log(r) over beta > 0 (1: speed proportional to r)."""
-    betas = [b for b in speeds if b > 0 and speeds[b] > 0 and ratios[b] > 0]
-    if len(betas) < 2:
+    """Least-squares slope of log(speed) on log(r) over beta > 0 (1: speed proportional to r);
+    NaN where a beta > 0 has no finite positive speed or ratio, or fewer than two betas."""
+    betas = [b for b in speeds if b > 0]
+    usable = all(math.isfinite(speeds[b]) and speeds[b] > 0 and ratios[b] > 0 for b in betas)
+    if len(betas) < 2 or not usable:
         return math.nan
     x = [math.log(ratios[b]) for b in betas]
     y = [math.log(speeds[b]) for b in betas]
@@ -221,9 +223,24 @@ class Regime:
 
     @property
     def name(self) -> str:
+        """The regime in a claim's name: stable across designs (the tuned regime's selected
+        step sizes are in `label` and in its claims' tests, not in their names)."""
+        if self.lr is None:
+            return f"lr tuned per beta, {self.steps} steps"
+        return f"lr {self.lr:g}, {self.steps} steps"
+
+    @property
+    def label(self) -> str:
+        """The regime with the tuned regime's selected step sizes (tables and figures)."""
         if self.lr is None:
             return f"lr tuned per beta ({self.step_sizes()}), {self.steps} steps"
-        return f"lr {self.lr:g}, {self.steps} steps"
+        return self.name
+
+    @property
+    def selected_steps(self) -> str:
+        """``"step sizes selected per beta 0: 0.8, ...; "`` for the tuned regime, else empty:
+        the start of its claims' tests."""
+        return f"step sizes selected per beta {self.step_sizes()}; " if self.lr is None else ""
 
     def step_sizes(self) -> str:
         """'beta: lr' for each beta (the tuned regime's selected step sizes)."""

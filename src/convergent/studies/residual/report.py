@@ -209,7 +209,7 @@ def plot_speed_against_ratio(regime: Regime, path: Path) -> Path:
         axis.text(0.5, 0.5, "no run has a band speed", ha="center", transform=axis.transAxes)
     axis.set_xlabel("mean (sigma_min / sigma_max)^2 of beta X + Attn(X)")
     axis.set_ylabel("band speed, -d log L / d step")
-    axis.set_title(regime.name, fontsize=9)
+    axis.set_title(regime.label, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path
@@ -259,7 +259,7 @@ def one_layer_report(
         else:
             chosen = [r for r in runs if r.lr == regime.lr and r.steps == regime.steps]
             tag = f"lr{regime.lr:g}"
-        tables[f"(a) one-layer Transformer on weather-hourly, {regime.name}"] = regime_table(
+        tables[f"(a) one-layer Transformer on weather-hourly, {regime.label}"] = regime_table(
             regime, config.transient_fraction, config.envelope_tolerance, config.confidence
         )
         figures += [

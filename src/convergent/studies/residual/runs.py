@@ -123,11 +123,13 @@ def train_full_batch(
     started = time.perf_counter()
     model.train()  # no dropout in this model; train mode only for clarity
     for step in range(steps + 1):
-        if step % spectra_every == 0 or step == steps:
-            _measure(model, inputs, run, step)
         optimizer.zero_grad(set_to_none=True)
         loss = task_loss(model(inputs=inputs).logits, labels, "regression")
         value = float(loss.detach())
+        # A diverged model's spectra cannot be computed (the SVD refuses NaN): the run ends
+        # below without them.
+        if (step % spectra_every == 0 or step == steps) and math.isfinite(value):
+            _measure(model, inputs, run, step)
         run.losses.append(value)
         if not math.isfinite(value):
             run.diverged = True

@@ -210,14 +210,14 @@ def reason(untested: Sequence[StudyClaim], moved: Mapping[str, Sequence[float]])
             needed = f"{need} {percent(float(bound))}"
             # For the outcome: the largest move over the failing experiments' variants, when
             # it too falls short; else some variant moved enough and another did not.
-            largest = max((m for e in who for m in moved.get(e, ())), default=worst)
-            if prefix == OUTCOME_CHECK and largest >= float(bound):
+            most_moved = max((m for e in who for m in moved.get(e, ())), default=worst)
+            if prefix == OUTCOME_CHECK and most_moved >= float(bound):
                 text = (
                     f"the noise moved some variant's final test RMSE by only {percent(worst)} of "
                     f"its phase-1 value against the same run without noise ({needed} needed)"
                 )
             else:
-                shown = largest if prefix == OUTCOME_CHECK else worst
+                shown = most_moved if prefix == OUTCOME_CHECK else worst
                 text = words.format(worst=f"at most {percent(shown)}", need=needed)
         else:
             text = words.format(worst=significant(worst), need=f"{need} {bound}")

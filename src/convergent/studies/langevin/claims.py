@@ -344,7 +344,8 @@ def selection_note(config: Mapping[str, Any], data: Mapping[str, Any], experimen
             f" lam selected at the {chosen['temperature']} temperature, the coldest claim "
             "temperature where the noise moved the selection seed's unregularized validation "
             f"RMSE against s = 0 by at least {format_percent(number(chosen['required']))} of "
-            f"its phase-1 value ({moved})."
+            f"its phase-1 value ({moved}); the claims' own check reads every variant on the "
+            "final seeds' test RMSE, so a claim there can still read untested."
         )
     return (
         f" lam as design 6 selected it, at the {config.get('selection_temperature', '?')} "

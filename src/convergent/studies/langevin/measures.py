@@ -102,10 +102,15 @@ def last_step(record: Record) -> float:
     return number(record["trace"][-1]["step"])
 
 
+def evaluation_at(record: Record, step: float) -> Mapping[str, Any] | None:
+    """The run's evaluation at ``step`` (None where it has none)."""
+    return next((r for r in record["trace"] if number(r["step"]) == step), None)
+
+
 def value_at(record: Record, step: float, key: str) -> float:
     """``key`` in the run's evaluation at ``step`` (NaN where it has none)."""
-    found = [r for r in record["trace"] if number(r["step"]) == step]
-    return number(found[0][key]) if found else math.nan
+    found = evaluation_at(record, step)
+    return number(found[key]) if found is not None else math.nan
 
 
 def change_from_zero(record: Record, zero: Record, key: str = "test_rmse") -> float:
@@ -363,8 +368,8 @@ def outcome_moved_check(
 
 def norm_at(record: Record, step: float) -> float:
     """`total_norm` of the run's evaluation at ``step`` (NaN where it has none)."""
-    found = [r for r in record["trace"] if number(r["step"]) == step]
-    return total_norm(found[0]["norms"]) if found else math.nan
+    found = evaluation_at(record, step)
+    return total_norm(found["norms"]) if found is not None else math.nan
 
 
 def norm_moved_check(
@@ -385,7 +390,7 @@ def norm_moved_check(
             experiment.records("zero", variant),
             strict=True,
         ):
-            step = number(z["trace"][-1]["step"])
+            step = last_step(z)
             at_zero = total_norm(z["trace"][-1]["norms"])
             per_seed.append(abs(norm_at(r, step) - at_zero) / at_zero)
         moved.append(per_seed)

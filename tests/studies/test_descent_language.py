@@ -403,3 +403,16 @@ def test_the_summary_says_when_part_c_constraints_did_not_bind():
     assert (
         "barely bound" in sentences[4].text and "its three claims are untested" in sentences[4].text
     )
+
+
+def test_a_fine_tunes_key_changes_with_its_pretrained_start_and_only_with_it():
+    start = {"b.weight": torch.ones(2, 3), "a.bias": torch.zeros(3)}
+    job = descent_language.LanguageJob(_smoke(), "erm", {"lr": 1e-3}, 30, False, start)
+    same = {name: tensor.clone() for name, tensor in reversed(list(start.items()))}
+    nudged = {**start, "a.bias": torch.tensor([0.0, 0.0, 1e-7])}
+    assert job.unit() == dataclasses.replace(job, start=same).unit()
+    assert job.unit() != dataclasses.replace(job, start=nudged).unit()
+    assert (
+        job.unit()
+        != dataclasses.replace(job, start={**start, "a.bias": start["a.bias"][:2]}).unit()
+    )

@@ -37,6 +37,7 @@ from convergent.studies.descent.measures import (
 )
 from convergent.studies.descent.models import language_model, train_model
 from convergent.studies.descent.runs import LAYER_SCORES, diverged_record
+from convergent.studies.framework.canary import tensors_digest
 from convergent.train import evaluate, fit, warmup_schedule
 
 CHARACTERS_PER_WINDOW = 256  # about 62 WordPiece tokens of the novels' prose
@@ -274,8 +275,8 @@ def pretrain_unit(job: PretrainJob) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LanguageJob:
-    """One fine-tune from the pretrained ``start`` (not part of the unit's key: the config
-    determines it)."""
+    """One fine-tune from the pretrained ``start``; its key holds a digest of ``start``, so a
+    changed pretraining (code or config) never reuses fine-tunes of an earlier start."""
 
     config: Config
     method: str
@@ -291,6 +292,7 @@ class LanguageJob:
             **self.point,
             "seed": self.seed,
             "final": self.final,
+            "start": tensors_digest(self.start),
         }
 
 

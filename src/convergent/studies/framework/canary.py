@@ -33,7 +33,7 @@ import hashlib
 import importlib.metadata
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -79,7 +79,7 @@ from convergent.train import (
     warmup_schedule,
 )
 
-__all__ = ["canary_numbers", "numerics_fingerprint"]
+__all__ = ["canary_numbers", "numerics_fingerprint", "tensors_digest"]
 
 FINGERPRINT_DIGITS = 16
 VOCAB, LENGTH, EXAMPLES, CLASSES = 13, 6, 16, 3
@@ -453,8 +453,21 @@ def numerics_fingerprint() -> str:
     digest = hashlib.sha256(f"torch {torch.__version__}".encode())
     for package in VERSIONED:
         digest.update(f"\0{package} {_version(package)}".encode())
-    for name, value in canary_numbers().items():
-        tensor = value.contiguous()
+    _update_with_tensors(digest, canary_numbers())
+    return digest.hexdigest()[:FINGERPRINT_DIGITS]
+
+
+def tensors_digest(tensors: Mapping[str, Tensor]) -> str:
+    """A short hash of named tensors (names, dtypes, shapes and exact bytes, in name order): what
+    a unit computed from other tensors, such as a fine-tune from pretrained weights, puts in
+    its key so that different inputs never share a cached result."""
+    digest = hashlib.sha256()
+    _update_with_tensors(digest, {name: tensors[name] for name in sorted(tensors)})
+    return digest.hexdigest()[:FINGERPRINT_DIGITS]
+
+
+def _update_with_tensors(digest: Any, tensors: Mapping[str, Tensor]) -> None:
+    for name, value in tensors.items():
+        tensor = value.detach().cpu().contiguous()
         digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(tensor.numpy().tobytes())
-    return digest.hexdigest()[:FINGERPRINT_DIGITS]

@@ -158,7 +158,7 @@ def test_a_one_seed_run_without_the_warm_temperature_says_no_temperature_acted(c
 
 def test_a_temperature_is_lost_unmoved_acting_or_mixed():
     def fit(train: list[float], moved: list[float]) -> TemperatureFit:
-        return TemperatureFit(train=train, moved=moved)
+        return TemperatureFit(train=train, moved_by={"an experiment": moved})
 
     assert fit([1.3, 9.0], [0.5, 0.5]).state(1.25, 0.01) == "lost"
     assert fit([1.0, 1.2], [0.001, 0.009]).state(1.25, 0.01) == "unmoved"

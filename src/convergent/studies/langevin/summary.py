@@ -40,16 +40,20 @@ from convergent.studies.langevin.wording import (
 class TemperatureFit:
     """At one temperature, per (experiment, variant), means over seeds of: ``train``, the final
     train RMSE / phase-1 train RMSE; ``change``, (final test RMSE - the s = 0 run's) / phase-1
-    test RMSE, both read at the s = 0 run's last step, and ``moved``, its absolute value (both
-    empty without an s = 0 run; ``moved_by`` holds ``moved`` per experiment); per experiment,
-    the unregularized run's total norm end / start - 1 (``growth``) after ``steps`` steps."""
+    test RMSE, both read at the s = 0 run's last step, and ``moved_by``, the mean of its
+    absolute value per experiment (both empty without an s = 0 run); per experiment, the
+    unregularized run's total norm end / start - 1 (``growth``) after ``steps`` steps."""
 
     train: list[float] = field(default_factory=list)
     change: list[float] = field(default_factory=list)
-    moved: list[float] = field(default_factory=list)
     moved_by: dict[str, list[float]] = field(default_factory=dict)
     growth: list[float] = field(default_factory=list)
     steps: list[float] = field(default_factory=list)
+
+    @property
+    def moved(self) -> list[float]:
+        """Every variant's ``moved_by`` value, over all experiments."""
+        return [value for values in self.moved_by.values() for value in values]
 
     def state(self, fit_kept: float, outcome_moved: float) -> str:
         """``lost`` (every variant lost its fit), ``unmoved`` (the noise moved no variant's
@@ -86,8 +90,8 @@ def temperature_fits(payload: Mapping[str, Any]) -> dict[str, TemperatureFit]:
                         for (r, p), z in zip(runs, experiment.records("zero", variant), strict=True)
                     ]
                     fit.change.append(mean(change))
-                    fit.moved.append(mean([abs(c) for c in change]))
-                    fit.moved_by.setdefault(experiment.name, []).append(fit.moved[-1])
+                    moved = mean([abs(c) for c in change])
+                    fit.moved_by.setdefault(experiment.name, []).append(moved)
         if fit.train:
             fits[temperature] = fit
     return fits

@@ -17,7 +17,7 @@ from convergent.studies import VERDICTS, write_study
 from convergent.studies.descent import DESIGN, Config, claims_from_results, run
 from convergent.studies.descent import language as descent_language
 from convergent.studies.descent import runs as descent_runs
-from convergent.studies.descent.claims import constraints_acted
+from convergent.studies.descent.checks import constraints_acted
 from convergent.studies.descent.measures import dual_trajectory, multiplier_activity
 from convergent.studies.descent.runs import video_crops
 from convergent.studies.descent.selection import denoising_score, robust_score, selected_index

@@ -12,7 +12,7 @@ import torch
 from convergent.studies.descent import Config
 from convergent.studies.descent import pilot as descent_pilot
 from convergent.studies.descent import runs as descent_runs
-from convergent.studies.descent.claims import BUMP_SHARE_FLOOR
+from convergent.studies.descent.checks import BUMP_SHARE_FLOOR
 
 BUMPY = [0.2, 0.05, 0.06, 0.04]  # layer 2 rises 20 % above layer 1
 SMOOTH = [0.2, 0.05, 0.045, 0.04]

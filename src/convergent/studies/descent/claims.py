@@ -35,46 +35,38 @@ Design 2's stored data (no per-sentence marks) is scored by these claims explora
 clean claims with the seed-level interval and the resolution statement, the rest as written.
 The design is ``DESIGN``, stored in the payload as ``data["design"]``.
 
-Part (c), the language model, joined design 3 before any of its numbers (a payload without
-``data["language"]``, design 2's or one with ``run_language`` off, has no part (c) claims).
-Its effect is the paper's pairwise judgement in our terms: the win rate, the share of test
-windows on which the constrained model's loss is lower than ERM's (ties count half), over the
-crossed interval of test windows and seeds (the clean claims' model, on the win marks).
-
-- without noise, the win rate within 50 % +- 5 points (the paper: 50 %), two-sided; with the
-  check that the baseline fits (ERM's fine-tune improved on its start, so that "equally good"
-  is said of models that learnt something);
-- under Gaussian embedding noise at gamma 1.5, the win rate at least 55 % (the paper: 69.93 %);
-- per-layer losses through the LM head monotone where ERM's are not, as in part (a).
-
-Each win-rate claim's evidence states its resolution (the interval's half-width against the
-5-point margin); the expected half-width at 783 test windows and 5 seeds is 1.6 to 3.5 points
-before seed-to-seed variance (config.py has the arithmetic, and the pilot a measured value).
+Part (c), the language model, joined design 3; its claims are in
+:mod:`~convergent.studies.descent.wins`, the checks all parts share in
+:mod:`~convergent.studies.descent.checks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.diagnostics import acting
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
-from convergent.studies.descent.measures import crossed_interval, margin_resolution, sequence_wins
+from convergent.studies.descent.checks import (
+    Record,
+    exercised,
+    mean_of,
+    monotone_claim,
+    numbers_text,
+    paired_runs,
+    points_text,
+)
+from convergent.studies.descent.measures import crossed_interval, margin_resolution
 from convergent.studies.descent.selection import revised_selection
+from convergent.studies.descent.wins import language_claims
 from convergent.studies.framework import (
     Check,
     Claim,
     as_exploratory,
     at_least,
-    at_most,
     check_design,
     claim_from_seeds,
-    not_measured,
-    within,
 )
 
 DESIGN = 3
@@ -84,30 +76,10 @@ CLEAN_MARGIN = 0.01  # accuracy: the constrained model at most 1 point below ERM
 ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)
 RMSE_MARGIN = 0.01  # relative
 OOD_MULTIPLE = 2.0  # test noise levels at or beyond this multiple of the training level
-MONOTONE_TOLERANCE = 0.01  # a bump: a layer's loss more than 1 % above the previous layer's
-WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
-WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
-PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
-ERM_FIT_LIMIT = 1.0  # ERM's clean test perplexity at most its start's
-# Manipulation checks.
-MULTIPLIER_FLOOR = acting.MULTIPLIER_FLOOR
-ACTIVE_SHARE_FLOOR = acting.ACTIVE_SHARE_FLOOR
-BUMP_SHARE_FLOOR = 0.5
 
-MULTIPLIER_REASON = (
-    "below 0.1 the constraint terms weigh less than a tenth of the objective f_L in the "
-    "Lagrangian, so the run is ERM in all but name"
-)
-BUMP_REASON = (
-    "if ERM's per-layer losses are monotone too, the setting cannot show the claimed contrast"
-)
 CROSSED_METHOD = (
     "95 % interval over test sentences and seeds together (two-way crossed random effects on "
     "the per-sentence paired differences, Satterthwaite degrees of freedom)"
-)
-WIN_METHOD = (
-    "95 % interval over test windows and seeds together (two-way crossed random effects on the "
-    "per-window win marks, Satterthwaite degrees of freedom)"
 )
 # What changed in each claim's test since design 2, and why (the report's history table).
 GRID_BUDGET = "grid runs now train as long as the final runs (design 2's grids ran 60 of 150 steps)"
@@ -129,127 +101,6 @@ REGIME_SUPERSEDED = (
     "of the frames the test split uses; design 3's validation-only pilot (descent/pilot.py) "
     "supersedes it."
 )
-
-Record = dict[str, Any]
-
-
-def constraints_acted(constrained: Sequence[Record], part: str) -> Check:
-    """The check that the multipliers grew enough to change the objective, in every seed.
-
-    Args:
-        constrained: the constrained runs' records of one part.
-        part: ``"text"`` or ``"video"``, for the check's name.
-    """
-    name = (
-        f"largest multiplier lambda_l during training, {part} (max over layers and steps; "
-        "smallest over seeds)"
-    )
-    required = at_least(MULTIPLIER_FLOOR)
-    maxima = [record.get("multiplier_max") for record in constrained]
-    measured = [float(value) for value in maxima if value is not None]
-    if maxima and len(measured) == len(maxima):
-        return Check(name, min(measured), required, note=MULTIPLIER_REASON)
-    return not_measured(
-        name, required, "a seed recorded no multiplier during training (a diverged run)"
-    )
-
-
-def largest_relative_increase(losses: Sequence[float]) -> float:
-    """max_l (f_l / f_(l-1) - 1): how far one layer's loss rises above the previous layer's,
-    relative to it (scale-free: a denoiser's losses span orders of magnitude across layers)."""
-    return max(after / before - 1 for before, after in itertools.pairwise(losses))
-
-
-def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
-    """The manipulation checks of a part: the multipliers grew, and they were active."""
-    active = [r.get("multiplier_active_share") for r in constrained]
-    measured = [float(a) for a in active if a is not None]
-    return [
-        constraints_acted(constrained, part),
-        Check(
-            f"share of training steps with an active constraint (some lambda_l > 0), {part} "
-            "(smallest over seeds)",
-            min(measured) if measured and len(measured) == len(active) else math.nan,
-            at_least(ACTIVE_SHARE_FLOOR),
-            note="a constraint that is active in few steps barely changes the training",
-        ),
-    ]
-
-
-def _bumps_check(erm: Sequence[Record], part: str) -> Check:
-    rises = [largest_relative_increase(r["layer_losses"]) for r in erm]
-    finite = [rise for rise in rises if math.isfinite(rise)]
-    share = sum(rise > MONOTONE_TOLERANCE for rise in finite) / len(finite) if finite else math.nan
-    return Check(
-        f"share of ERM seeds whose per-layer test loss rises more than "
-        f"{100 * MONOTONE_TOLERANCE:g} % from one layer to the next, {part}",
-        share,
-        at_least(BUMP_SHARE_FLOOR),
-        note=BUMP_REASON,
-    )
-
-
-def _change_spread(erm: Sequence[Record]) -> str:
-    """The across-seed spread of ERM's relative layer-to-layer changes, largest over layers."""
-    changes = [
-        [after / before - 1 for before, after in itertools.pairwise(r["layer_losses"])]
-        for r in erm
-        if all(map(math.isfinite, r["layer_losses"]))
-    ]
-    if len(changes) < 2:
-        return "n/a (fewer than 2 ERM seeds)"
-    spreads = [statistics.stdev(column) for column in zip(*changes, strict=True)]
-    return f"{100 * statistics.median(spreads):.2g} % median, {100 * max(spreads):.2g} % largest"
-
-
-def _pairs(runs: Mapping[str, list[Record]]) -> tuple[list[Record], list[Record]]:
-    """The ERM and constrained records that share a seed, in the constrained runs' order."""
-    erm = {record["seed"]: record for record in runs["erm"]}
-    pairs = [(erm[r["seed"]], r) for r in runs["constrained"] if r["seed"] in erm]
-    return [e for e, _ in pairs], [c for _, c in pairs]
-
-
-def _summary(records: Sequence[Record]) -> str:
-    """Largest lambda, active share and constraints satisfied on train and test, per seed."""
-
-    def shown(key: str) -> str:
-        values = [r.get(key) for r in records]
-        return ", ".join("n/a" if v is None else f"{float(v):.3g}" for v in values)
-
-    return (
-        f"largest lambda per seed {shown('multiplier_max')}; share of steps active "
-        f"{shown('multiplier_active_share')}; constraints satisfied on train "
-        f"{shown('train_fraction_satisfied')}, on test {shown('fraction_satisfied')}"
-    )
-
-
-def monotone_claim(
-    runs: Mapping[str, list[Record]],
-    part: str,
-    unit: str,
-    checks: Sequence[Check],
-    revised: str = "",
-    note: str = "",
-) -> Claim:
-    """Per-layer losses monotone (up to the tolerance) where ERM's have bumps."""
-    erm, constrained = _pairs(runs)
-    rises = [largest_relative_increase(c["layer_losses"]) for c in constrained]
-    erm_rises = [largest_relative_increase(e["layer_losses"]) for e in erm]
-    return claim_from_seeds(
-        f"{part} Descent-constrained training gives per-layer losses that fall monotonically "
-        "across layers where ERM's do not (here: no layer's test loss more than "
-        f"{100 * MONOTONE_TOLERANCE:g} % above the previous layer's, with larger bumps in at "
-        f"least {100 * BUMP_SHARE_FLOOR:g} % of the ERM seeds).",
-        rises,
-        at_most(MONOTONE_TOLERANCE),
-        unit=f"largest relative rise of the per-layer test {unit}, constrained model "
-        "(max_l f_l / f_(l-1) - 1)",
-        checks=[*checks, _bumps_check(erm, part)],
-        evidence=f"largest relative rise per seed: constrained {_numbers(rises)}, ERM "
-        f"{_numbers(erm_rises)}; across-seed spread of ERM's layer-to-layer changes: "
-        f"{_change_spread(erm)}. Constrained: {_summary(constrained)}.{note}",
-        revised=revised,
-    )
 
 
 def sentence_differences(erm: Sequence[Record], constrained: Sequence[Record]) -> list[list[int]]:
@@ -316,8 +167,8 @@ def clean_claims(
         else "seed-level interval"
     )
     evidence = (
-        f"clean test accuracy: constrained {100 * _mean(constrained, 'clean'):.2f} %, ERM "
-        f"{100 * _mean(erm, 'clean'):.2f} %; per seed difference {_points(clean)} points."
+        f"clean test accuracy: constrained {100 * mean_of(constrained, 'clean'):.2f} %, ERM "
+        f"{100 * mean_of(erm, 'clean'):.2f} %; per seed difference {points_text(clean)} points."
     )
     claims = []
     for margin, source in ((CLEAN_PAPER_MARGIN, ", the paper's figure"), (CLEAN_MARGIN, "")):
@@ -344,7 +195,7 @@ def clean_claims(
 
 def text_claims(text: Mapping[str, Any]) -> list[Claim]:
     """Part (a): clean accuracy (two margins), each perturbation kind, monotone losses."""
-    erm, constrained = _pairs(text["runs"])
+    erm, constrained = paired_runs(text["runs"])
     checks = exercised(constrained, "text")
     claims = clean_claims(erm, constrained, checks)
     for kind, levels in text["levels"].items():
@@ -364,7 +215,7 @@ def text_claims(text: Mapping[str, Any]) -> list[Claim]:
                 evidence=f"mean accuracy over levels: constrained "
                 f"{100 * statistics.fmean(statistics.fmean(c[kind]) for c in constrained):.1f} %, "
                 f"ERM {100 * statistics.fmean(statistics.fmean(e[kind]) for e in erm):.1f} %; "
-                f"per seed difference {_points(gains)} points.",
+                f"per seed difference {points_text(gains)} points.",
                 paired=True,
                 revised=TEXT_REVISED,
             )
@@ -381,7 +232,7 @@ def video_claims(
 ) -> list[Claim]:
     """Part (b): RMSE beyond the training noise, monotone per-layer losses. ``earlier``:
     the data is an earlier design's (its evidence says what design 3 would have selected)."""
-    erm, constrained = _pairs(video["runs"])
+    erm, constrained = paired_runs(video["runs"])
     checks = exercised(constrained, "video")
     beyond = [i for i, multiple in enumerate(noise_multiples) if multiple >= OOD_MULTIPLE]
     reductions = [
@@ -389,8 +240,8 @@ def video_claims(
         for e, c in zip(erm, constrained, strict=True)
     ]
     levels = "; ".join(
-        f"{noise_multiples[i]:g}x: constrained {_mean(constrained, 'rmse', i):.4f}, "
-        f"ERM {_mean(erm, 'rmse', i):.4f}"
+        f"{noise_multiples[i]:g}x: constrained {mean_of(constrained, 'rmse', i):.4f}, "
+        f"ERM {mean_of(erm, 'rmse', i):.4f}"
         for i in beyond
     )
     note = revised_selection(video, tolerance) if earlier else ""
@@ -404,7 +255,7 @@ def video_claims(
             unit="relative RMSE reduction (fraction, 1 - constrained / ERM, worst level)",
             checks=checks,
             evidence=f"mean test RMSE {levels}; worst-level reduction per seed "
-            f"{_numbers(reductions)}.{note}",
+            f"{numbers_text(reductions)}.{note}",
             paired=True,
             revised=VIDEO_REVISED,
         ),
@@ -416,128 +267,6 @@ def video_claims(
             VIDEO_REVISED,
             note + (f" {REGIME_SUPERSEDED}" if earlier else ""),
         ),
-    ]
-
-
-def win_rows(
-    erm: Sequence[Record], constrained: Sequence[Record], level: int | None = None
-) -> list[list[float] | None]:
-    """Per seed, per test window: the constrained model's win mark against ERM (1, 0.5 or 0)
-    from the final runs' per-window losses, clean (``level`` None) or at the Gaussian level of
-    that index; None for a seed without losses (a diverged run)."""
-    rows: list[list[float] | None] = []
-    for e, c in zip(erm, constrained, strict=True):
-        key = "sequence_losses" if level is None else "noisy_sequence_losses"
-        if e.get(key) is None or c.get(key) is None:
-            rows.append(None)
-            continue
-        rows.append(sequence_wins(*(r[key] if level is None else r[key][level] for r in (e, c))))
-    return rows
-
-
-def _erm_fits(erm: Sequence[Record]) -> Check:
-    name = "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
-    ratios = [
-        float(r["perplexity"]) / float(r["start_perplexity"])
-        for r in erm
-        if r.get("start_perplexity") is not None
-    ]
-    if not ratios or len(ratios) != len(erm) or not all(map(math.isfinite, ratios)):
-        return not_measured(name, at_most(ERM_FIT_LIMIT), "an ERM seed diverged or has no start")
-    return Check(
-        name,
-        max(ratios),
-        at_most(ERM_FIT_LIMIT),
-        note="equally good is only worth saying of fine-tunes that learnt something (a "
-        "constrained model much worse than ERM shows in the win rate itself)",
-    )
-
-
-def _win_claim(
-    statement: str,
-    rows: Sequence[list[float] | None],
-    threshold: Any,
-    margin: float,
-    checks: Sequence[Check],
-    perplexities: str,
-) -> Claim:
-    per_seed = [statistics.fmean(row) if row else math.nan for row in rows]
-    table = [row for row in rows if row]
-    crossed = crossed_interval(table) if len(table) > 1 else None
-    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
-    half = found["half_width"]
-    resolution = (
-        f" Resolution: the interval's half-width is {100 * half:.1f} points over "
-        f"{found['sentences']:,} test windows and seeds (seed-level alone "
-        f"{100 * found['seed_half_width']:.1f}) against the {100 * margin:g}-point margin: "
-        f"{'resolvable' if found['resolvable'] else 'unresolvable'} at this size."
-        if math.isfinite(half) and found["sentences"]
-        else f" Resolution of the {100 * margin:g}-point margin: n/a (fewer than 2 seeds)."
-    )
-    claim = claim_from_seeds(
-        statement,
-        per_seed,
-        threshold,
-        unit="win rate (share of test windows where the constrained model's loss is lower "
-        "than ERM's, ties half)",
-        checks=checks,
-        evidence=f"win rate per seed {_points(per_seed)} %; {perplexities}.{resolution}",
-        paired=True,
-        extra={"resolution": found},
-    )
-    if crossed is not None:
-        claim = dataclasses.replace(
-            claim,
-            interval=(crossed.low, crossed.high),
-            interval_method=WIN_METHOD,
-        )
-    return claim
-
-
-def language_claims(language: Mapping[str, Any]) -> list[Claim]:
-    """Part (c): the clean and the noisy win rate against ERM, and monotone per-layer losses."""
-    erm, constrained = _pairs(language["runs"])
-    checks = exercised(constrained, "language")
-    level = [float(g) for g in language["gammas"]].index(LANGUAGE_CLAIM_GAMMA)
-
-    def perplexity(records: Sequence[Record], index: int | None) -> float:
-        values = [r["perplexity"] if index is None else r["gaussian"][index] for r in records]
-        return statistics.fmean(values)
-
-    def shown(index: int | None) -> str:
-        return (
-            f"test perplexity constrained {perplexity(constrained, index):.2f}, ERM "
-            f"{perplexity(erm, index):.2f}"
-            + (f", start {_mean(erm, 'start_perplexity'):.2f}" if index is None else "")
-        )
-
-    window = "the share of test windows on which its loss is lower than ERM's{}, ties half"
-    interval = "95 % interval over test windows and seeds"
-    return [
-        _win_claim(
-            "(c) Without noise the descent-constrained fine-tune is judged as good as the "
-            f"unconstrained one, a 50 % win rate (here: {window.format('')}, within "
-            f"{100 * (0.5 - WIN_CLEAN_MARGIN):g}-{100 * (0.5 + WIN_CLEAN_MARGIN):g} %, {interval}).",
-            win_rows(erm, constrained),
-            within(0.5 - WIN_CLEAN_MARGIN, 0.5 + WIN_CLEAN_MARGIN),
-            WIN_CLEAN_MARGIN,
-            [*checks, _erm_fits(erm)],
-            shown(None),
-        ),
-        _win_claim(
-            f"(c) Under Gaussian embedding noise (gamma {LANGUAGE_CLAIM_GAMMA:g}) the "
-            "descent-constrained fine-tune beats the unconstrained one, a "
-            f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: "
-            f"{window.format(f' under noise of RMS {LANGUAGE_CLAIM_GAMMA:g}x the embedding RMS')}"
-            ", at least "
-            f"{100 * (0.5 + WIN_NOISE_MARGIN):g} %, {interval}).",
-            win_rows(erm, constrained, level),
-            at_least(0.5 + WIN_NOISE_MARGIN),
-            WIN_NOISE_MARGIN,
-            checks,
-            shown(level),
-        ),
-        monotone_claim(language["runs"], "(c)", "cross-entropy through the LM head", checks),
     ]
 
 
@@ -558,15 +287,3 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
         *(language_claims(data["language"]) if "language" in data else []),
     ]
     return as_exploratory(claims) if earlier else claims
-
-
-def _mean(records: Sequence[Record], key: str, index: int | None = None) -> float:
-    return statistics.fmean(r[key] if index is None else r[key][index] for r in records)
-
-
-def _numbers(values: Sequence[float]) -> str:
-    return ", ".join(f"{value:.4g}" for value in values)
-
-
-def _points(values: Sequence[float]) -> str:
-    return ", ".join(f"{100 * value:.1f}" for value in values)

@@ -7,6 +7,7 @@ fresh processes, on different thread counts, import module by module anew.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import shutil
@@ -125,6 +126,35 @@ def test_a_comment_and_renamed_private_functions_keep_the_fingerprint(fingerprin
 
 def test_a_changed_default_in_optim_changes_the_fingerprint(fingerprints):
     assert fingerprints["changed"] != fingerprints["package"]
+
+
+KERNEL_PROBE = (
+    "from convergent.studies.framework.canary import fingerprint_here, numerics_fingerprint; "
+    "print(numerics_fingerprint(), fingerprint_here())"
+)
+
+
+def test_the_fingerprint_names_the_code_not_the_cpus_kernels():
+    # Another machine is out of reach; a process told to run other kernels is the same test:
+    # its own canary bytes move, the fingerprint (on the baseline kernels) must not.
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("this CPU runs the baseline kernels already: nothing to tell apart")
+    other = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "ALL"}
+    printed = []
+    for environment in ({}, other):
+        child = subprocess.run(
+            [sys.executable, "-c", KERNEL_PROBE],
+            env={**os.environ, **environment},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert child.returncode == 0, child.stderr
+        printed.append(child.stdout.split())
+    (fingerprint, own), (fingerprint_elsewhere, own_elsewhere) = printed
+    assert own != own_elsewhere  # the kernels move the canary's last bits
+    assert fingerprint == fingerprint_elsewhere
 
 
 @pytest.fixture(scope="module")

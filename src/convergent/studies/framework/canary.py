@@ -22,8 +22,10 @@ with torch's version (and those of `VERSIONED`):
 - the data perturbations (embeddings, texts), random splits and image patches (`data`).
 
 It reads no file, and runs under `_isolated`: one thread and torch's default dtype, with the
-thread count, the default dtype and the random states restored afterwards. docs/design.md
-("Unit keys") says what it cannot see.
+thread count, the default dtype and the random states restored afterwards. The fingerprint is
+computed in a fresh interpreter on the CPU's baseline kernels (`BASELINE_KERNELS`), so that it
+names the code, not the machine: the same value on any x86-64 CPU. docs/design.md ("Unit
+keys") says what it cannot see.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ import contextlib
 import hashlib
 import importlib.metadata
 import logging
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,9 +85,24 @@ from convergent.train import (
     warmup_schedule,
 )
 
-__all__ = ["canary_numbers", "numerics_fingerprint", "tensors_digest"]
+__all__ = ["canary_numbers", "fingerprint_here", "numerics_fingerprint", "tensors_digest"]
 
 FINGERPRINT_DIGITS = 16
+# The kernels every x86-64 CPU runs alike, set for the fingerprint's own interpreter (each is
+# read when its library starts): ATen's unvectorized kernels, MKL's conditional numerical
+# reproducibility mode (the same results on Intel and AMD CPUs), oneDNN's SSE4.1 code.
+BASELINE_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+# Runs `fingerprint_here` on the package found in ``argv[1]`` (the caller's own copy).
+FINGERPRINT_PROBE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from convergent.studies.framework.canary import fingerprint_here; print(fingerprint_here())"
+)
 VOCAB, LENGTH, EXAMPLES, CLASSES = 13, 6, 16, 3
 FEATURES, OUTPUTS = 3, 2
 STEPS, BATCH = 3, 4
@@ -447,9 +468,33 @@ def _version(package: str) -> str:
 
 @cache
 def numerics_fingerprint() -> str:
+    """`fingerprint_here` computed in a fresh interpreter on `BASELINE_KERNELS`, so that every
+    x86-64 CPU gives the same value for the same code; once per process (about 3 s).
+
+    The CPU's own kernels (ATen's widest vectors, MKL's and oneDNN's per-CPU code paths) move
+    the last bits of the canary, and through them every key: units then could not move
+    between machines, and a run that spans sessions on machines of two kinds would start over
+    at each change. Its baseline kernels are the same instructions everywhere.
+    """
+    source = Path(__file__).resolve().parents[3]  # the folder that holds this `convergent`
+    child = subprocess.run(
+        [sys.executable, "-c", FINGERPRINT_PROBE, str(source)],
+        env={**os.environ, **BASELINE_KERNELS},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    printed = child.stdout.strip().splitlines()
+    if child.returncode != 0 or not printed:
+        raise RuntimeError(f"the numbers' fingerprint could not be computed: {child.stderr}")
+    return printed[-1]
+
+
+def fingerprint_here() -> str:
     """A short hash of `canary_numbers` (names, dtypes, shapes and exact bytes), of
-    ``torch.__version__`` and of the installed versions of `VERSIONED`; computed once per
-    process."""
+    ``torch.__version__`` and of the installed versions of `VERSIONED`, on the kernels this
+    process runs (a machine's own, unless `BASELINE_KERNELS` was set before torch started)."""
     digest = hashlib.sha256(f"torch {torch.__version__}".encode())
     for package in VERSIONED:
         digest.update(f"\0{package} {_version(package)}".encode())

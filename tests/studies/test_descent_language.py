@@ -22,13 +22,13 @@ from convergent.losses import next_token_labels
 from convergent.models import Transformer, TransformerConfig
 from convergent.studies.descent import Config, claims_from_results, run_language_pilot, summary
 from convergent.studies.descent import language as descent_language
+from convergent.studies.descent.claims import language_claims
 from convergent.studies.descent.config import LanguageConfig
 from convergent.studies.descent.measures import sequence_losses, sequence_wins
 from convergent.studies.descent.pilot import expected_half_width
 from convergent.studies.descent.report import draw_language, language_tables
 from convergent.studies.descent.selection import language_score, selected_index
 from convergent.studies.descent.study import _language
-from convergent.studies.descent.wins import language_claims
 from convergent.studies.framework import (
     UnitCache,
     claims_by_name,

@@ -37,7 +37,7 @@ from convergent.studies.descent.measures import (
 )
 from convergent.studies.descent.models import language_model, train_model
 from convergent.studies.descent.runs import LAYER_SCORES, diverged_record
-from convergent.studies.framework.canary import tensors_digest
+from convergent.studies.framework import tensors_digest
 from convergent.train import evaluate, fit, warmup_schedule
 
 CHARACTERS_PER_WINDOW = 256  # about 62 WordPiece tokens of the novels' prose

@@ -7,7 +7,7 @@ nothing else.
 
 from __future__ import annotations
 
-from convergent.studies.framework.canary import numerics_fingerprint
+from convergent.studies.framework.canary import numerics_fingerprint, tensors_digest
 from convergent.studies.framework.claims import (
     PREVIEW_BELOW,
     VERDICTS,
@@ -114,6 +114,7 @@ __all__ = [
     "select_points",
     "stored_number",
     "t_interval",
+    "tensors_digest",
     "tune",
     "tuning_lines",
     "unit_session",

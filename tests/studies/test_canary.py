@@ -25,7 +25,7 @@ from convergent.studies.framework import canary
 PACKAGE = Path(canary.__file__).resolve().parents[2]  # src/convergent
 # With torch on ``argv[1]`` threads, imports each package root of ``argv[2:]`` in turn (its
 # modules only: torch is imported once, which keeps these tests near 10 s) and prints where
-# its HORST came from and its fingerprint.
+# its HORST came from, its fingerprint and its canary's hash on this process's own kernels.
 PROBE = """
 import importlib, sys, torch
 torch.set_num_threads(int(sys.argv[1]))
@@ -35,8 +35,8 @@ for root in sys.argv[2:]:
     sys.path.insert(0, root)
     importlib.invalidate_caches()
     from convergent.optim import horst
-    from convergent.studies.framework.canary import numerics_fingerprint
-    print(horst.__file__, numerics_fingerprint())
+    from convergent.studies.framework.canary import fingerprint_here, numerics_fingerprint
+    print(horst.__file__, numerics_fingerprint(), fingerprint_here())
     sys.path.remove(root)
 """
 
@@ -109,15 +109,18 @@ def fingerprints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         assert process.returncode == 0, stderr
         lines = stdout.split("\n")[: len(plans[threads])]
         for (name, package), line in zip(plans[threads], lines, strict=True):
-            location, fingerprint = line.split()
+            location, fingerprint, here = line.split()
             assert Path(location).is_relative_to(package)  # this package's code ran
-            results[name] = fingerprint
+            results[name], results[f"{name} here"] = fingerprint, here
     return results
 
 
 def test_the_fingerprint_is_the_same_in_fresh_processes_whatever_their_threads(fingerprints):
     assert re.fullmatch("[0-9a-f]{16}", fingerprints["package"])
     assert fingerprints["package, two threads"] == fingerprints["package"]
+    # the canary itself runs on one thread whatever the caller's count (the fingerprint's
+    # interpreter runs on one anyway)
+    assert fingerprints["package, two threads here"] == fingerprints["package here"]
 
 
 def test_a_comment_and_renamed_private_functions_keep_the_fingerprint(fingerprints):
@@ -129,32 +132,67 @@ def test_a_changed_default_in_optim_changes_the_fingerprint(fingerprints):
 
 
 KERNEL_PROBE = (
-    "from convergent.studies.framework.canary import fingerprint_here, numerics_fingerprint; "
-    "print(numerics_fingerprint(), fingerprint_here())"
+    "import sys; from convergent.studies.framework.canary import fingerprint_here, "
+    "numerics_fingerprint; print(numerics_fingerprint() if sys.argv[1] == 'both' else '-', "
+    "fingerprint_here())"
 )
+# What the fingerprint's interpreter must run with, written out here (not read from the module).
+BASELINE = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable,-FMA_Usable,-FMA4_Usable,-AVX2,-FMA,-FMA4",
+}
+
+
+def _fingerprints(environments: list[dict[str, str]], both: bool = True) -> list[list[str]]:
+    """(fingerprint, or "-" without ``both``; the canary bytes' hash on the process's own
+    kernels) from one fresh process per environment (added to this one's), side by side."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", KERNEL_PROBE, "both" if both else "here"],
+            env={**os.environ, **environment},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for environment in environments
+    ]
+    printed = []
+    for child in children:
+        stdout, stderr = child.communicate(timeout=300)
+        assert child.returncode == 0, stderr
+        printed.append(stdout.split())
+    return printed
+
+
+def test_the_fingerprints_interpreter_runs_the_baseline_kernels_and_nothing_inherited():
+    inherited = {"PATH": "/bin", "MKL_CBWR": "AUTO", "OMP_PROC_BIND": "true", "DNNL_VERBOSE": "1"}
+    environment = canary.baseline_environment(inherited)
+    assert {k: environment[k] for k in BASELINE} == BASELINE
+    assert environment["PATH"] == "/bin" and "OMP_PROC_BIND" not in environment
+    assert "DNNL_VERBOSE" not in environment
+    assert environment["OMP_NUM_THREADS"] == environment["MKL_NUM_THREADS"] == "1"
 
 
 def test_the_fingerprint_names_the_code_not_the_cpus_kernels():
-    # Another machine is out of reach; a process told to run other kernels is the same test:
-    # its own canary bytes move, the fingerprint (on the baseline kernels) must not.
+    # Another machine is out of reach; processes told to run other kernels are the same test.
+    # Each baseline setting alone moves the canary's bytes on this machine (so each is needed
+    # here), and other kernels in the caller do not move the fingerprint.
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
         pytest.skip("this CPU runs the baseline kernels already: nothing to tell apart")
-    other = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "ALL"}
-    printed = []
-    for environment in ({}, other):
-        child = subprocess.run(
-            [sys.executable, "-c", KERNEL_PROBE],
-            env={**os.environ, **environment},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert child.returncode == 0, child.stderr
-        printed.append(child.stdout.split())
-    (fingerprint, own), (fingerprint_elsewhere, own_elsewhere) = printed
-    assert own != own_elsewhere  # the kernels move the canary's last bits
-    assert fingerprint == fingerprint_elsewhere
+    other = {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_CBWR": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F",
+    }
+    plain, elsewhere = _fingerprints([{}, other])
+    assert plain[1] != elsewhere[1]  # the kernels move the canary's last bits
+    assert plain[0] == elsewhere[0]
+    alone = _fingerprints([{name: value} for name, value in BASELINE.items()], both=False)
+    unmoved = [name for name, run in zip(BASELINE, alone, strict=True) if run[1] == plain[1]]
+    assert not unmoved, f"these baseline settings moved nothing here: {unmoved}"
 
 
 @pytest.fixture(scope="module")

@@ -416,3 +416,5 @@ def test_a_fine_tunes_key_changes_with_its_pretrained_start_and_only_with_it():
         job.unit()
         != dataclasses.replace(job, start={**start, "a.bias": start["a.bias"][:2]}).unit()
     )
+    with pytest.raises(ValueError, match="needs the pretrained weights"):
+        dataclasses.replace(job, start={}).unit()

@@ -283,9 +283,11 @@ class LanguageJob:
     point: dict[str, Any]
     seed: int
     final: bool
-    start: Mapping[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    start: Mapping[str, torch.Tensor] = field(compare=False, repr=False)
 
     def unit(self) -> dict[str, Any]:
+        if not self.start:  # an empty start would key, and fail only when it ran
+            raise ValueError("a language fine-tune needs the pretrained weights it starts from")
         return {
             "part": "language",
             "method": self.method,

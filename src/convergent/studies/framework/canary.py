@@ -24,8 +24,8 @@ with torch's version (and those of `VERSIONED`):
 It reads no file, and runs under `_isolated`: one thread and torch's default dtype, with the
 thread count, the default dtype and the random states restored afterwards. The fingerprint is
 computed in a fresh interpreter on the CPU's baseline kernels (`BASELINE_KERNELS`), so that it
-names the code, not the machine: the same value on any x86-64 CPU. docs/design.md ("Unit
-keys") says what it cannot see.
+names the code (and the C library's version), not the machine: the same value on x86-64 CPUs
+of either vendor. docs/design.md ("Unit keys") says what it cannot see.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,24 +86,37 @@ from convergent.train import (
     warmup_schedule,
 )
 
-__all__ = ["canary_numbers", "fingerprint_here", "numerics_fingerprint", "tensors_digest"]
+__all__ = [
+    "baseline_environment",
+    "canary_numbers",
+    "fingerprint_here",
+    "numerics_fingerprint",
+    "tensors_digest",
+]
 
 FINGERPRINT_DIGITS = 16
 # The kernels every x86-64 CPU runs alike, set for the fingerprint's own interpreter (each is
-# read when its library starts): ATen's unvectorized kernels, MKL's conditional numerical
-# reproducibility mode (the same results on Intel and AMD CPUs), oneDNN's SSE4.1 code.
+# read when its library starts; each moves the canary's bytes on a current CPU): ATen's
+# unvectorized kernels, MKL's conditional numerical reproducibility mode (the same results on
+# Intel and AMD CPUs), oneDNN's SSE4.1 code, and glibc's libm without its FMA/AVX2 variants of
+# exp, log, pow, ... (chosen at load time by the CPU; both spellings of glibc's hwcaps names).
 BASELINE_KERNELS = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
     "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable,-FMA_Usable,-FMA4_Usable,-AVX2,-FMA,-FMA4",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
-# Runs `fingerprint_here` on the package found in ``argv[1]`` (the caller's own copy).
+# Settings of these libraries that the caller's environment may hold: none reaches the child.
+KERNEL_SETTINGS = ("ATEN_", "MKL_", "ONEDNN_", "DNNL_", "OMP_", "KMP_", "GOMP_", "GLIBC_")
+# Runs `fingerprint_here` with ``argv[1]`` (the caller's ``sys.path``, JSON) as its path, so
+# that it imports the caller's own copies of the package and its dependencies.
 FINGERPRINT_PROBE = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
     "from convergent.studies.framework.canary import fingerprint_here; print(fingerprint_here())"
 )
+FINGERPRINT_PATTERN = re.compile(f"[0-9a-f]{{{FINGERPRINT_DIGITS}}}")
 VOCAB, LENGTH, EXAMPLES, CLASSES = 13, 6, 16, 3
 FEATURES, OUTPUTS = 3, 2
 STEPS, BATCH = 3, 4
@@ -468,27 +482,38 @@ def _version(package: str) -> str:
 
 @cache
 def numerics_fingerprint() -> str:
-    """`fingerprint_here` computed in a fresh interpreter on `BASELINE_KERNELS`, so that every
-    x86-64 CPU gives the same value for the same code; once per process (about 3 s).
+    """`fingerprint_here` computed in a fresh interpreter, on the caller's ``sys.path``, with
+    `baseline_environment`: x86-64 CPUs of either vendor give the same value for the same code
+    (and the same glibc); once per process (about 3 s).
 
-    The CPU's own kernels (ATen's widest vectors, MKL's and oneDNN's per-CPU code paths) move
-    the last bits of the canary, and through them every key: units then could not move
-    between machines, and a run that spans sessions on machines of two kinds would start over
-    at each change. Its baseline kernels are the same instructions everywhere.
+    The CPU's own kernels (ATen's widest vectors, MKL's, oneDNN's and libm's per-CPU code
+    paths) move the last bits of the canary, and through them every key: units then could not
+    move between machines, and a run that spans sessions on machines of two kinds would start
+    over at each change. The baseline kernels are the same instructions everywhere.
     """
-    source = Path(__file__).resolve().parents[3]  # the folder that holds this `convergent`
-    child = subprocess.run(
-        [sys.executable, "-c", FINGERPRINT_PROBE, str(source)],
-        env={**os.environ, **BASELINE_KERNELS},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", FINGERPRINT_PROBE, json.dumps(sys.path)],
+            env=baseline_environment(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError("the numbers' fingerprint took more than 600 s") from error
     printed = child.stdout.strip().splitlines()
-    if child.returncode != 0 or not printed:
-        raise RuntimeError(f"the numbers' fingerprint could not be computed: {child.stderr}")
+    if child.returncode != 0 or not printed or not FINGERPRINT_PATTERN.fullmatch(printed[-1]):
+        raise RuntimeError(
+            f"the numbers' fingerprint could not be computed: {child.stderr[-2000:]}"
+        )
     return printed[-1]
+
+
+def baseline_environment(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` without its `KERNEL_SETTINGS`, with `BASELINE_KERNELS`."""
+    kept = {k: v for k, v in environment.items() if not k.startswith(KERNEL_SETTINGS)}
+    return {**kept, **BASELINE_KERNELS}
 
 
 def fingerprint_here() -> str:
@@ -515,4 +540,4 @@ def _update_with_tensors(digest: Any, tensors: Mapping[str, Tensor]) -> None:
     for name, value in tensors.items():
         tensor = value.detach().cpu().contiguous()
         digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
-        digest.update(tensor.numpy().tobytes())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype

@@ -376,7 +376,7 @@ def test_an_earlier_design_is_refused_with_one_sentence_naming_both_designs():
 
 def test_history_files_hold_the_claims_they_were_scored_with():
     files = sorted(HISTORY.glob("design*.results.json"))
-    assert [path.name for path in files] == ["design1.results.json"]
+    assert [path.name for path in files] == ["design1.results.json", "design2.results.json"]
     for path in files:
         payload = json.loads(path.read_text())
         assert payload["name"] == "sparsity" and payload["mode"] == "full"
@@ -384,14 +384,18 @@ def test_history_files_hold_the_claims_they_were_scored_with():
         assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
 
 
-def test_the_committed_full_results_are_of_design_two_and_refused():
-    # The committed full run predates design 3 (its LM was pruned by magnitude alone and HAM's
-    # move ratio was not recorded): this code refuses to score it until design 3's run is
-    # committed, and the design-2 verdicts move to history/ with it.
+def test_the_committed_full_results_are_design_three_and_rescore_to_their_verdicts():
+    # Design 2's run (its LM pruned by magnitude alone, HAM's move ratio not recorded) lives in
+    # history/ and this code refuses to score it; design 3's rescores to what it stored.
     payload = _committed()
-    assert payload["data"]["design"] == 2
+    assert payload["data"]["design"] == 3 and len(payload["config"]["seeds"]) >= 5
+    rescored = claims_from_results(payload)
+    assert [(c.verdict, c.effect) for c in rescored] == [
+        (c["verdict"], c["effect"]) for c in payload["claims"]
+    ]
+    earlier = json.loads((HISTORY / "design2.results.json").read_text())
     with pytest.raises(ValueError, match=r"of design 2, and this code scores design 3 only"):
-        claims_from_results(payload)
+        claims_from_results(earlier)
 
 
 def test_language_selection_skips_points_whose_dense_model_is_over_ten_percent_worse():

@@ -139,7 +139,15 @@ def test_a_selection_outside_the_dense_floor_says_why_the_lm_claims_are_untested
     )
 
 
-def test_the_committed_design_two_results_are_refused():
-    payload = json.loads((COMMITTED / "results.json").read_text())
+def test_the_design_two_results_in_history_are_refused():
+    payload = json.loads((COMMITTED / "history" / "design2.results.json").read_text())
     with pytest.raises(ValueError, match=r"of design 2, and this code scores design 3 only"):
         summary(payload)
+
+
+def test_the_committed_design_three_summary_names_only_verdicts_its_results_hold():
+    payload = json.loads((COMMITTED / "results.json").read_text())
+    assert payload["data"]["design"] == 3
+    sentences = summary(payload)
+    assert 3 <= len(sentences) <= 5
+    assert misstated_verdicts(sentences, payload) == []

@@ -391,7 +391,7 @@ def norm_moved_check(
             strict=True,
         ):
             step = last_step(z)
-            at_zero = total_norm(z["trace"][-1]["norms"])
+            at_zero = total_end_norm(z)
             per_seed.append(abs(norm_at(r, step) - at_zero) / at_zero)
         moved.append(per_seed)
     if any(math.isnan(v) for seed in moved for v in seed):

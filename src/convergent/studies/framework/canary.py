@@ -24,8 +24,9 @@ with torch's version (and those of `VERSIONED`):
 It reads no file, and runs under `_isolated`: one thread and torch's default dtype, with the
 thread count, the default dtype and the random states restored afterwards. The fingerprint is
 computed in a fresh interpreter on the CPU's baseline kernels (`BASELINE_KERNELS`), so that it
-names the code (and the C library's version), not the machine: the same value on x86-64 CPUs
-of either vendor. docs/design.md ("Unit keys") says what it cannot see.
+names the code (and the C library's version) rather than the vector width: CPUs of one vendor
+agree, but an AMD and an Intel x86-64 CPU were seen to differ. docs/design.md ("Unit keys")
+says what it cannot see, and how committed units move to a new machine's keys.
 """
 
 from __future__ import annotations
@@ -483,8 +484,9 @@ def _version(package: str) -> str:
 @cache
 def numerics_fingerprint() -> str:
     """`fingerprint_here` computed in a fresh interpreter, on the caller's ``sys.path``, with
-    `baseline_environment`: x86-64 CPUs of either vendor give the same value for the same code
-    (and the same glibc); once per process (about 3 s).
+    `baseline_environment`, so that the CPU's vector width does not move it (CPUs of two
+    vendors were still seen to differ: docs/design.md, "Unit keys"); once per process (about
+    3 s).
 
     The CPU's own kernels (ATen's widest vectors, MKL's, oneDNN's and libm's per-CPU code
     paths) move the last bits of the canary, and through them every key: units then could not

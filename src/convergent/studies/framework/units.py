@@ -99,11 +99,13 @@ class UnitCache:
         self.hits = 0
         self.misses = 0
 
-    def key(self, unit: Mapping[str, Any]) -> str:
-        """The file stem of ``unit``: a hash of the study, config, design, numbers and unit."""
+    def key(self, unit: Mapping[str, Any], numerics: str | None = None) -> str:
+        """The file stem of ``unit``: a hash of the study, config, design, numbers (this
+        process's `numerics_fingerprint`, or ``numerics``) and unit."""
         # The fingerprint is computed at the first key (once per process), not for a cache
         # that is never asked.
-        key = {**self._base, "numerics": numerics_fingerprint(), "unit": _canonical(unit)}
+        fingerprint = numerics_fingerprint() if numerics is None else numerics
+        key = {**self._base, "numerics": fingerprint, "unit": _canonical(unit)}
         text = json.dumps(key, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 

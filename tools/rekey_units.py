@@ -1,0 +1,138 @@
+"""Move the committed study units to their keys under this machine's numbers' fingerprint.
+
+A unit's key hashes `numerics_fingerprint`, and machines of two CPU vendors compute different
+fingerprints for the same code (docs/design.md, "Unit keys"). A session on a new kind of
+machine then finds none of the committed units. This script checks, for every unit file
+under the committed folders below, that its name is its key under ``OLD`` (the fingerprint
+of the machine that computed it, from an earlier session's note or `git log`), then, with
+``--apply``, renames it with ``git mv`` to its key under this machine's fingerprint. A file
+whose name is not its key under ``OLD`` stops the script before anything moves: it was
+computed by other code, and only a run may replace it.
+
+    .venv/bin/python tools/rekey_units.py OLD            # check only
+    .venv/bin/python tools/rekey_units.py OLD --apply    # check, then move
+
+Run it only on a checkout whose numerical code is the code that computed the units (the same
+commit, or one whose changes left the old machine's fingerprint unchanged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from convergent.studies.framework import json_ready, tensors_digest
+from convergent.studies.framework.canary import numerics_fingerprint
+from convergent.studies.framework.units import UnitCache
+
+RESULTS = Path("docs/results")
+
+
+def _caches() -> dict[Path, list[UnitCache]]:
+    """Each committed unit folder and the caches whose units it may hold."""
+    from convergent.studies.descent import pilot as descent_pilot
+    from convergent.studies.descent import study as descent
+    from convergent.studies.descent.config import Config as DescentConfig
+    from convergent.studies.langevin import study as langevin
+    from convergent.studies.langevin.config import Config as LangevinConfig
+    from convergent.studies.residual import study as residual
+    from convergent.studies.residual.config import Config as ResidualConfig
+    from convergent.studies.sparsity import pilot as sparsity_pilot
+    from convergent.studies.sparsity import study as sparsity
+    from convergent.studies.sparsity.config import Config as SparsityConfig
+
+    def full(name: str, config: Any, design: int) -> UnitCache:
+        return UnitCache(".", name, json_ready(config.for_mode("full")), design=design)
+
+    language = dataclasses.replace(
+        DescentConfig.for_mode("full"),
+        selection_seed=descent_pilot.PILOT_SEEDS[0],
+        seeds=descent_pilot.PILOT_SEEDS[1:],
+        workers=2,
+    )
+    progress = RESULTS / "in-progress"
+    return {
+        progress / "sparsity/units": [full("sparsity", SparsityConfig, sparsity.UNIT_DESIGN)],
+        progress / "residual/units": [full("residual", ResidualConfig, residual.UNIT_DESIGN)],
+        progress / "langevin/units": [full("langevin", LangevinConfig, langevin.UNIT_DESIGN)],
+        progress / "descent/units": [full("descent", DescentConfig, descent.UNIT_DESIGN)],
+        RESULTS / "pilots/sparsity-design3/sparsity-pilot/units": [
+            sparsity_pilot.pilot_cache(".", sparsity_pilot.pilot_config(regime))
+            for regime in sparsity_pilot.PILOT_REGIMES
+        ],
+        RESULTS / "pilots/descent-design3/descent-pilot/units": [
+            UnitCache(
+                ".",
+                "descent-pilot",
+                json_ready(descent_pilot.pilot_config(layers, None, 2)),
+                design=descent_pilot.PILOT_UNIT_DESIGN,
+            )
+            for layers in descent_pilot.PILOT_DEPTHS
+        ]
+        + [
+            UnitCache(
+                ".",
+                "descent-language-pilot",
+                json_ready(language),
+                design=descent_pilot.LANGUAGE_PILOT_UNIT_DESIGN,
+            )
+        ],
+    }
+
+
+def _keyed_unit(unit: Mapping[str, Any], starts: list[str]) -> Mapping[str, Any]:
+    """``unit`` as its key reads it: a language fine-tune stored before its key named the
+    pretrained weights it starts from keys with their digest (the folder's one pretraining)."""
+    fine_tune = unit.get("part") == "language" and unit.get("method") != "pretrain"
+    if not fine_tune or "start" in unit:
+        return unit
+    if len(starts) != 1:
+        raise SystemExit(f"a fine-tune needs one pretraining beside it, found {len(starts)}")
+    return {**unit, "start": starts[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", help="the fingerprint the units were keyed under")
+    parser.add_argument("--apply", action="store_true", help="move the files (git mv)")
+    arguments = parser.parse_args()
+    new = numerics_fingerprint()
+    print(f"keys under {arguments.old} -> keys under {new}")
+    moves: list[tuple[Path, Path]] = []
+    unverified: list[Path] = []
+    for folder, caches in _caches().items():
+        stored = {path: torch.load(path, weights_only=True) for path in sorted(folder.glob("*.pt"))}
+        starts = [
+            tensors_digest(entry["value"]["state"])
+            for entry in stored.values()
+            if entry["unit"].get("method") == "pretrain"
+        ]
+        for path, entry in stored.items():
+            unit = _keyed_unit(entry["unit"], starts)
+            owners = [cache for cache in caches if cache.key(unit, arguments.old) == path.stem]
+            if len(owners) != 1:
+                unverified.append(path)
+                continue
+            moves.append((path, folder / f"{owners[0].key(unit)}.pt"))
+        print(f"{folder}: {len(stored)} file(s)")
+    print(f"{len(moves)} verified, {len(unverified)} not keyed under {arguments.old}")
+    for path in unverified:
+        print(f"  not its key: {path}")
+    if unverified:
+        sys.exit(1)
+    if arguments.apply:
+        for source, target in moves:
+            if source != target:
+                subprocess.run(["git", "mv", str(source), str(target)], check=True)
+        print(f"moved {sum(source != target for source, target in moves)} file(s)")
+
+
+if __name__ == "__main__":
+    main()

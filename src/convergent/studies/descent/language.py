@@ -294,8 +294,14 @@ class LanguageJob:
             **self.point,
             "seed": self.seed,
             "final": self.final,
-            "start": tensors_digest(self.start),
+            "start": self._start_digest,
         }
+
+    @functools.cached_property
+    def _start_digest(self) -> str:
+        """`tensors_digest` of ``start`` (14 MB at full size), once per job: a job is keyed
+        several times (looked up, stored, logged)."""
+        return tensors_digest(self.start)
 
 
 def _rounded(values: Sequence[float]) -> list[float]:

@@ -294,6 +294,37 @@ def test_history_lines_match_a_name_whose_selection_was_nested_in_it():
     assert "no counterpart" not in "\n".join(lines)
 
 
+def test_history_lines_match_an_earlier_name_that_only_appended_a_qualifier():
+    from convergent.studies.framework import history_lines
+
+    # Design 2 said "(ratio HORST / AdamW)" after a claim that design 3 names without it; two
+    # earlier names with the same words before their qualifiers match nothing.
+    old = _payload(
+        [1, 2, 3],
+        [
+            _record("Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
+            _record("Near zero (ViT)", "not reproduced", 2),
+            _record("Near zero (LM)", "reproduced", 3),
+        ],
+    )
+    new = _payload(
+        [4, 5, 6],
+        [
+            _record("Pruned keeps lower perplexity", "reproduced", 4),
+            _record("Near zero", "reproduced", 5),
+        ],
+    )
+    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
+    assert (
+        table[2]
+        == "| Pruned keeps lower perplexity | reproduced: 1 [0, 2] | reproduced: 4 [3, 5] | — |"
+    )
+    assert table[3] == "| Near zero | — | reproduced: 5 [4, 6] | — |"
+    text = "\n".join(history_lines(new, 3, [(2, old)]))
+    assert "no counterpart now: Near zero (ViT) (not reproduced: 2 [1, 3]); Near zero (LM)" in text
+    assert "Pruned keeps lower perplexity (ratio" not in text
+
+
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):
     import gzip
     import json

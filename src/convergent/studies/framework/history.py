@@ -7,8 +7,10 @@ earlier designs live in ``docs/results/<study>-full/history/design<N>.results.js
 verdicts from all of them in one table, with what changed in its test and why (the claim's
 ``revised`` field). Claims are matched across designs by their names (`claim_names`: the
 paper's words, which a redesign keeps), ignoring a parenthesis nested in a name's last one
-(a selection such as "lr tuned per beta (0: 0.8, ...)" that earlier designs' names carried);
-an earlier claim with no counterpart is listed below the table.
+(a selection such as "lr tuned per beta (0: 0.8, ...)" that earlier designs' names carried).
+Where names still differ, an earlier name that is a current one with a qualifier appended
+(" (ratio HORST / AdamW)") matches it when neither side has another such candidate. An
+earlier claim with no counterpart is listed below the table.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
 # A parenthesis inside a claim name's last one: " (0: 0.8, 0.25: 0.8)" in "(lr tuned per beta
 # (0: 0.8, 0.25: 0.8), 2000 steps)".
 NESTED = re.compile(r" \([^()]*\)(?=[^()]*\)$)")
+# A qualifier at a name's end: " (ratio HORST / AdamW)" in "... than an AdamW-trained one
+# (ratio HORST / AdamW)".
+QUALIFIER = re.compile(r" \([^()]*\)$")
 
 Records = Sequence[Mapping[str, Any]]
 Rescore = Callable[[Mapping[str, Any]], Records]
@@ -70,6 +75,24 @@ def comparable_name(name: str) -> str:
 
 def _by_name(claims: Records) -> dict[str, Mapping[str, Any]]:
     return {comparable_name(n): c for n, c in zip(claim_names(claims), claims, strict=True)}
+
+
+def _counterparts(current: Sequence[str], earlier: Sequence[str]) -> dict[str, str]:
+    """Each current (comparable) name's earlier counterpart: the same name, else the one
+    earlier name that is it with a qualifier appended, where no other current name could
+    claim that earlier name."""
+    found = {name: name for name in current if name in earlier}
+    bases: dict[str, list[str]] = {}
+    for name in earlier:
+        if name not in found.values():
+            bases.setdefault(QUALIFIER.sub("", name), []).append(name)
+    unmatched = [name for name in current if name not in found]
+    for name in unmatched:
+        candidates = bases.get(name, [])
+        rivals = [other for other in unmatched if QUALIFIER.sub("", other) == name]
+        if len(candidates) == 1 and rivals == [name]:
+            found[name] = candidates[0]
+    return found
 
 
 def history_lines(
@@ -123,7 +146,8 @@ def history_lines(
         " (an earlier design's data)" if exploratory else ""
     )
     names = claim_names(claims)
-    matched = {comparable_name(name) for name in names}
+    comparable = [comparable_name(name) for name in names]
+    counterparts = [_counterparts(comparable, list(by_name)) for _, _, by_name in columns]
     header = [
         "claim",
         *(title for title, _, _ in columns),
@@ -140,8 +164,11 @@ def history_lines(
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for name, claim in zip(names, claims, strict=True):
-        cells = [_verdict_cell(by_name.get(comparable_name(name))) for _, _, by_name in columns]
+    for name, key, claim in zip(names, comparable, claims, strict=True):
+        cells = [
+            _verdict_cell(by_name.get(found.get(key, "")))
+            for (_, _, by_name), found in zip(columns, counterparts, strict=True)
+        ]
         cells.append(_verdict_cell(claim))
         lines.append(
             "| "
@@ -149,7 +176,8 @@ def history_lines(
             + " |"
         )
     lines.append("")
-    for _, whose, by_name in columns:
+    for (_, whose, by_name), found in zip(columns, counterparts, strict=True):
+        matched = set(found.values())
         dropped = [f"{n} ({_verdict_cell(c)})" for n, c in by_name.items() if n not in matched]
         if dropped:
             lines += [f"{whose} with no counterpart now: " + "; ".join(dropped) + ".", ""]

@@ -163,3 +163,15 @@ def test_a_misstated_or_undeclared_verdict_is_caught():
     assert misstated_verdicts([undeclared], payload) == [
         "'Y is untested.' names ['untested'] without declaring it"
     ]
+
+
+def test_no_markdown_table_is_cut_by_a_blank_line():
+    # A blank line ends a table: a row after it, with no header and separator of its own, is
+    # shown as a line of text (a design row appended with a blank line before it did this).
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        lines = path.read_text().splitlines()
+        for number, (before, line, after) in enumerate(
+            zip(["", *lines[:-1]], lines, [*lines[1:], ""], strict=True), start=1
+        ):
+            if line.startswith("|") and not before.strip() and not after.startswith("|--"):
+                raise AssertionError(f"{path.relative_to(ROOT)}:{number}: a row outside a table")

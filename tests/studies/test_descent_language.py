@@ -392,6 +392,18 @@ def test_the_summary_keeps_five_sentences_with_part_c():
     text = summary(reproduced)[4].text
     assert "clearing the test's 55 % (reproduced; the paper: 69.93 %)" in text
     assert "worth trying" in text and misstated_verdicts(summary(reproduced), reproduced) == []
+    # What a user who fine-tunes a language model should do follows the two win rates.
+    for noise, clean, advice in (
+        ("reproduced", "reproduced", "worth trying: it cost nothing without noise"),
+        ("reproduced", "not reproduced", "use it only where inputs are noisy"),
+        ("not reproduced", "reproduced", "plain fine-tuning is the simpler choice"),
+        ("inconclusive", "inconclusive", "stays open at this scale"),
+    ):
+        changed = _with_part_c(payload, {LANGUAGE_NOISE: noise, LANGUAGE_CLEAN: clean})
+        assert advice in summary(changed)[4].text, (noise, clean)
+        assert misstated_verdicts(summary(changed), changed) == []
+    untested = _with_part_c(payload, {LANGUAGE_NOISE: "untested"})
+    assert not any(a in summary(untested)[4].text for a in ("simpler", "worth", "open at"))
 
 
 def test_the_summary_says_when_part_c_constraints_did_not_bind():

@@ -401,6 +401,21 @@ LANGUAGE_LAYERS = {
 }
 
 
+# What part (c) tells a user who fine-tunes a language model, by the (noise, clean) verdicts
+# (declared before part (c)'s full run); "any" stands for a clean verdict not listed.
+LANGUAGE_ADVICE = {
+    ("reproduced", "reproduced"): "; for a language model whose inputs may be noisy, "
+    "constrained fine-tuning at this strength is worth trying: it cost nothing without noise",
+    ("reproduced", "not reproduced"): "; constrained fine-tuning helped under noise but cost "
+    "something without it, so use it only where inputs are noisy",
+    ("reproduced", "any"): "; where inputs are noisy, constrained fine-tuning is worth trying",
+    ("not reproduced", "any"): "; at this scale the constraints did not make a fine-tuned "
+    "language model more robust to embedding noise, so plain fine-tuning is the simpler choice",
+    ("inconclusive", "any"): "; whether the constraints make a fine-tuned language model more "
+    "robust to embedding noise stays open at this scale",
+}
+
+
 def _share(claim: Claim) -> str:
     """A win-rate claim's effect as a percentage (n/a when every seed diverged)."""
     return "n/a" if claim["effect"] is None else _percent(float(claim["effect"]))
@@ -441,10 +456,9 @@ def _language(payload: Mapping[str, Any]) -> Sentence:
     if verdicts[LANGUAGE_MONOTONE] == "untested" and bumps["passed"] is False:
         layer_text += " (ERM's own already fell layer by layer)"
     selected = _strength(payload["data"]["language"]["selected"]["constrained"])
-    advice = (
-        "; where inputs are noisy, constrained fine-tuning is worth trying"
-        if verdicts[LANGUAGE_NOISE] == "reproduced"
-        else ""
+    advice = LANGUAGE_ADVICE.get(
+        (verdicts[LANGUAGE_NOISE], verdicts[LANGUAGE_CLEAN]),
+        LANGUAGE_ADVICE.get((verdicts[LANGUAGE_NOISE], "any"), ""),
     )
     return Sentence(
         f"{model} the selected constraints ({selected}) bound ({measured}); the constrained "

@@ -144,12 +144,18 @@ def test_rescore_of_the_committed_folder(tmp_path):
     assert written["claims"] == json.loads(committed)["claims"]
     assert [c["verdict"] for c in written["claims"]] == [c.verdict for c in result.claims]
     report = (folder / "report.md").read_text()
+    # Design 3's own run (seeds 10-14): its verdicts confirm, none is exploratory.
     for claim in result.claims:
-        assert f"| {claim.statement} | {claim.verdict} (exploratory) |" in report
-    # Design 2's verdicts stand beside design 3's on the same seeds.
+        assert f"| {claim.statement} | {claim.verdict} |" in report
+    # Design 2's verdicts, as scored then and rescored by design 3's tests (exploratory), stand
+    # beside design 3's on its new seeds.
     history = report.partition("## Verdicts across designs")[2]
-    assert "design 2, seeds 0-4, as scored then" in history
-    assert "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | " in history
+    assert (
+        "| design 2, seeds 0-4, as scored then | design 3's tests on design 2's seeds 0-4 | "
+        "design 3's tests on seeds 10-14 |"
+    ) in history
+    speed = "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | "
+    assert f"{speed}reproduced: 0.3362 [0.2024, 0.4699] | inconclusive (exploratory): " in history
 
 
 # --- runs ---------------------------------------------------------------------------------

@@ -143,7 +143,10 @@ def _grouped(items: Sequence[tuple[str, str, str]], phrases: Mapping[str, str]) 
         chosen = [(label, detail) for v, label, detail in items if v == verdict]
         if chosen:
             labels = _listing([label for label, _ in chosen])
-            details = _listing([detail for _, detail in chosen])
+            parts = [detail for _, detail in chosen]
+            # "at A, where x, and at B, where y": a plain "and" would read "x and B" as one.
+            clause = any(", where " in part for part in parts)
+            details = ", and at ".join(parts) if clause else _listing(parts)
             phrase = phrases[verdict].format(labels=labels, details=details)
             clauses.append(f"{phrase} ({verdict})")
     return clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + ", but " + clauses[-1]

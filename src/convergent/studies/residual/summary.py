@@ -82,6 +82,18 @@ def _failed_checks(record: Mapping[str, Any]) -> str:
     return f"the check{'s' * (len(names) > 1)} {_listing(names)} did not pass"
 
 
+def _untested_at(regime: Regime, record: Mapping[str, Any]) -> str:
+    """``"<regime>, where <why>"`` for a claim left untested in ``regime``: its failed checks,
+    after how many of the regime's runs diverged where any did (a diverged run has no speed
+    or band, so a check reads "not measured" for it)."""
+    runs = [run for seed in regime.seeds for run in regime.runs[seed]]
+    diverged = sum(bool(run.get("diverged")) for run in runs)
+    why = _failed_checks(record)
+    if diverged:
+        why = f"{diverged} of {len(runs)} runs diverged and {why}"
+    return f"{_label(regime)}, where {why}"
+
+
 def _failed(record: Mapping[str, Any], check: str) -> bool:
     """Whether the claim's check named ``check`` did not pass."""
     return any(c["name"] == check and c["passed"] is not True for c in record["checks"])
@@ -224,7 +236,7 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
             too_large.append(_label(regime))
             continue
         detail = (
-            f"{_label(regime)}, where {_failed_checks(record)}"
+            _untested_at(regime, record)
             if declared[rate] == "untested"
             else f"{_num(number(record['effect']))}{_interval(record)} at {_label(regime)}"
         )
@@ -262,7 +274,7 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         declared[name] = verdict_of(payload, name)
         record = claims[name]
         detail = (
-            f"{_label(regime)}, where {_failed_checks(record)}"
+            _untested_at(regime, record)
             if declared[name] == "untested"
             else f"{_num(math.exp(number(record['effect'])))}x{_interval(record, math.exp)}"
         )
@@ -295,7 +307,8 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         low, high = min(selected), max(selected)
         change = "fell" if selected[high] < selected[low] else "went"
         text += (
-            f"; the best step size that never diverged {change} from {selected[low]:g} at "
+            f"; the best step size that never diverged on the selection seeds {change} from "
+            f"{selected[low]:g} at "
             f"beta {low:g} to {selected[high]:g} at beta {high:g}"
         )
         if selected[high] < selected[low]:
@@ -329,7 +342,7 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
             continue
         lrs[verdict] += _lrs(regime)
         detail = (
-            f"{_label(regime)}, where {_failed_checks(record)}"
+            _untested_at(regime, record)
             if verdict == "untested"
             else f"{_num(number(record['effect']))}{_interval(record)}"
         )

@@ -59,7 +59,8 @@ PHRASES = {
         "without a penalty the gap did not creep up",
     ),
 }
-WHETHER = {"inconclusive": "it is open whether", "untested": "it was not checked whether"}
+# An untested claim was measured, but a check showed its test could not decide it.
+WHETHER = {"inconclusive": "it is open whether", "untested": "it is untested whether"}
 # Why a claim was left untested, per failed check: words, and whether its worst value is the
 # largest (else the smallest) over the claims.
 REASONS = (
@@ -149,6 +150,16 @@ def _failed(claim: StudyClaim) -> list[Mapping[str, Any]]:
     return [check for check in claim.record["checks"] if check["passed"] is not True]
 
 
+def _failed_text(check: Mapping[str, Any]) -> str:
+    """A failed check's short name with its value and requirement ("run steps / radial
+    relaxation steps 4.97, >= 5 needed"), or "not measured"."""
+    name = str(check["name"]).partition(" (")[0]
+    value = check.get("value")
+    if value is None or not math.isfinite(number(value)):
+        return f"{name} not measured"
+    return f"{name} {significant(number(value), 3)}, {check['required']} needed"
+
+
 def clauses(
     claims: Sequence[StudyClaim],
     config: Mapping[str, Any],
@@ -176,7 +187,7 @@ def clauses(
             label = LABELS.get(claim.experiment, claim.experiment)
             label += f" at {claim.temperature}" * by_temperature
             if verdict == "untested":
-                names = dict.fromkeys(str(c["name"]).partition(" (")[0] for c in _failed(claim))
+                names = dict.fromkeys(_failed_text(check) for check in _failed(claim))
                 each.append(f"{label}, failed check: {'; '.join(names)}")
             else:
                 each.append(f"{label} {shown(claim, unit, scale)}")

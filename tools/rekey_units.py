@@ -11,6 +11,7 @@ computed by other code, and only a run may replace it.
 
     .venv/bin/python tools/rekey_units.py OLD            # check only
     .venv/bin/python tools/rekey_units.py OLD --apply    # check, then move
+    .venv/bin/python tools/rekey_units.py --apply        # each file's stored fingerprint
 
 Run it only on a checkout whose numerical code is the code that computed the units (the same
 commit, or one whose changes left the old machine's fingerprint unchanged).
@@ -100,11 +101,17 @@ def _keyed_unit(unit: Mapping[str, Any], starts: list[str]) -> Mapping[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("old", help="the fingerprint the units were keyed under")
+    parser.add_argument(
+        "old",
+        nargs="?",
+        help="the fingerprint the units were keyed under (default: the one each file stored, "
+        "which files written since 2026-12-05 do)",
+    )
     parser.add_argument("--apply", action="store_true", help="move the files (git mv)")
     arguments = parser.parse_args()
     new = numerics_fingerprint()
-    print(f"keys under {arguments.old} -> keys under {new}")
+    source = arguments.old or "each file's stored fingerprint"
+    print(f"keys under {source} -> keys under {new}")
     moves: list[tuple[Path, Path]] = []
     unverified: list[Path] = []
     for folder, caches in _caches().items():
@@ -116,21 +123,27 @@ def main() -> None:
         ]
         for path, entry in stored.items():
             unit = _keyed_unit(entry["unit"], starts)
-            owners = [cache for cache in caches if cache.key(unit, arguments.old) == path.stem]
+            old = arguments.old or entry.get("numerics")
+            owners = [cache for cache in caches if old and cache.key(unit, old) == path.stem]
             if len(owners) != 1:
                 unverified.append(path)
                 continue
             moves.append((path, folder / f"{owners[0].key(unit)}.pt"))
         print(f"{folder}: {len(stored)} file(s)")
-    print(f"{len(moves)} verified, {len(unverified)} not keyed under {arguments.old}")
+    print(f"{len(moves)} verified, {len(unverified)} not keyed under the old fingerprint")
     for path in unverified:
         print(f"  not its key: {path}")
     if unverified:
         sys.exit(1)
     if arguments.apply:
         for source, target in moves:
-            if source != target:
-                subprocess.run(["git", "mv", str(source), str(target)], check=True)
+            if source == target:
+                continue
+            moved = subprocess.run(
+                ["git", "mv", str(source), str(target)], check=False, capture_output=True
+            )
+            if moved.returncode != 0:  # a unit git does not track yet (a run in progress)
+                source.rename(target)
         print(f"moved {sum(source != target for source, target in moves)} file(s)")
 
 

@@ -150,3 +150,27 @@ def _alive(pid: int) -> bool:
         return False
     status = Path(f"/proc/{pid}/stat")
     return not (status.is_file() and status.read_text().split()[2] == "Z")  # zombie: ended
+
+
+def test_a_folder_of_units_from_other_numbers_says_so_once(tmp_path, monkeypatch, caplog):
+    # Units computed on another machine (another numbers' fingerprint) are never reused; the
+    # first batch that finds none of the folder's files says why, naming both fingerprints.
+    config = {"mode": "quick", "lr": 1e-3}
+    monkeypatch.setattr(units, "numerics_fingerprint", lambda: "a" * 16)
+    run_jobs(UnitCache(tmp_path, "toy", config), [SquareJob(0), SquareJob(1)], square)
+    assert torch.load(next(tmp_path.glob("*.pt")), weights_only=True)["numerics"] == "a" * 16
+    monkeypatch.setattr(units, "numerics_fingerprint", lambda: "b" * 16)
+    cache = UnitCache(tmp_path, "toy", config)
+    with caplog.at_level("WARNING", logger=units.__name__):
+        run_jobs(cache, [SquareJob(0)], square)
+        run_jobs(cache, [SquareJob(1)], square)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"none of the 2 unit file(s) in {tmp_path} is a unit of this run")
+    assert f"fingerprint is {'b' * 16}; the smallest was computed under" in warning
+    assert warning.endswith(f"numbers' fingerprint {'a' * 16}); its units are computed afresh")
+    # A folder whose units are found, or an empty one, says nothing.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=units.__name__):
+        run_jobs(UnitCache(tmp_path, "toy", config), [SquareJob(0), SquareJob(5)], square)
+        UnitCache(tmp_path / "empty", "toy", config).run({"seed": 0}, lambda: 1.0)
+    assert caplog.records == []

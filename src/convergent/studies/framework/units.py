@@ -98,6 +98,7 @@ class UnitCache:
         }
         self.hits = 0
         self.misses = 0
+        self._looked = False
 
     def key(self, unit: Mapping[str, Any], numerics: str | None = None) -> str:
         """The file stem of ``unit``: a hash of the study, config, design, numbers (this
@@ -131,7 +132,37 @@ class UnitCache:
         if not self.enabled:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        save_torch_atomically({"unit": _canonical(unit), "value": value}, self.path(unit))
+        # The fingerprint rides along (read by nothing but `foreign_files`) so that files
+        # computed elsewhere can say under which numbers they were.
+        stored = {"unit": _canonical(unit), "value": value, "numerics": numerics_fingerprint()}
+        save_torch_atomically(stored, self.path(unit))
+
+    def foreign_files(self, jobs_found: int) -> str | None:
+        """Once per cache: where its folder already held unit files but the first batch
+        asked of it (``jobs_found`` of whose units were there) found none, a sentence saying
+        why they are recomputed (another config, design, code or machine; the numbers'
+        fingerprint a file was computed under, where it stored one); else None."""
+        if self._looked or not self.enabled:
+            return None
+        self._looked = True
+        files = sorted(self.folder.glob("*.pt"), key=lambda path: path.stat().st_size)
+        if jobs_found or self.hits or not files:
+            return None
+        try:
+            fingerprint = torch.load(files[0], weights_only=True).get("numerics")
+        except Exception:  # a damaged file says nothing
+            fingerprint = None
+        here = numerics_fingerprint()
+        where = (
+            f"; the smallest was computed under numbers' fingerprint {fingerprint}"
+            if fingerprint is not None and fingerprint != here
+            else ""
+        )
+        return (
+            f"none of the {len(files)} unit file(s) in {self.folder} is a unit of this run "
+            f"(another config, unit design, code or machine: this one's numbers' fingerprint is "
+            f"{here}{where}); its units are computed afresh"
+        )
 
     def run(self, unit: Mapping[str, Any], compute: Callable[[], Value]) -> Value:
         """The stored value of ``unit`` if it finished before, else ``compute()``, stored."""
@@ -139,6 +170,9 @@ class UnitCache:
         if stored is not None:
             self.hits += 1
             return stored
+        foreign = self.foreign_files(0)
+        if foreign is not None:
+            log.warning(foreign)
         self.misses += 1
         value = compute()
         self.put(unit, value)
@@ -181,7 +215,11 @@ def run_jobs(
     processes change the wall time, not the values.
     """
     values: list[Any] = [cache.get(job.unit()) for job in jobs]
-    cache.hits += sum(value is not None for value in values)
+    found = sum(value is not None for value in values)
+    foreign = cache.foreign_files(found)
+    if foreign is not None:
+        logging.getLogger(__name__).warning(foreign)  # ``log`` is the caller's progress line
+    cache.hits += found
     pending = [index for index, value in enumerate(values) if value is None]
     done = 0
 

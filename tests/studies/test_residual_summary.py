@@ -65,6 +65,7 @@ def test_the_committed_summary(committed):
         "least a factor 2' and 'step size within the theorem's condition' did not pass, and at "
         f"step size 0.1, where {TOO_LARGE} (untested)"
     ) in conditioning
+    assert speed.startswith("A steady speed-up from residuals was not resolved here: not every")
     assert (
         "not every step up in beta clearly sped training up at step size 0.1 and step size 0.01, "
         "the slowest 0.96x [0.89, 1.0] and 1.0x [0.90, 1.1] (inconclusive)"
@@ -205,3 +206,26 @@ def test_a_depth_claim_untested_for_another_check_names_it(payload):
     claim["checks"][0]["passed"], claim["checks"][1]["passed"] = False, True
     text = _text(payload)
     assert "stays unknown (untested: the check 'beta = 1 runs trained' did not pass)" in text
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "opener"),
+    [
+        (("reproduced",) * 3, "So use residuals (beta > 0): "),
+        (("reproduced", "reproduced", "untested"), "where their speed could be measured: "),
+        (("not reproduced", "untested", "untested"), "Residuals bought no steady speed-up here"),
+        (("inconclusive",) * 3, "A steady speed-up from residuals was not resolved here"),
+        (("untested",) * 3, "Whether residuals speed training up is untested here"),
+        (("reproduced", "not reproduced", "untested"), "depended on the setting"),
+    ],
+)
+def test_the_speed_opener_follows_the_verdicts(payload, verdicts, opener):
+    names = [name for name in claims_by_name(payload) if name.startswith(SPEED)]
+    assert len(names) == 3
+    for name, verdict in zip(names, verdicts, strict=True):
+        _set(payload, name, verdict, 0.1, [0.05, 0.15])
+    speed = next(
+        s.text for s in summary(payload) if "step up in beta" in s.text or opener in s.text
+    )
+    assert opener in speed.partition(":")[0] + ": "
+    assert misstated_verdicts(summary(payload), payload) == []

@@ -288,7 +288,11 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         else "So use residuals (beta > 0) where their speed could be measured"
         if verdicts == {"reproduced", "untested"}
         else "Residuals bought no steady speed-up here"
-        if verdicts == {"not reproduced"}
+        if verdicts in ({"not reproduced"}, {"not reproduced", "untested"})
+        else "A steady speed-up from residuals was not resolved here"
+        if verdicts in ({"inconclusive"}, {"inconclusive", "untested"})
+        else "Whether residuals speed training up is untested here"
+        if verdicts == {"untested"}
         else "The speed-up from residuals depended on the setting"
     )
     # The effect is the slowest step up in beta (0 -> 0.25, ..., 0.75 -> 1), as a speed ratio.

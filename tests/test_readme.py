@@ -85,6 +85,21 @@ def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path):
     payload["notes"] = ["0 unit(s) reused from /somewhere/units, 8 computed."]
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
     assert "took 12 s on 2 CPU cores; the report" in results_section(tmp_path, tmp_path)
+    # Units that stored their compute time say what it was (summed over units).
+    timed = "; the reused units' compute time: 36720 s (8 timed)."
+    payload["notes"] = ["8 unit(s) reused from /somewhere/units, 0 computed" + timed]
+    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
+    assert (
+        "to assemble 8 units computed earlier (their compute time (10.2 hours summed over units) "
+        "is not in this figure)"
+    ) in results_section(tmp_path, tmp_path)
+    partly = "; the reused units' compute time: 1500 s (2 timed)."
+    payload["notes"] = ["3 unit(s) reused from /somewhere/units, 5 computed" + partly]
+    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
+    assert (
+        "(3 of 8 units were computed earlier and their time (the 2 that stored it: 25 minutes "
+        "summed over units) is not in this figure)"
+    ) in results_section(tmp_path, tmp_path)
 
 
 def _claim(statement, verdict="reproduced", checks=()):

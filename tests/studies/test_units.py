@@ -174,3 +174,27 @@ def test_a_folder_of_units_from_other_numbers_says_so_once(tmp_path, monkeypatch
         run_jobs(UnitCache(tmp_path, "toy", config), [SquareJob(0), SquareJob(5)], square)
         UnitCache(tmp_path / "empty", "toy", config).run({"seed": 0}, lambda: 1.0)
     assert caplog.records == []
+
+
+def test_reused_units_report_the_compute_time_they_stored(tmp_path, monkeypatch):
+    # Each stored unit keeps the seconds its computation took; a later run that reuses it
+    # sums them into its summary (units from before this field count as untimed).
+    clock = iter([10.0, 13.5, 20.0, 21.25])
+    monkeypatch.setattr(units.time, "perf_counter", lambda: next(clock))
+    cache = UnitCache(tmp_path, "toy", {"mode": "quick"})
+    run_jobs(cache, [SquareJob(2), SquareJob(3)], square)
+    stored = sorted(torch.load(p, weights_only=True)["seconds"] for p in tmp_path.glob("*.pt"))
+    assert stored == [1.25, 3.5]
+    assert cache.summary().endswith(", 2 computed")
+    old = UnitCache(tmp_path, "toy", {"mode": "quick"})
+    old.put({"value": 4}, {"square": 16})  # no time, as before 2026-12-05
+    again = UnitCache(tmp_path, "toy", {"mode": "quick"})
+    run_jobs(again, [SquareJob(2), SquareJob(3), SquareJob(4)], square)
+    assert again.hits == 3 and again.reused_timed == 2 and again.reused_seconds == 4.75
+    assert again.summary().endswith(
+        "3 unit(s) reused from " + str(tmp_path) + ", 0 computed; the reused units' compute "
+        "time: 5 s (2 timed)"
+    )
+    one = UnitCache(tmp_path, "toy", {"mode": "quick"})
+    assert one.run({"value": 2}, lambda: None)["square"] == 4
+    assert one.hits == 1 and one.reused_seconds == 3.5  # the first unit: 10.0 -> 13.5

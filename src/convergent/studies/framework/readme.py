@@ -23,6 +23,10 @@ END = "<!-- results:end -->"
 
 # The note `UnitCache.summary` writes into every report.
 UNITS_NOTE = re.compile(r"(?P<reused>\d+) unit\(s\) reused from .*, (?P<computed>\d+) computed")
+# Its ending where the reused units stored their compute time.
+REUSED_TIME = re.compile(
+    r"the reused units' compute time: (?P<seconds>[\d.]+) s \((?P<timed>\d+) timed\)"
+)
 
 
 def _payloads(root: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -32,20 +36,32 @@ def _payloads(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return [(path.parent, json.loads(path.read_text())) for path in found]
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} hours" if seconds >= 3600 else f"{seconds / 60:.0f} minutes"
+
+
 def _resumed(payload: dict) -> str:
-    """The "resumed" clause when some units came from an earlier run (their time is not counted)."""
+    """The "resumed" clause when some units came from an earlier run: their compute time is not
+    in the run's figure; where they stored it, what it was (summed over units, which ran side
+    by side on the study's workers)."""
     for note in payload.get("notes", ()):
         found = UNITS_NOTE.search(note)
         if found and int(found["reused"]) > 0:
             reused, computed = int(found["reused"]), int(found["computed"])
+            timed = REUSED_TIME.search(note)
+            spent = ""
+            if timed:
+                count, total = int(timed["timed"]), _hours(float(timed["seconds"]))
+                which = "" if count == reused else f"the {count} that stored it: "
+                spent = f" ({which}{total} summed over units)"
             if computed == 0:
                 return (
-                    f" to assemble {reused} units computed earlier (their compute time is not "
-                    "in this figure)"
+                    f" to assemble {reused} units computed earlier (their compute time{spent} "
+                    "is not in this figure)"
                 )
             return (
                 f" to finish a resumed run ({reused} of {reused + computed} units were computed "
-                "earlier and their time is not in this figure)"
+                f"earlier and their time{spent} is not in this figure)"
             )
     return ""
 

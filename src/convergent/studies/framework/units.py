@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -98,6 +99,11 @@ class UnitCache:
         }
         self.hits = 0
         self.misses = 0
+        # What the reused units took when they were computed (files written since
+        # 2026-12-05 store it): the sum and how many of them stored a time.
+        self.reused_seconds = 0.0
+        self.reused_timed = 0
+        self._last_seconds: float | None = None  # of the unit `get` found last
         self._looked = False
 
     def key(self, unit: Mapping[str, Any], numerics: str | None = None) -> str:
@@ -125,16 +131,27 @@ class UnitCache:
         except Exception as error:  # a file from an older torch, or damaged: recompute
             log.warning("unit file %s unreadable (%s); recomputing it", path, error)
             return None
+        self._last_seconds = stored.get("seconds")
         return stored["value"]
 
-    def put(self, unit: Mapping[str, Any], value: Any) -> None:
-        """Store ``value`` for ``unit`` (atomically)."""
+    def _reused(self) -> None:
+        """Count the unit `get` has just found as a hit, with the compute time it stored."""
+        self.hits += 1
+        if self._last_seconds is not None:
+            self.reused_seconds += float(self._last_seconds)
+            self.reused_timed += 1
+
+    def put(self, unit: Mapping[str, Any], value: Any, seconds: float | None = None) -> None:
+        """Store ``value`` for ``unit`` (atomically), with the ``seconds`` it took."""
         if not self.enabled:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        # The fingerprint rides along (read by nothing but `foreign_files`) so that files
-        # computed elsewhere can say under which numbers they were.
+        # The fingerprint and the compute time ride along (no key reads them): files computed
+        # elsewhere say under which numbers they were, and a run that reuses them what they
+        # cost (`summary`).
         stored = {"unit": _canonical(unit), "value": value, "numerics": numerics_fingerprint()}
+        if seconds is not None:
+            stored["seconds"] = float(seconds)
         save_torch_atomically(stored, self.path(unit))
 
     def foreign_files(self, jobs_found: int) -> str | None:
@@ -168,19 +185,34 @@ class UnitCache:
         """The stored value of ``unit`` if it finished before, else ``compute()``, stored."""
         stored = self.get(unit)
         if stored is not None:
-            self.hits += 1
+            self._reused()
             return stored
         foreign = self.foreign_files(0)
         if foreign is not None:
             log.warning(foreign)
         self.misses += 1
-        value = compute()
-        self.put(unit, value)
+        value, seconds = _timed(compute)
+        self.put(unit, value, seconds)
         return value
 
     def summary(self) -> str:
-        """``"3 units reused, 5 computed"`` for the report."""
-        return f"{self.hits} unit(s) reused from {self.folder}, {self.misses} computed"
+        """``"3 unit(s) reused from F, 5 computed"`` for the report, with what the reused
+        units took when computed where they stored it ("; the reused units' compute time:
+        812 s (3 timed)")."""
+        text = f"{self.hits} unit(s) reused from {self.folder}, {self.misses} computed"
+        if self.reused_timed:
+            text += (
+                f"; the reused units' compute time: {self.reused_seconds:.0f} s "
+                f"({self.reused_timed} timed)"
+            )
+        return text
+
+
+def _timed(compute: Callable[..., Value], *arguments: Any) -> tuple[Value, float]:
+    """``compute(*arguments)`` and the wall seconds it took (top-level: a pool runs it)."""
+    started = time.perf_counter()
+    value = compute(*arguments)
+    return value, time.perf_counter() - started
 
 
 def _end_with_parent(parent: int) -> None:
@@ -214,18 +246,22 @@ def run_jobs(
     finishes, so an interruption loses only the jobs in flight. Jobs are deterministic:
     processes change the wall time, not the values.
     """
-    values: list[Any] = [cache.get(job.unit()) for job in jobs]
-    found = sum(value is not None for value in values)
+    values: list[Any] = []
+    found = 0
+    for job in jobs:
+        values.append(cache.get(job.unit()))
+        if values[-1] is not None:
+            cache._reused()
+            found += 1
     foreign = cache.foreign_files(found)
     if foreign is not None:
         logging.getLogger(__name__).warning(foreign)  # ``log`` is the caller's progress line
-    cache.hits += found
     pending = [index for index, value in enumerate(values) if value is None]
     done = 0
 
-    def store(index: int, value: Any) -> None:
+    def store(index: int, value: Any, seconds: float) -> None:
         nonlocal done
-        cache.put(jobs[index].unit(), value)
+        cache.put(jobs[index].unit(), value, seconds)
         cache.misses += 1
         values[index] = value
         done += 1
@@ -240,12 +276,12 @@ def run_jobs(
             initializer=_end_with_parent,
             initargs=(os.getpid(),),
         ) as pool:
-            futures = {pool.submit(compute, jobs[index]): index for index in pending}
+            futures = {pool.submit(_timed, compute, jobs[index]): index for index in pending}
             for future in as_completed(futures):
-                store(futures[future], future.result())
+                store(futures[future], *future.result())
     else:
         for index in pending:
-            store(index, compute(jobs[index]))
+            store(index, *_timed(compute, jobs[index]))
     return values
 
 

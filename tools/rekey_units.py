@@ -114,6 +114,7 @@ def main() -> None:
     print(f"keys under {source} -> keys under {new}")
     moves: list[tuple[Path, Path]] = []
     unverified: list[Path] = []
+    placed = 0
     for folder, caches in _caches().items():
         stored = {path: torch.load(path, weights_only=True) for path in sorted(folder.glob("*.pt"))}
         starts = [
@@ -123,6 +124,9 @@ def main() -> None:
         ]
         for path, entry in stored.items():
             unit = _keyed_unit(entry["unit"], starts)
+            if any(cache.key(unit) == path.stem for cache in caches):
+                placed += 1  # keyed under this machine's numbers already (moved, or run here)
+                continue
             old = arguments.old or entry.get("numerics")
             owners = [cache for cache in caches if old and cache.key(unit, old) == path.stem]
             if len(owners) != 1:
@@ -130,21 +134,29 @@ def main() -> None:
                 continue
             moves.append((path, folder / f"{owners[0].key(unit)}.pt"))
         print(f"{folder}: {len(stored)} file(s)")
-    print(f"{len(moves)} verified, {len(unverified)} not keyed under the old fingerprint")
+    taken = [target for _, target in moves if target.exists()]
+    print(
+        f"{len(moves)} to move, {placed} in place, {len(unverified)} not keyed under the old "
+        f"fingerprint, {len(taken)} whose new name is taken"
+    )
     for path in unverified:
         print(f"  not its key: {path}")
-    if unverified:
+    for path in taken:
+        print(f"  taken: {path}")
+    if unverified or taken:
         sys.exit(1)
     if arguments.apply:
         for source, target in moves:
-            if source == target:
-                continue
-            moved = subprocess.run(
-                ["git", "mv", str(source), str(target)], check=False, capture_output=True
+            tracked = subprocess.run(
+                ["git", "ls-files", "--error-unmatch", str(source)],
+                check=False,
+                capture_output=True,
             )
-            if moved.returncode != 0:  # a unit git does not track yet (a run in progress)
+            if tracked.returncode == 0:
+                subprocess.run(["git", "mv", str(source), str(target)], check=True)
+            else:  # a unit git does not track yet (a run in progress)
                 source.rename(target)
-        print(f"moved {sum(source != target for source, target in moves)} file(s)")
+        print(f"moved {len(moves)} file(s)")
 
 
 if __name__ == "__main__":

@@ -323,6 +323,21 @@ def test_history_lines_match_an_earlier_name_that_only_appended_a_qualifier():
     text = "\n".join(history_lines(new, 3, [(2, old)]))
     assert "no counterpart now: Near zero (ViT) (not reproduced: 2 [1, 3]); Near zero (LM)" in text
     assert "Pruned keeps lower perplexity (ratio" not in text
+    # A current name ending in a parenthesis of its own matches the same name qualified; a
+    # current name that is another one qualified makes that qualifier ambiguous.
+    old = _payload([1, 2], [_record("Speed (lr 0.1, 2000 steps) (ratio A / B)", "reproduced", 1)])
+    new = _payload([4, 5], [_record("Speed (lr 0.1, 2000 steps)", "reproduced", 2)])
+    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
+    assert (
+        table[2]
+        == "| Speed (lr 0.1, 2000 steps) | reproduced: 1 [0, 2] | reproduced: 2 [1, 3] | — |"
+    )
+    old = _payload([1, 2], [_record("Near zero (LM)", "reproduced", 1)])
+    new = _payload(
+        [4, 5], [_record("Near zero", "reproduced", 2), _record("Near zero (ViT)", "reproduced", 3)]
+    )
+    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
+    assert table[2] == "| Near zero | — | reproduced: 2 [1, 3] | — |"
 
 
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):

@@ -393,14 +393,16 @@ def test_the_summary_keeps_five_sentences_with_part_c():
     assert "clearing the test's 55 % (reproduced; the paper: 69.93 %)" in text
     assert "worth trying" in text and misstated_verdicts(summary(reproduced), reproduced) == []
     # What a user who fine-tunes a language model should do follows the two win rates.
-    for noise, clean, advice in (
-        ("reproduced", "reproduced", "worth trying: it cost nothing without noise"),
-        ("reproduced", "not reproduced", "use it only where inputs are noisy"),
-        ("not reproduced", "reproduced", "plain fine-tuning is the simpler choice"),
-        ("inconclusive", "inconclusive", "stays open at this scale"),
+    for noise, clean, win, advice in (
+        ("reproduced", "reproduced", 0.5, "without noise it cost no more than 5 points"),
+        ("reproduced", "not reproduced", 0.4, "lost without it, so use it only where inputs"),
+        ("reproduced", "not reproduced", 0.6, "where inputs are noisy, constrained fine-tuning"),
+        ("not reproduced", "reproduced", 0.5, "stayed below the test's 55 %, so plain"),
+        ("inconclusive", "inconclusive", 0.5, "stays open at this scale"),
     ):
         changed = _with_part_c(payload, {LANGUAGE_NOISE: noise, LANGUAGE_CLEAN: clean})
-        assert advice in summary(changed)[4].text, (noise, clean)
+        claims_by_name(changed)[LANGUAGE_CLEAN]["effect"] = win
+        assert advice in summary(changed)[4].text, (noise, clean, win)
         assert misstated_verdicts(summary(changed), changed) == []
     untested = _with_part_c(payload, {LANGUAGE_NOISE: "untested"})
     assert not any(a in summary(untested)[4].text for a in ("simpler", "worth", "open at"))

@@ -247,3 +247,14 @@ def test_an_unmoved_variant_beside_moved_ones_is_named_without_a_contradiction(d
     )
     warm = unknown.partition("at the warm temperature")[2].partition("; all 6 claims")[0]
     assert "by at most" not in warm
+
+
+def test_a_failed_check_never_reads_as_meeting_its_need():
+    from convergent.studies.langevin.wording import _failed_text
+
+    def text(value):
+        return _failed_text({"name": "steps ratio (detail)", "value": value, "required": ">= 5"})
+
+    assert text(4.969) == "steps ratio 4.97, >= 5 needed"
+    assert text(4.9996) == "steps ratio 4.9996, >= 5 needed"  # not "5, >= 5 needed"
+    assert text(None) == "steps ratio not measured"

@@ -137,7 +137,7 @@ def test_no_speed_up_at_one_step_size_changes_the_advice(payload):
     _set(payload, name, "not reproduced", -0.1, [-0.2, -0.01])
     text = _text(payload)
     assert "So use residuals" not in text
-    assert "The speed-up from residuals depended on the setting" in text
+    assert "Residuals bought no steady speed-up here: some step up in beta slowed" in text
     assert "some step up in beta slowed training down at step size 0.01" in text
     assert "the slowest to 0.90x [0.82, 0.99] (not reproduced)" in text
 
@@ -217,6 +217,8 @@ def test_a_depth_claim_untested_for_another_check_names_it(payload):
         (("inconclusive",) * 3, "A steady speed-up from residuals was not resolved here"),
         (("untested",) * 3, "Whether residuals speed training up is untested here"),
         (("reproduced", "not reproduced", "untested"), "depended on the setting"),
+        (("not reproduced", "inconclusive", "untested"), "bought no steady speed-up here"),
+        (("reproduced", "inconclusive", "untested"), "steadily in some settings only"),
     ],
 )
 def test_the_speed_opener_follows_the_verdicts(payload, verdicts, opener):

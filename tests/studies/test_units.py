@@ -165,15 +165,25 @@ def test_a_folder_of_units_from_other_numbers_says_so_once(tmp_path, monkeypatch
         run_jobs(cache, [SquareJob(0)], square)
         run_jobs(cache, [SquareJob(1)], square)
     (warning,) = [r.getMessage() for r in caplog.records]
-    assert warning.startswith(f"none of the 2 unit file(s) in {tmp_path} is a unit of this run")
-    assert f"fingerprint is {'b' * 16}; the smallest was computed under" in warning
-    assert warning.endswith(f"numbers' fingerprint {'a' * 16}); its units are computed afresh")
-    # A folder whose units are found, or an empty one, says nothing.
+    assert warning == (
+        f"none of this run's units is among the 2 unit file(s) in {tmp_path}, which were "
+        f"computed under numbers' fingerprint {'a' * 16} (another machine, or code that moved a "
+        f"number), not this one's {'b' * 16}: its units are computed afresh"
+    )
+    # A folder whose units are found, an empty one, and one shared with another cache of this
+    # machine's numbers (a pilot's regimes) say nothing.
     caplog.clear()
     with caplog.at_level("WARNING", logger=units.__name__):
         run_jobs(UnitCache(tmp_path, "toy", config), [SquareJob(0), SquareJob(5)], square)
         UnitCache(tmp_path / "empty", "toy", config).run({"seed": 0}, lambda: 1.0)
+        run_jobs(UnitCache(tmp_path, "toy", {**config, "lr": 2e-3}), [SquareJob(0)], square)
     assert caplog.records == []
+
+
+def test_units_computed_by_pool_workers_store_their_time(tmp_path):
+    run_jobs(UnitCache(tmp_path, "toy", {"mode": "quick"}), [SquareJob(2), SquareJob(3)], square, 2)
+    stored = [torch.load(path, weights_only=True) for path in tmp_path.glob("*.pt")]
+    assert len(stored) == 2 and all(entry["seconds"] > 0 for entry in stored)
 
 
 def test_reused_units_report_the_compute_time_they_stored(tmp_path, monkeypatch):

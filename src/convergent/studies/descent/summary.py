@@ -401,19 +401,36 @@ LANGUAGE_LAYERS = {
 }
 
 
-# What part (c) tells a user who fine-tunes a language model, by the (noise, clean) verdicts
-# (declared before part (c)'s full run); "any" stands for a clean verdict not listed.
-LANGUAGE_ADVICE = {
-    ("reproduced", "reproduced"): "; for a language model whose inputs may be noisy, "
-    "constrained fine-tuning at this strength is worth trying: it cost nothing without noise",
-    ("reproduced", "not reproduced"): "; constrained fine-tuning helped under noise but cost "
-    "something without it, so use it only where inputs are noisy",
-    ("reproduced", "any"): "; where inputs are noisy, constrained fine-tuning is worth trying",
-    ("not reproduced", "any"): "; at this scale the constraints did not make a fine-tuned "
-    "language model more robust to embedding noise, so plain fine-tuning is the simpler choice",
-    ("inconclusive", "any"): "; whether the constraints make a fine-tuned language model more "
-    "robust to embedding noise stays open at this scale",
-}
+def _language_advice(
+    noise: str, clean: str, clean_effect: float | None, margin: str, floor: str
+) -> str:
+    """What part (c) tells a user who fine-tunes a language model, from the noisy and clean
+    win-rate verdicts (declared before part (c)'s full run); the clean claim is two-sided, so
+    its "not reproduced" reads by the side its win rate fell on."""
+    if noise == "reproduced":
+        if clean == "reproduced":
+            return (
+                "; for a language model whose inputs may be noisy, constrained fine-tuning at "
+                f"this strength is worth trying: without noise it cost no more than {margin} "
+                "points of win rate"
+            )
+        if clean == "not reproduced" and clean_effect is not None and clean_effect < 0.5:
+            return (
+                "; constrained fine-tuning helped under noise but lost without it, so use it "
+                "only where inputs are noisy"
+            )
+        return "; where inputs are noisy, constrained fine-tuning is worth trying"
+    if noise == "not reproduced":
+        return (
+            f"; at this scale the constraints' win rate under embedding noise stayed below the "
+            f"test's {floor}, so plain fine-tuning remains the simpler choice"
+        )
+    if noise == "inconclusive":
+        return (
+            "; whether the constraints make a fine-tuned language model more robust to "
+            "embedding noise stays open at this scale"
+        )
+    return ""
 
 
 def _share(claim: Claim) -> str:
@@ -456,9 +473,9 @@ def _language(payload: Mapping[str, Any]) -> Sentence:
     if verdicts[LANGUAGE_MONOTONE] == "untested" and bumps["passed"] is False:
         layer_text += " (ERM's own already fell layer by layer)"
     selected = _strength(payload["data"]["language"]["selected"]["constrained"])
-    advice = LANGUAGE_ADVICE.get(
-        (verdicts[LANGUAGE_NOISE], verdicts[LANGUAGE_CLEAN]),
-        LANGUAGE_ADVICE.get((verdicts[LANGUAGE_NOISE], "any"), ""),
+    effect = None if clean["effect"] is None else float(clean["effect"])
+    advice = _language_advice(
+        verdicts[LANGUAGE_NOISE], verdicts[LANGUAGE_CLEAN], effect, margin, floor
     )
     return Sentence(
         f"{model} the selected constraints ({selected}) bound ({measured}); the constrained "

@@ -89,8 +89,10 @@ def _counterparts(current: Sequence[str], earlier: Sequence[str]) -> dict[str, s
     unmatched = [name for name in current if name not in found]
     for name in unmatched:
         candidates = bases.get(name, [])
-        rivals = [other for other in unmatched if QUALIFIER.sub("", other) == name]
-        if len(candidates) == 1 and rivals == [name]:
+        # Another current name that is this one with a qualifier: the qualifiers then tell
+        # claims apart, and an earlier one's may name either.
+        rivals = [other for other in current if other != name and QUALIFIER.sub("", other) == name]
+        if len(candidates) == 1 and not rivals:
             found[name] = candidates[0]
     return found
 

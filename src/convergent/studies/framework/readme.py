@@ -37,7 +37,9 @@ def _payloads(root: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} hours" if seconds >= 3600 else f"{seconds / 60:.0f} minutes"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def _resumed(payload: dict) -> str:

@@ -155,30 +155,30 @@ class UnitCache:
         save_torch_atomically(stored, self.path(unit))
 
     def foreign_files(self, jobs_found: int) -> str | None:
-        """Once per cache: where its folder already held unit files but the first batch
-        asked of it (``jobs_found`` of whose units were there) found none, a sentence saying
-        why they are recomputed (another config, design, code or machine; the numbers'
-        fingerprint a file was computed under, where it stored one); else None."""
+        """Once per cache: where the first batch asked of it found none of its units
+        (``jobs_found`` is 0) and its folder holds unit files computed under another numbers'
+        fingerprint (another machine, or code that moved a number; the smallest file read),
+        a sentence saying so; else None (several caches may share a folder: files of this
+        machine's numbers are theirs, and files from before 2026-12-05 store no fingerprint)."""
         if self._looked or not self.enabled:
             return None
         self._looked = True
+        if jobs_found or self.hits:
+            return None
         files = sorted(self.folder.glob("*.pt"), key=lambda path: path.stat().st_size)
-        if jobs_found or self.hits or not files:
+        if not files:
             return None
         try:
             fingerprint = torch.load(files[0], weights_only=True).get("numerics")
         except Exception:  # a damaged file says nothing
-            fingerprint = None
+            return None
         here = numerics_fingerprint()
-        where = (
-            f"; the smallest was computed under numbers' fingerprint {fingerprint}"
-            if fingerprint is not None and fingerprint != here
-            else ""
-        )
+        if fingerprint is None or fingerprint == here:
+            return None
         return (
-            f"none of the {len(files)} unit file(s) in {self.folder} is a unit of this run "
-            f"(another config, unit design, code or machine: this one's numbers' fingerprint is "
-            f"{here}{where}); its units are computed afresh"
+            f"none of this run's units is among the {len(files)} unit file(s) in {self.folder}, "
+            f"which were computed under numbers' fingerprint {fingerprint} (another machine, or "
+            f"code that moved a number), not this one's {here}: its units are computed afresh"
         )
 
     def run(self, unit: Mapping[str, Any], compute: Callable[[], Value]) -> Value:

@@ -157,7 +157,11 @@ def _failed_text(check: Mapping[str, Any]) -> str:
     value = check.get("value")
     if value is None or not math.isfinite(number(value)):
         return f"{name} not measured"
-    return f"{name} {significant(number(value), 3)}, {check['required']} needed"
+    required = str(check["required"])
+    shown = significant(number(value), 3)
+    if shown == required.partition(" ")[2]:  # 4.9996 would read "5, >= 5 needed"
+        shown = f"{number(value):.6g}"
+    return f"{name} {shown}, {required} needed"
 
 
 def clauses(

@@ -263,6 +263,23 @@ def _selected_lrs(payload: Mapping[str, Any]) -> dict[float, float]:
     return {number(r["beta"]): number(r["lr"]) for r in rows if r.get("selected")}
 
 
+def _speed_opener(verdicts: set[str]) -> str:
+    """What the speed-up verdicts over the regimes add up to, before each is stated."""
+    held, failed = "reproduced" in verdicts, "not reproduced" in verdicts
+    if held and failed:
+        return "The speed-up from residuals depended on the setting"
+    if held and "inconclusive" in verdicts:
+        return "Residuals sped training up steadily in some settings only"
+    if held:
+        measured = " where their speed could be measured" * ("untested" in verdicts)
+        return f"So use residuals (beta > 0){measured}"
+    if failed:
+        return "Residuals bought no steady speed-up here"
+    if "inconclusive" in verdicts:
+        return "A steady speed-up from residuals was not resolved here"
+    return "Whether residuals speed training up is untested here"
+
+
 def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 2 per regime, with the tuned step sizes and the fastest tuned beta."""
     claims = claims_by_name(payload)
@@ -281,20 +298,7 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         items.append((declared[name], _label(regime), detail))
     if not items:
         return None
-    verdicts = set(declared.values())
-    opener = (
-        "So use residuals (beta > 0)"
-        if verdicts == {"reproduced"}
-        else "So use residuals (beta > 0) where their speed could be measured"
-        if verdicts == {"reproduced", "untested"}
-        else "Residuals bought no steady speed-up here"
-        if verdicts in ({"not reproduced"}, {"not reproduced", "untested"})
-        else "A steady speed-up from residuals was not resolved here"
-        if verdicts in ({"inconclusive"}, {"inconclusive", "untested"})
-        else "Whether residuals speed training up is untested here"
-        if verdicts == {"untested"}
-        else "The speed-up from residuals depended on the setting"
-    )
+    opener = _speed_opener(set(declared.values()))
     # The effect is the slowest step up in beta (0 -> 0.25, ..., 0.75 -> 1), as a speed ratio.
     phrases = {
         "reproduced": "every step up in beta sped training up at {labels}, the slowest by "

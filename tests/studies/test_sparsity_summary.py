@@ -40,7 +40,10 @@ def test_the_summary_states_its_verdicts_and_key_numbers():
     assert "survived the stronger pruner, SparseGPT at 70 % (reproduced)" in language
     assert "(unpruned: 4.1 against 4)" in language
     # when to use it, and at what strength in HORST's own unit
-    assert "where it helped (magnitude at 70 % and SparseGPT at 70 %)" in strength
+    assert strength.startswith(
+        "Train with HORST a model you will prune once after training with the pruners and "
+        "targets where it helped (magnitude at 70 % and SparseGPT at 70 %), at the strength"
+    )
     assert "HORST(strength=0.25), which is alpha 100 on these weights" in strength
     assert "learning rate 0.001 (learning rate 0.001 was the smallest tried" in strength
     assert "about 0.6 times as far as its Adam step" in strength

@@ -267,9 +267,13 @@ def _strength(payload: Mapping[str, Any]) -> Sentence | None:
     helped = [_setting(record) for name, record in found if verdicts[name] == "reproduced"]
     values = set(verdicts.values())
     if helped:
-        settings = "with every pruner" if len(helped) == len(found) else f"({_listed(helped)})"
+        settings = (
+            "(it helped with every pruner and target tested)"
+            if len(helped) == len(found)
+            else f"with the pruners and targets where it helped ({_listed(helped)})"
+        )
         lead = (
-            f"Use HORST before pruning once after training where it helped {settings}, at the "
+            f"Train with HORST a model you will prune once after training {settings}, at the "
             f"strength selected here, {where}; {moved}Adam step"
         )
     elif "not reproduced" in values:

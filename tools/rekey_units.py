@@ -12,6 +12,7 @@ computed by other code, and only a run may replace it.
     .venv/bin/python tools/rekey_units.py OLD            # check only
     .venv/bin/python tools/rekey_units.py OLD --apply    # check, then move
     .venv/bin/python tools/rekey_units.py --apply        # each file's stored fingerprint
+    .venv/bin/python tools/rekey_units.py OLD1 OLD2 --skip in-progress/descent --apply
 
 Run it only on a checkout whose numerical code is the code that computed the units (the same
 commit, or one whose changes left the old machine's fingerprint unchanged).
@@ -103,19 +104,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "old",
-        nargs="?",
-        help="the fingerprint the units were keyed under (default: the one each file stored, "
+        nargs="*",
+        help="the fingerprints the units may be keyed under (besides the one each file stored, "
         "which files written since 2026-12-05 do)",
     )
     parser.add_argument("--apply", action="store_true", help="move the files (git mv)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        help="leave folders whose path contains this alone (a run still writing there)",
+    )
     arguments = parser.parse_args()
     new = numerics_fingerprint()
-    source = arguments.old or "each file's stored fingerprint"
-    print(f"keys under {source} -> keys under {new}")
+    named = ", ".join(arguments.old) or "each file's stored fingerprint"
+    print(f"keys under {named} -> keys under {new}")
     moves: list[tuple[Path, Path]] = []
     unverified: list[Path] = []
     placed = 0
     for folder, caches in _caches().items():
+        if any(part in str(folder) for part in arguments.skip):
+            print(f"{folder}: skipped")
+            continue
         stored = {path: torch.load(path, weights_only=True) for path in sorted(folder.glob("*.pt"))}
         starts = [
             tensors_digest(entry["value"]["state"])
@@ -127,8 +137,8 @@ def main() -> None:
             if any(cache.key(unit) == path.stem for cache in caches):
                 placed += 1  # keyed under this machine's numbers already (moved, or run here)
                 continue
-            old = arguments.old or entry.get("numerics")
-            owners = [cache for cache in caches if old and cache.key(unit, old) == path.stem]
+            olds = [*arguments.old, *([entry["numerics"]] if entry.get("numerics") else [])]
+            owners = [c for c in caches if any(c.key(unit, old) == path.stem for old in olds)]
             if len(owners) != 1:
                 unverified.append(path)
                 continue

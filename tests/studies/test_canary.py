@@ -140,7 +140,6 @@ KERNEL_PROBE = (
 BASELINE = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
-    "ONEDNN_MAX_CPU_ISA": "SSE41",
     "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable,-FMA_Usable,-FMA4_Usable,-AVX2,-FMA,-FMA4",
 }
 
@@ -196,6 +195,12 @@ def test_the_fingerprint_names_the_code_not_the_cpus_kernels():
     runs = _fingerprints(without, both=False)
     unmoved = [name for name, run in zip(BASELINE, runs, strict=True) if run[1] == plain[0]]
     assert not unmoved, f"leaving these baseline settings out moved nothing here: {unmoved}"
+    # oneDNN is off while the canary runs (its blocking follows the cache sizes): its ISA,
+    # which moves the bytes when it is on, moves nothing, even on the CPU's own kernels.
+    capped, widest = _fingerprints(
+        [{"ONEDNN_MAX_CPU_ISA": "SSE41"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}], both=False
+    )
+    assert capped[1] == widest[1]
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +244,7 @@ def test_the_canary_ignores_and_restores_threads_default_dtype_random_states_and
     try:
         again = canary.canary_numbers()
         assert torch.get_num_threads() == 3 and torch.get_default_dtype() == torch.float64
+        assert torch.backends.mkldnn.enabled  # oneDNN, off while the canary ran, is back on
         assert _draws() == expected
     finally:
         torch.set_num_threads(threads)

@@ -99,12 +99,12 @@ FINGERPRINT_DIGITS = 16
 # The kernels every x86-64 CPU runs alike, set for the fingerprint's own interpreter (each is
 # read when its library starts; each moves the canary's bytes on a current CPU): ATen's
 # unvectorized kernels, MKL's conditional numerical reproducibility mode (the same results on
-# Intel and AMD CPUs), oneDNN's SSE4.1 code, and glibc's libm without its FMA/AVX2 variants of
-# exp, log, pow, ... (chosen at load time by the CPU; both spellings of glibc's hwcaps names).
+# Intel and AMD CPUs), and glibc's libm without its FMA/AVX2 variants of exp, log, pow, ...
+# (chosen at load time by the CPU; both spellings of glibc's hwcaps names). oneDNN is not
+# capped but switched off (`_isolated`): its blocking follows the CPU's cache sizes.
 BASELINE_KERNELS = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
-    "ONEDNN_MAX_CPU_ISA": "SSE41",
     "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable,-FMA_Usable,-FMA4_Usable,-AVX2,-FMA,-FMA4",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -447,19 +447,26 @@ def _isolated() -> Iterator[None]:
     cast. The CPU random states (Python, NumPy, torch; CUDA is never touched, not even
     initialized): restored, so a study that keys its units before it runs them computes the
     same numbers as one that does not. The library's info lines (a Langevin temperature, a
-    layer left dense) would describe runs nobody asked for: warnings only.
+    layer left dense) would describe runs nobody asked for: warnings only. oneDNN off: its
+    kernels' blocking reads the CPU's cache sizes, so two CPUs on the same instructions could
+    still sum in two orders; without it ATen's own kernels and MKL's (reproducible across
+    vendors in `BASELINE_KERNELS`) compute everything (at an AMD/Intel split seen on
+    2026-12-05, before this, the baseline fingerprints differed).
     """
     threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    onednn = torch.backends.mkldnn.enabled
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     logger = logging.getLogger("convergent")
     level = logger.level
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float32)
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # a ContextProp
     logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
         logger.setLevel(level)
+        torch.backends.mkldnn.enabled = onednn
         torch.set_default_dtype(dtype)
         torch.set_num_threads(threads)
         random.setstate(states[0])
@@ -488,8 +495,7 @@ def numerics_fingerprint() -> str:
     vendors were still seen to differ: docs/design.md, "Unit keys"); once per process (about
     3 s).
 
-    The CPU's own kernels (ATen's widest vectors, MKL's, oneDNN's and libm's per-CPU code
-    paths) move the last bits of the canary, and through them every key: units then could not
+    The CPU's own kernels (ATen's widest vectors, MKL's and libm's per-CPU code paths) move the last bits of the canary, and through them every key: units then could not
     move between machines, and a run that spans sessions on machines of two kinds would start
     over at each change. The baseline kernels are the same instructions everywhere.
     """

@@ -191,15 +191,14 @@ def test_the_fingerprint_names_the_code_not_the_cpus_kernels():
     assert plain[1] != elsewhere[1]  # the kernels move the canary's last bits
     assert plain[0] == elsewhere[0]
     # A setting the environment leaves unset is the library's own default (glibc's: none).
+    # oneDNN is off while the canary runs (its blocking follows the cache sizes): its ISA,
+    # which moves the bytes when it is on, moves nothing, even on the CPU's own kernels. One
+    # batch of processes for both (they run side by side).
     without = [{**BASELINE, name: ""} for name in BASELINE]
-    runs = _fingerprints(without, both=False)
+    onednn = [{"ONEDNN_MAX_CPU_ISA": "SSE41"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}]
+    *runs, capped, widest = _fingerprints(without + onednn, both=False)
     unmoved = [name for name, run in zip(BASELINE, runs, strict=True) if run[1] == plain[0]]
     assert not unmoved, f"leaving these baseline settings out moved nothing here: {unmoved}"
-    # oneDNN is off while the canary runs (its blocking follows the cache sizes): its ISA,
-    # which moves the bytes when it is on, moves nothing, even on the CPU's own kernels.
-    capped, widest = _fingerprints(
-        [{"ONEDNN_MAX_CPU_ISA": "SSE41"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}], both=False
-    )
     assert capped[1] == widest[1]
 
 

@@ -1,13 +1,15 @@
 """Move the committed study units to their keys under this machine's numbers' fingerprint.
 
-A unit's key hashes `numerics_fingerprint`, and machines of two CPU vendors compute different
-fingerprints for the same code (docs/design.md, "Unit keys"). A session on a new kind of
-machine then finds none of the committed units. This script checks, for every unit file
-under the committed folders below, that its name is its key under ``OLD`` (the fingerprint
-of the machine that computed it, from an earlier session's note or `git log`), then, with
-``--apply``, renames it with ``git mv`` to its key under this machine's fingerprint. A file
-whose name is not its key under ``OLD`` stops the script before anything moves: it was
-computed by other code, and only a run may replace it.
+A unit's key hashes `numerics_fingerprint`, and machines of two CPU vendors have computed
+different fingerprints for the same code (docs/design.md, "Unit keys"); a session on such a
+machine then finds none of the committed units. This script checks, for every unit file under
+the committed folders below, that its name is its key under one of the ``OLD`` fingerprints
+given or the one the file stored (the machine that computed it; an earlier session's note or
+`git log` names it), then, with ``--apply``, renames it to its key under this machine's
+fingerprint (``git mv``; a plain rename for a unit git does not track yet). A file already
+keyed under this machine's fingerprint counts as in place. A file whose name is not its key
+under any old fingerprint, or whose new name is taken, stops the script before anything
+moves: it was computed by other code, and only a run may replace it.
 
     .venv/bin/python tools/rekey_units.py OLD            # check only
     .venv/bin/python tools/rekey_units.py OLD --apply    # check, then move

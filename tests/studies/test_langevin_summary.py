@@ -70,7 +70,7 @@ def test_the_committed_summary_states_design_7s_verdicts(committed):
     # lam selected at the warm temperature (the coldest where the noise acted), LoRA's factor
     # on its grid's edge, and the attention run 4.97 relaxation times long where 5 are needed.
     assert "each factor the strongest within 0.5 % of the best validation RMSE at the warm" in norms
-    assert "1.5 (the grid's edge) and 1.5 (the grid's edge) for LoRA" in norms
+    assert "radius factors 8 and 4 for attention, 1.5 and 1.5 (both the grid's edge) for" in norms
     assert "(reproduced: LoRA 3.3 % [-0.3, 6.8])" in norms
     assert (
         "it is untested whether the joint norm of the trained matrices stayed at most 10 % above "
@@ -258,3 +258,11 @@ def test_a_failed_check_never_reads_as_meeting_its_need():
     assert text(4.969) == "steps ratio 4.97, >= 5 needed"
     assert text(4.9996) == "steps ratio 4.9996, >= 5 needed"  # not "5, >= 5 needed"
     assert text(None) == "steps ratio not measured"
+
+
+def test_a_radius_factor_on_its_grids_edge_is_named_so(design6):
+    changed = copy.deepcopy(design6)
+    record = changed["data"]["selection"]["lora"]["log"]
+    record["selected"] = min(point["radius_factor"] for point in record["grid"])
+    norms = next(s.text for s in summary(changed) if "radius factors" in s.text)
+    assert "radius factors 8 and 4 for attention, 1.5 (the grid's edge) and 4 for LoRA" in norms

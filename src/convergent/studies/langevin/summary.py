@@ -216,13 +216,17 @@ def strengths(payload: Mapping[str, Any], temperature: str) -> str:
             for p in penalties
         ]
         lams += [f"{' and '.join(named)} for {label}"] * bool(named)
-        chosen = []
+        chosen: list[tuple[str, bool]] = []  # (factor, on the grid's edge)
         for record in filter(None, (selection.get(experiment.name, {}).get(p) for p in penalties)):
             grid = [number(point["radius_factor"]) for point in record["grid"]]
             factor = number(record["selected"])
-            chosen.append(f"{factor:g}" + " (the grid's edge)" * (factor in (min(grid), max(grid))))
+            chosen.append((f"{factor:g}", factor in (min(grid), max(grid))))
             where.append(str(record.get("temperature") or config.get("selection_temperature")))
-        factors += [f"{' and '.join(chosen)} for {label}"] * bool(chosen)
+        if len(chosen) > 1 and all(edge for _, edge in chosen):
+            shown = " and ".join(value for value, _ in chosen) + " (both the grid's edge)"
+        else:
+            shown = " and ".join(value + " (the grid's edge)" * edge for value, edge in chosen)
+        factors += [f"{shown} for {label}"] * bool(chosen)
     text = f"lam of about {' and '.join(lams)}, in loss units and kept at every temperature"
     if factors:
         tolerance = percent(number(config["selection_tolerance"]))

@@ -64,42 +64,37 @@ def test_the_readme_points_at_nothing_outside_the_repository():
     )
 
 
-def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path):
+RESUMED_NOTES = [
+    ("3 unit(s) reused from /u, 5 computed.", "took 12 s on 2 CPU cores to finish a resumed run"),
+    ("8 unit(s) reused from /u, 0 computed.", "took 12 s on 2 CPU cores to assemble 8 units"),
+    ("0 unit(s) reused from /u, 8 computed.", "took 12 s on 2 CPU cores; the report"),
+    # Units that stored their compute time say what it was (summed over units).
+    (
+        "8 unit(s) reused from /u, 0 computed; the reused units' compute time: 36720 s (8 timed).",
+        "to assemble 8 units computed earlier (their compute time (10.2 hours summed over "
+        "units) is not in this figure)",
+    ),
+    (
+        "3 unit(s) reused from /u, 5 computed; the reused units' compute time: 1500 s (2 timed).",
+        "(3 of 8 units were computed earlier and their time (the 2 that stored it: 25 minutes "
+        "summed over units) is not in this figure)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("note", "said"), RESUMED_NOTES)
+def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path, note, said):
     payload = {
         "name": "toy",
         "mode": "full",
         "config": {"seeds": [0]},
         "claims": [],
         "seconds": 12.0,
-        "notes": ["3 unit(s) reused from /somewhere/units, 5 computed."],
+        "notes": [note],
     }
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
-    text = results_section(tmp_path, relative_to=tmp_path)
-    assert "took 12 s on 2 CPU cores to finish a resumed run (3 of 8 units" in text
-    payload["notes"] = ["8 unit(s) reused from /somewhere/units, 0 computed."]
-    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
-    assert "took 12 s on 2 CPU cores to assemble 8 units computed earlier" in results_section(
-        tmp_path, tmp_path
-    )
-    payload["notes"] = ["0 unit(s) reused from /somewhere/units, 8 computed."]
-    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
-    assert "took 12 s on 2 CPU cores; the report" in results_section(tmp_path, tmp_path)
-    # Units that stored their compute time say what it was (summed over units).
-    timed = "; the reused units' compute time: 36720 s (8 timed)."
-    payload["notes"] = ["8 unit(s) reused from /somewhere/units, 0 computed" + timed]
-    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
-    assert (
-        "to assemble 8 units computed earlier (their compute time (10.2 hours summed over units) "
-        "is not in this figure)"
-    ) in results_section(tmp_path, tmp_path)
-    partly = "; the reused units' compute time: 1500 s (2 timed)."
-    payload["notes"] = ["3 unit(s) reused from /somewhere/units, 5 computed" + partly]
-    (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))
-    assert (
-        "(3 of 8 units were computed earlier and their time (the 2 that stored it: 25 minutes "
-        "summed over units) is not in this figure)"
-    ) in results_section(tmp_path, tmp_path)
+    assert said in results_section(tmp_path, relative_to=tmp_path)
 
 
 def _claim(statement, verdict="reproduced", checks=()):

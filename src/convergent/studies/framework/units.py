@@ -103,7 +103,6 @@ class UnitCache:
         # 2026-12-05 store it): the sum and how many of them stored a time.
         self.reused_seconds = 0.0
         self.reused_timed = 0
-        self._last_seconds: float | None = None  # of the unit `get` found last
         self._looked = False
 
     def key(self, unit: Mapping[str, Any], numerics: str | None = None) -> str:
@@ -121,6 +120,12 @@ class UnitCache:
 
     def get(self, unit: Mapping[str, Any]) -> Any | None:
         """The stored value of ``unit``, or None when it has not finished before."""
+        stored = self._stored(unit)
+        return None if stored is None else stored["value"]
+
+    def _stored(self, unit: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The whole stored entry of ``unit`` (value, and the fingerprint and seconds where
+        it kept them), or None."""
         if not self.enabled:
             return None
         path = self.path(unit)
@@ -131,15 +136,23 @@ class UnitCache:
         except Exception as error:  # a file from an older torch, or damaged: recompute
             log.warning("unit file %s unreadable (%s); recomputing it", path, error)
             return None
-        self._last_seconds = stored.get("seconds")
+        return stored
+
+    def _reuse(self, unit: Mapping[str, Any]) -> Any | None:
+        """`get`, counting a found unit as a hit with the compute time it stored."""
+        stored = self._stored(unit)
+        if stored is None:
+            return None
+        self.hits += 1
+        if stored.get("seconds") is not None:
+            self.reused_seconds += float(stored["seconds"])
+            self.reused_timed += 1
         return stored["value"]
 
-    def _reused(self) -> None:
-        """Count the unit `get` has just found as a hit, with the compute time it stored."""
-        self.hits += 1
-        if self._last_seconds is not None:
-            self.reused_seconds += float(self._last_seconds)
-            self.reused_timed += 1
+    def _warn_if_foreign(self, jobs_found: int) -> None:
+        foreign = self.foreign_files(jobs_found)
+        if foreign is not None:
+            log.warning(foreign)
 
     def put(self, unit: Mapping[str, Any], value: Any, seconds: float | None = None) -> None:
         """Store ``value`` for ``unit`` (atomically), with the ``seconds`` it took."""
@@ -183,13 +196,10 @@ class UnitCache:
 
     def run(self, unit: Mapping[str, Any], compute: Callable[[], Value]) -> Value:
         """The stored value of ``unit`` if it finished before, else ``compute()``, stored."""
-        stored = self.get(unit)
+        stored = self._reuse(unit)
         if stored is not None:
-            self._reused()
             return stored
-        foreign = self.foreign_files(0)
-        if foreign is not None:
-            log.warning(foreign)
+        self._warn_if_foreign(0)
         self.misses += 1
         value, seconds = _timed(compute)
         self.put(unit, value, seconds)
@@ -246,16 +256,8 @@ def run_jobs(
     finishes, so an interruption loses only the jobs in flight. Jobs are deterministic:
     processes change the wall time, not the values.
     """
-    values: list[Any] = []
-    found = 0
-    for job in jobs:
-        values.append(cache.get(job.unit()))
-        if values[-1] is not None:
-            cache._reused()
-            found += 1
-    foreign = cache.foreign_files(found)
-    if foreign is not None:
-        logging.getLogger(__name__).warning(foreign)  # ``log`` is the caller's progress line
+    values: list[Any] = [cache._reuse(job.unit()) for job in jobs]
+    cache._warn_if_foreign(sum(value is not None for value in values))
     pending = [index for index, value in enumerate(values) if value is None]
     done = 0
 

@@ -9,7 +9,6 @@ import itertools
 import json
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +35,7 @@ from convergent.studies.framework import (
     misstated_verdicts,
 )
 from tests.conftest import assert_drawn_figure
-from tests.studies.test_descent import _crossed_by_hand, _payload
-
-COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
+from tests.studies.test_descent import _crossed_by_hand, _payload, design2_rescored
 
 
 def test_a_win_counts_one_a_tie_half_and_a_loss_nothing():
@@ -240,8 +237,8 @@ def test_the_language_claims_follow_their_formulas():
 def test_part_c_claims_come_with_part_c_data_only():
     without = claims_from_results(_payload())
     assert not any(claim.statement.startswith("(c)") for claim in without)
-    committed = json.loads(COMMITTED.read_text())  # design 2: no part (c), exploratory
-    assert not any(claim.statement.startswith("(c)") for claim in claims_from_results(committed))
+    design2 = design2_rescored()  # no part (c)
+    assert not any(claim.statement.startswith("(c)") for claim in claims_from_results(design2))
     payload = _payload()
     payload["data"]["language"] = _language_data()
     with_c = claims_from_results(payload)
@@ -347,7 +344,7 @@ def test_part_c_runs_end_to_end_in_smoke_mode(tmp_path):
 
 
 def _with_part_c(payload: dict[str, Any], verdicts: dict[str, str] | None = None) -> dict:
-    """The committed payload with made-up part (c) claims, data and config added."""
+    """``payload`` (no part (c)) with made-up part (c) claims, data and config added."""
     extended = copy.deepcopy(payload)
     language = _language_data()
     extended["data"]["language"] = language
@@ -372,7 +369,7 @@ LANGUAGE_NOISE = (
 
 
 def test_the_summary_keeps_five_sentences_with_part_c():
-    payload = json.loads(COMMITTED.read_text())
+    payload = design2_rescored()
     before = summary(payload)
     extended = _with_part_c(payload)
     sentences = summary(extended)
@@ -409,7 +406,7 @@ def test_the_summary_keeps_five_sentences_with_part_c():
 
 
 def test_the_summary_says_when_part_c_constraints_did_not_bind():
-    payload = _with_part_c(json.loads(COMMITTED.read_text()))
+    payload = _with_part_c(design2_rescored())
     quiet = [claim.to_json() for claim in language_claims(_language_data(active=0.1))]
     payload["claims"] = [*payload["claims"][:-3], *quiet]
     sentences = summary(payload)

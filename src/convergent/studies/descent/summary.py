@@ -105,12 +105,29 @@ def _binding(claim: Claim) -> tuple[bool, str]:
             f"lambda reached at least {peak['value']:.2g} in every seed, and some lambda was "
             f"positive in {steps}"
         )
-    return False, (
+    low_peak = (
         f"the largest lambda was as low as {peak['value']:.2g}, where the check needs "
-        f"{_floor(peak):g}, and some lambda was positive in as few as "
-        f"{_percent(active['value'])} of training steps, where it needs "
-        f"{_percent(_floor(active))}"
+        f"{_floor(peak):g}"
     )
+    few_steps = (
+        f"some lambda was positive in as few as {_percent(active['value'])} of training steps, "
+        f"where the check needs {_percent(_floor(active))}"
+    )
+    if not peak["passed"] and not active["passed"]:
+        return False, f"{low_peak}, and {few_steps}"
+    if not peak["passed"]:  # name the passed check as passed, not as a reason
+        return False, f"{low_peak}, though some lambda was positive in at least " + (
+            f"{_percent(active['value'])} of training steps"
+        )
+    return False, f"lambda reached at least {peak['value']:.2g} in every seed, but {few_steps}"
+
+
+def _what_ran(claim: Claim) -> str:
+    """What unbound constrained runs were: ERM in all but name when both binding checks failed;
+    when one passed, runs the declared check does not count as constrained."""
+    if not _check(claim, PEAK_CHECK)["passed"] and not _check(claim, ACTIVE_CHECK)["passed"]:
+        return "those runs were ERM in all but name"
+    return "the declared check does not count those runs as constrained training"
 
 
 def _test_sentences(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> int | None:
@@ -330,7 +347,7 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
     )
     return Sentence(
         f"For the street-video denoiser {outcome}: the selected constraints ({selected}) "
-        f"barely bound ({measured}), so those runs were ERM in all but name{excluded}"
+        f"barely bound ({measured}), so {_what_ran(claims[VIDEO_NOISE])}{excluded}"
         f"{_revised_pick(payload)}; constraints act only while lambda is above zero, so check "
         "that share of steps before expecting any effect.",
         verdicts,
@@ -438,6 +455,14 @@ def _share(claim: Claim) -> str:
     return "n/a" if claim["effect"] is None else _percent(float(claim["effect"]))
 
 
+def _share_interval(claim: Claim) -> str:
+    """A win-rate claim's interval in percent, after a space (nothing when it has none)."""
+    if claim["interval"] is None:
+        return ""
+    low, high = claim["interval"]
+    return f" [{100 * low:.0f}, {100 * high:.0f}]"
+
+
 def _language(payload: Mapping[str, Any]) -> Sentence:
     """Part (c): the two win rates and the per-layer claim, with the strength that ran."""
     claims = claims_by_name(payload)
@@ -453,10 +478,11 @@ def _language(payload: Mapping[str, Any]) -> Sentence:
     )
     if not bound:
         return Sentence(
-            f"{model} the selected constraints barely bound ({measured}), so its win rates "
-            f"against ERM ({_share(clean)} clean, {_share(noise)} under Gaussian embedding "
-            "noise) test nothing: "
-            "its three claims are untested.",
+            f"{model} the selected constraints barely bound ({measured}), so its three "
+            f"claims are untested; measured anyway, the constrained model won {_share(clean)} "
+            f"of the test windows against ERM without noise and {_share(noise)}"
+            f"{_share_interval(noise)} under Gaussian embedding noise at gamma 1.5 (the paper: "
+            "69.93 %), which this design cannot count as the constraints' effect.",
             verdicts,
         )
     low, high = clean["threshold"]["value"]

@@ -159,6 +159,21 @@ def test_a_hot_chain_after_a_fit_loses_it_and_says_so(digits):
 # --- descent ----------------------------------------------------------------------------------
 
 
+def test_the_binding_check_reports_the_floor_it_missed():
+    # lambda 0.38 but active in 19 % of the steps (the descent study's language model): the
+    # share is what failed, so it is the value reported, and the run is not called ERM
+    rare = acting.constraints_bind(0.38, 0.19)
+    assert not rare.acted and (rare.value, rare.threshold) == (0.19, 0.2)
+    assert "too few steps" in rare.advice and "ERM in all but name" not in rare.advice
+    weak = acting.constraints_bind(0.097, 0.51)  # the denoiser: lambda below 0.1
+    assert not weak.acted and (weak.value, weak.threshold) == (0.097, 0.1)
+    assert "ERM in all but name" in weak.advice
+    neither = acting.constraints_bind(0.05, 0.1)
+    assert not neither.acted and (neither.value, neither.threshold) == (0.05, 0.1)
+    bound = acting.constraints_bind(0.1, 0.2)  # each floor is inclusive
+    assert bound.acted and (bound.value, bound.threshold) == (0.1, 0.1)
+
+
 def test_slack_constraints_warn_that_they_do_not_bind(digits):
     model = _model(digits)
     # f_l <= (1 - alpha) f_(l-1) with alpha 0 and a tiny dual step: lambda stays near 0

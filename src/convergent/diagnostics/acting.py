@@ -222,19 +222,27 @@ def fit_kept(start_loss: float, loss: float, s: float) -> ActingCheck:
 
 def constraints_bind(largest_multiplier: float, active_share: float) -> ActingCheck:
     """The descent constraints bound: the largest lambda reached `MULTIPLIER_FLOOR` and some
-    lambda was positive in at least `ACTIVE_SHARE_FLOOR` of the steps."""
-    acted = not (largest_multiplier < MULTIPLIER_FLOOR or active_share < ACTIVE_SHARE_FLOOR)
+    lambda was positive in at least `ACTIVE_SHARE_FLOOR` of the steps. A failed check reports
+    the floor it missed (the multiplier's when both are missed)."""
+    strong = largest_multiplier >= MULTIPLIER_FLOOR
+    often = active_share >= ACTIVE_SHARE_FLOOR
+    advice = (
+        "they were active in too few steps to change the training much; ask for more descent "
+        "per layer (raise alpha) or raise dual_lr."
+        if strong
+        else "they barely bound, this is ERM in all but name; ask for more descent per layer "
+        "(raise alpha) or raise dual_lr."
+    )
     return ActingCheck(
         "descent",
         "constraints_bind",
-        largest_multiplier,
-        MULTIPLIER_FLOOR,
-        acted,
+        largest_multiplier if not strong or often else active_share,
+        MULTIPLIER_FLOOR if not strong or often else ACTIVE_SHARE_FLOOR,
+        strong and often,
         f"the descent constraints' largest lambda was {largest_multiplier:.3g} (they bind "
         f"from {MULTIPLIER_FLOOR:g}), some lambda > 0 in {100 * active_share:.0f} % of the "
         f"steps (from {100 * ACTIVE_SHARE_FLOOR:g} %)",
-        "they barely bound, this is ERM in all but name; ask for more descent per layer "
-        "(raise alpha) or raise dual_lr.",
+        advice,
     )
 
 

@@ -15,11 +15,12 @@ from convergent.regularize import (
     stationary_radius,
 )
 from convergent.studies import VERDICTS
-from convergent.studies.framework import write_study
+from convergent.studies.framework import stored_number, write_study
 from convergent.studies.langevin import Config, claims_from_results, run, study
 from convergent.studies.langevin import runs as langevin_runs
 from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
 from convergent.studies.langevin.plots import plot_curves, plot_norms
+from convergent.train import TrainingDiverged
 from tests.conftest import assert_drawn_figure
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
@@ -183,6 +184,57 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
                 trace = variant["trace"]
                 assert trace[-1]["step"] == variant["steps"] and trace[0]["grad_rms"] is None
                 assert set(trace[-1]["norms"]) == set(variant["numel"])
+
+
+def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkeypatch):
+    config = replace(
+        Config.for_mode("smoke"),
+        temperatures=("hot", "calibrated"),
+        claim_temperatures=("calibrated",),
+        variants=("none", "log"),
+        langevin_steps=10,
+        record_every=5,
+    )
+    real_fit = langevin_runs.fit
+
+    class Diverge:
+        """Raises as `fit` does when the loss turns non-finite, at step 7."""
+
+        def on_step_end(self, step, metrics):
+            if step == 6:
+                raise TrainingDiverged("training diverged: the loss became nan at step 7")
+
+    def fit_that_diverges_when_hot(model, optimizer, *args, callbacks, **kwargs):
+        # the hot s is 2 / N (N = 100 in smoke mode), the calibrated one about 1e-6
+        if optimizer.param_groups[0]["s"] >= 1e-3:
+            callbacks = [*callbacks, Diverge()]
+        return real_fit(model, optimizer, *args, callbacks=callbacks, **kwargs)
+
+    monkeypatch.setattr(langevin_runs, "fit", fit_that_diverges_when_hot)
+    result = run(config, tmp_path, progress=False)  # no exception: the study goes on
+    report = write_study(result, tmp_path).read_text()
+    payload = json.loads((tmp_path / "results.json").read_text())
+    seed = config.seeds[0]
+    assert (
+        f"Diverged (the loss or a gradient turned non-finite; the run ends there, its measures "
+        f"read not measured, and the claims that read it are untested): attention seed {seed}, "
+        f"hot none at step 7; attention seed {seed}, hot log at step 7; lora seed {seed}, hot "
+        f"none at step 7; lora seed {seed}, hot log at step 7."
+    ) in report
+    for experiment in ("attention", "lora"):
+        (seed_run,) = payload["data"]["runs"][experiment]
+        for variant in seed_run["phase2"]["hot"].values():
+            last = variant["trace"][-1]
+            # evaluations at 0 and 5, then the step that diverged, every measure NaN
+            assert [r["step"] for r in variant["trace"]] == [0, 5, 7]
+            assert last["diverged"] is True
+            assert math.isnan(stored_number(last["test_rmse"]))
+        for variant in seed_run["phase2"]["calibrated"].values():  # the other runs ran through
+            assert variant["trace"][-1]["step"] == 10 and "diverged" not in variant["trace"][-1]
+    hot_claims = [c for c in result.claims if "norm" in c.statement.lower()]
+    assert hot_claims and all(c.verdict == "untested" for c in hot_claims)
+    rescored = [c.to_json() for c in claims_from_results(payload)]
+    assert json.dumps(rescored) == json.dumps(payload["claims"])  # NaN != NaN in a plain ==
 
 
 def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):

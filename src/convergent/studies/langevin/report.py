@@ -273,6 +273,31 @@ def notes_of(config: Any, data: dict[str, Any]) -> list[str]:
         f"RMSE is in standardized units unless marked raw (raw = standardized x {scale:.4g}, "
         "the training labels' standard deviation); the gap is test RMSE - train RMSE.",
     ]
+    diverged = diverged_runs(data)
+    if diverged:
+        notes.append(
+            "Diverged (the loss or a gradient turned non-finite; the run ends there, its "
+            "measures read not measured, and the claims that read it are untested): "
+            + "; ".join(diverged)
+            + "."
+        )
     if config.mode != "full":
         notes.append(f"{config.mode} size: one seed, short runs; verdicts are previews.")
     return notes
+
+
+def diverged_runs(data: dict[str, Any]) -> list[str]:
+    """Each final phase-2 run whose trace ends diverged, as 'experiment seed S, temperature
+    variant at step N'."""
+    found = []
+    for experiment, seeds in data["runs"].items():
+        for seed_run in seeds:
+            for temperature, runs in seed_run["phase2"].items():
+                for variant, record in runs.items():
+                    last = record["trace"][-1]
+                    if last.get("diverged"):
+                        found.append(
+                            f"{experiment} seed {seed_run['seed']}, {temperature} {variant} at "
+                            f"step {last['step']}"
+                        )
+    return found

@@ -77,6 +77,7 @@ class _Tracker:
         self.model, self.regularizer, self.data, self.every = model, regularizer, data, every
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.records: list[dict[str, Any]] = []
+        self.last_step = 0
         self.record(0, None)  # before any step there is no gradient
 
     def record(self, step: int, grad_rms: float | None) -> None:
@@ -93,7 +94,26 @@ class _Tracker:
             }
         )
 
+    def diverged(self, step: int) -> None:
+        """Close the trace of a run whose loss or gradient turned non-finite at ``step``: one
+        last record of NaNs there, so every measure of the run reads NaN (not measured) and
+        the run stays in its claims' worst cases instead of stopping the study."""
+        nan = math.nan
+        self.records.append(
+            {
+                "step": step,
+                "norms": {name: nan for name in self.regularizer.norms()},
+                "train_rmse": nan,
+                "validation_rmse": nan,
+                "test_rmse": nan,
+                "gap": nan,
+                "grad_rms": None,
+                "diverged": True,
+            }
+        )
+
     def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        self.last_step = step
         if step % self.every == 0:
             # `fit` zeroes gradients at the start of the next step: they are still this step's
             # (loss + regularizer on the batch), exactly what the Langevin step used.
@@ -144,19 +164,22 @@ def langevin_run(
     regularizer.lam = lam
     tracker = _Tracker(model, regularizer, data, int(settings["record_every"]))
     trainable = [p for p in model.parameters() if p.requires_grad]
-    fit(
-        model,
-        Langevin(trainable, lr=float(settings["langevin_lr"]), s=s, seed=seed),
-        data.train,
-        max_steps=steps,
-        batch_size=min(int(settings["langevin_batch_size"]), len(data.train)),
-        task="regression",
-        training_step=RegularizedStep("regression", regularizer),
-        seed=seed,
-        callbacks=[tracker],
-        progress=False,
-        tensorboard=False,
-    )
+    try:
+        fit(
+            model,
+            Langevin(trainable, lr=float(settings["langevin_lr"]), s=s, seed=seed),
+            data.train,
+            max_steps=steps,
+            batch_size=min(int(settings["langevin_batch_size"]), len(data.train)),
+            task="regression",
+            training_step=RegularizedStep("regression", regularizer),
+            seed=seed,
+            callbacks=[tracker],
+            progress=False,
+            tensorboard=False,
+        )
+    except FloatingPointError:  # TrainingDiverged (the loss) or a non-finite gradient
+        tracker.diverged(tracker.last_step + 1)
     return model, regularizer, tracker.records
 
 

@@ -186,8 +186,9 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
                 assert set(trace[-1]["norms"]) == set(variant["numel"])
 
 
-def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkeypatch):
-    config = replace(
+def _ten_steps() -> Config:
+    """Smoke mode cut to two temperatures, two variants and 10 Langevin steps."""
+    return replace(
         Config.for_mode("smoke"),
         temperatures=("hot", "calibrated"),
         claim_temperatures=("calibrated",),
@@ -195,6 +196,10 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
         langevin_steps=10,
         record_every=5,
     )
+
+
+def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkeypatch):
+    config = _ten_steps()
     real_fit = langevin_runs.fit
 
     class Diverge:
@@ -258,14 +263,7 @@ def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
 
 
 def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
-    config = replace(
-        Config.for_mode("smoke"),
-        temperatures=("hot", "calibrated"),
-        claim_temperatures=("calibrated",),
-        variants=("none", "log"),
-        langevin_steps=10,
-        record_every=5,
-    )
+    config = _ten_steps()
     alone = run(config, tmp_path / "one", progress=False)
     parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
     assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(

@@ -42,3 +42,15 @@ def test_the_schedule_is_the_cubic_formula_held_between_updates(initial, final, 
 def test_bad_schedules_are_one_sentence(options, message):
     with pytest.raises(ValueError, match=message):
         GradualSchedule(**options)
+
+
+@pytest.mark.parametrize("total_steps", [2, 3, 10, 99, 100, 300, 1000, 4321, 100_000])
+def test_a_runs_default_prunes_from_a_tenth_to_three_quarters_in_at_most_20_updates(total_steps):
+    schedule = GradualSchedule.over_run(total_steps, 0.8)
+    assert schedule.start_step == int(0.1 * total_steps)
+    assert schedule.end_step <= max(int(0.75 * total_steps), schedule.start_step + 1)
+    intervals = (schedule.end_step - schedule.start_step) // schedule.frequency
+    assert (schedule.end_step - schedule.start_step) % schedule.frequency == 0
+    assert 1 <= intervals <= 20  # 300 steps: 195 // 9 = 21 with the frequency rounded down
+    # the ramp still spans most of the window: at most one interval short of 75 %
+    assert schedule.end_step + schedule.frequency > int(0.75 * total_steps)

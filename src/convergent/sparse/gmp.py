@@ -79,7 +79,7 @@ class GradualSchedule:
             )
         start = int(RUN_START_FRACTION * total_steps)
         span = max(int(RUN_END_FRACTION * total_steps) - start, 1)
-        frequency = max(span // RUN_UPDATES, 1)
+        frequency = max(-(-span // RUN_UPDATES), 1)  # rounded up: at most RUN_UPDATES
         end = start + (span // frequency) * frequency
         return cls(final_sparsity, start_step=start, end_step=end, frequency=frequency)
 

@@ -17,10 +17,10 @@ lr, so alpha's effect depends on the scale of both the weights and the raw gradi
 gradients' scale changes by orders of magnitude over a run. `ham_move_ratio` measures it, and
 `convergent.train.fit` warns when HAM acts as its base optimizer. Measured at the authors'
 alpha = 200 (mean mirror/Adam move ratio over short runs, ``benchmarks/strength_table.py``):
-2.35 on the sparsity study's ViT (lr 0.03), 0.031 on its character LM, 0.0045 fine-tuning
-MiniLM and 0.0026 on a GPT-2 from a config: inert on three of our four models. A strength set
+0.13 on the sparsity study's ViT (lr 1e-3), 0.031 on its character LM, 0.0045 fine-tuning
+MiniLM and 0.0026 on a GPT-2 from a config: inert on all four of our models. A strength set
 from the first step, as HORST's (alpha = r mean |base move| / (lr mean |w grad|)), was
-measured too and is not offered: at r = 0.2 it diverged on the ViT (its first Adam step at
+measured too and is not offered: at r = 0.2 it diverged on a small ViT (its first Adam step at
 lr 0.03 is larger than the weights) and blew up on the GPT-2 (alpha 2.6e5 from the first
 step's small gradients, a move ratio of 2e16 once they grew). HORST, whose mirror step reads
 the Adam direction instead of the raw gradient, is the scale-free variant.

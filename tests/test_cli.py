@@ -254,6 +254,38 @@ def test_seeds_skip_a_studys_selection_seed():
     assert study_config("residual", "smoke", seeds=2).seeds == (0, 1)
 
 
+def test_seeds_extend_the_modes_own_seeds_so_a_larger_run_reuses_the_committed_units():
+    from convergent.studies import study_config
+
+    # full mode's final seeds are 21-25 (selection 20): 8 seeds keep them and add 26-28
+    assert study_config("descent", "full", seeds=8).seeds == (21, 22, 23, 24, 25, 26, 27, 28)
+    assert study_config("sparsity", "full", seeds=3).seeds == (21, 22, 23)
+    assert study_config("langevin", "full", seeds=6).seeds == (20, 21, 22, 23, 24, 25)
+    assert study_config("residual", "full", seeds=5).seeds == (10, 11, 12, 13, 14)
+
+
+def test_seeds_continue_past_the_seeds_a_study_tunes_with(monkeypatch):
+    import dataclasses
+    import types
+
+    from convergent import studies
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        seeds: tuple[int, ...] = (5, 6)
+        selection_seed: int = 7
+        selection_seeds: tuple[int, ...] = (9,)
+
+        @classmethod
+        def for_mode(cls, mode: str) -> Config:
+            return cls()
+
+    monkeypatch.setattr(studies, "get_study", lambda name: types.SimpleNamespace(Config=Config))
+    assert studies.study_config("any", "full", seeds=1).seeds == (5,)
+    # 7 and 9 tune the study: a final run never shares them
+    assert studies.study_config("any", "full", seeds=5).seeds == (5, 6, 8, 10, 11)
+
+
 def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
     from convergent.cli import build_parser
     from convergent.commands import prune

@@ -298,7 +298,8 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="run N final seeds (0, 1, ... skipping a study's selection seed) instead of the mode's own",
+        help="run N final seeds: the mode's own, cut or continued upward (skipping the seeds a "
+        "study tunes with), so a larger N reuses a finished run's units",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(

@@ -55,16 +55,26 @@ def get_study(name: str) -> ModuleType:
 
 def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     """Study ``name``'s config at ``mode`` size, with ``seeds`` final seeds when given: the
-    first ``seeds`` integers from 0, skipping a study's ``selection_seed`` (its grid runs'
-    seed, which the final runs must not share)."""
+    mode's own final seeds, cut to the first ``seeds`` or continued upward past the last one,
+    skipping the seeds a study tunes with (``selection_seed``, ``selection_seeds``), which the
+    final runs must not share. The mode's own seeds come first, so a larger ``seeds`` reuses
+    the finished units of a run at the mode's default and adds new seeds to them."""
     check_mode(mode)
     module = get_study(name)
     config = module.Config.for_mode(mode)
     if seeds is not None:
         if seeds < 1:
             raise ValueError(f"seeds must be a positive integer, got {seeds}")
-        reserved = getattr(config, "selection_seed", None)
-        chosen = [seed for seed in range(seeds + 1) if seed != reserved][:seeds]
+        reserved = {
+            getattr(config, "selection_seed", None),
+            *getattr(config, "selection_seeds", ()),
+        }
+        chosen = [seed for seed in config.seeds if seed not in reserved][:seeds]
+        candidate = max(config.seeds) + 1
+        while len(chosen) < seeds:
+            if candidate not in reserved:
+                chosen.append(candidate)
+            candidate += 1
         config = dataclasses.replace(config, seeds=tuple(chosen))
     return config
 

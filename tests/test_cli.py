@@ -262,6 +262,8 @@ def test_seeds_extend_the_modes_own_seeds_so_a_larger_run_reuses_the_committed_u
     assert study_config("sparsity", "full", seeds=3).seeds == (21, 22, 23)
     assert study_config("langevin", "full", seeds=6).seeds == (20, 21, 22, 23, 24, 25)
     assert study_config("residual", "full", seeds=5).seeds == (10, 11, 12, 13, 14)
+    # descent's pilots read seeds 30-32 to choose the design: 12 seeds skip them
+    assert study_config("descent", "full", seeds=12).seeds == (*range(21, 30), 33, 34, 35)
 
 
 def test_seeds_continue_past_the_seeds_a_study_tunes_with(monkeypatch):

@@ -202,3 +202,33 @@ def test_a_design_three_run_says_how_its_interval_was_taken_and_why_points_were_
     assert "(95 % interval over test sentences and seeds [-1.7, +0.5] points)" in clean
     assert "was ruled out in tuning by the selection rule" in video
     assert "design 3 selects" not in video  # the run's own selection is design 3's
+
+
+def _binding_check(payload: dict[str, Any], name: str, start: str) -> dict[str, Any]:
+    claim = claims_by_name(payload)[name]
+    assert isinstance(claim, dict)
+    return next(check for check in claim["checks"] if check["name"].startswith(start))
+
+
+def test_a_value_that_missed_its_floor_never_prints_as_the_floor():
+    committed = json.loads(COMMITTED.read_text())
+    _binding_check(committed, VIDEO_NOISE, "largest multiplier")["value"] = 0.0996
+    _binding_check(committed, VIDEO_MONOTONE, "largest multiplier")["value"] = 0.0996
+    video = summary(committed)[3].text
+    assert "as low as 0.0996, where the check needs 0.1" in video  # not "as low as 0.1"
+    for claim in committed["claims"]:
+        if claim["statement"].startswith("(c)"):
+            check = next(c for c in claim["checks"] if c["name"].startswith("share of training"))
+            check["value"] = 0.196
+    language = summary(committed)[4].text
+    assert "as few as 19.6 % of training steps, where the check needs 20 %" in language
+
+
+def test_unmeasured_binding_is_not_called_erm():
+    committed = json.loads(COMMITTED.read_text())
+    for name in (VIDEO_NOISE, VIDEO_MONOTONE):
+        check = _binding_check(committed, name, "largest multiplier")
+        check.update(value=None, passed=None)
+    video = summary(committed)[3].text
+    assert "a seed recorded no multiplier" in video
+    assert "ERM in all but name" not in video and "cannot count those runs" in video

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from convergent.studies import VERDICTS
 from convergent.studies.framework import stored_number, write_study
 from convergent.studies.langevin import Config, claims_from_results, run, study
 from convergent.studies.langevin import runs as langevin_runs
+from convergent.studies.langevin.measures import DIVERGED_CHECK
 from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
 from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.train import TrainingDiverged
@@ -91,6 +93,31 @@ def test_lam_is_selected_at_the_coldest_temperature_where_the_noise_moved_the_ou
     # none moved: the hottest tried
     unmoved = {"hot": 0.005, "warm": 0.001, "calibrated": 0.0}
     assert langevin_runs.coldest_moved(unmoved, s, 0.01) == "hot"
+
+
+def test_a_selection_run_the_noise_made_diverge_counts_as_moved(monkeypatch):
+    # validation RMSE 1.0 at s = 0, 1.001 at calibrated (0.1 %), NaN (diverged) at warm
+    finals = {0.0: 1.0, 1e-6: 1.001, 1e-4: float("nan"), 0.02: 2.0}
+
+    def run(experiment, base, data, *, s, **kwargs):
+        return None, None, [{"validation_rmse": finals[s]}]
+
+    monkeypatch.setattr(langevin_runs, "langevin_run", run)
+    monkeypatch.setattr(langevin_runs, "evaluate", lambda *args: {"rmse": 1.0})
+    data = types.SimpleNamespace(validation=None)
+    settings = {
+        "selection_seed": 100,
+        "outcome_moved": 0.01,
+        "claim_temperatures": ("hot", "warm", "calibrated"),
+        "langevin_steps": 10,
+        "langevin_lr": 0.01,
+    }
+    s = {"hot": 0.02, "warm": 1e-4, "calibrated": 1e-6}
+    where = langevin_runs.selection_temperature("lora", None, data, settings, s)
+    assert where["temperature"] == "warm" and where["moved"]["warm"] == math.inf
+    finals[0.0] = float("nan")  # plain SGD itself diverged: no temperature can be chosen
+    with pytest.raises(ValueError, match="lora run at s = 0 diverged"):
+        langevin_runs.selection_temperature("lora", None, data, settings, s)
 
 
 def test_theory_gives_the_stationary_radius_and_relaxation_in_steps():
@@ -203,11 +230,12 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
     real_fit = langevin_runs.fit
 
     class Diverge:
-        """Raises as `fit` does when the loss turns non-finite, at step 7."""
+        """Raises as `fit` does when the loss turns non-finite, at step 25: after the s = 0
+        runs' last step (10), where the norm checks read the 40-step hot runs."""
 
         def on_step_end(self, step, metrics):
-            if step == 6:
-                raise TrainingDiverged("training diverged: the loss became nan at step 7")
+            if step == 24:
+                raise TrainingDiverged("training diverged: the loss became nan at step 25")
 
     def fit_that_diverges_when_hot(model, optimizer, *args, callbacks, **kwargs):
         # the hot s is 2 / N (N = 100 in smoke mode), the calibrated one about 1e-6
@@ -223,21 +251,30 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
     assert (
         f"Diverged (the loss or a gradient turned non-finite; the run ends there, its measures "
         f"read not measured, and the claims that read it are untested): attention seed {seed}, "
-        f"hot none at step 7; attention seed {seed}, hot log at step 7; lora seed {seed}, hot "
-        f"none at step 7; lora seed {seed}, hot log at step 7."
+        f"hot none at step 25; attention seed {seed}, hot log at step 25; lora seed {seed}, hot "
+        f"none at step 25; lora seed {seed}, hot log at step 25."
     ) in report
     for experiment in ("attention", "lora"):
         (seed_run,) = payload["data"]["runs"][experiment]
         for variant in seed_run["phase2"]["hot"].values():
             last = variant["trace"][-1]
-            # evaluations at 0 and 5, then the step that diverged, every measure NaN
-            assert [r["step"] for r in variant["trace"]] == [0, 5, 7]
+            # evaluations every 5 steps, then the step that diverged, every measure NaN
+            assert [r["step"] for r in variant["trace"]] == [0, 5, 10, 15, 20, 25]
             assert last["diverged"] is True
             assert math.isnan(stored_number(last["test_rmse"]))
         for variant in seed_run["phase2"]["calibrated"].values():  # the other runs ran through
             assert variant["trace"][-1]["step"] == 10 and "diverged" not in variant["trace"][-1]
-    hot_claims = [c for c in result.claims if "norm" in c.statement.lower()]
-    assert hot_claims and all(c.verdict == "untested" for c in hot_claims)
+    # The norm checks read the hot runs at step 10, before they diverged, and pass or fail on
+    # finite numbers: the claims are untested because a run they read diverged.
+    hot_claims = [c for c in result.claims if "hot temperature" in c.statement]
+    assert len(hot_claims) == 4 and all(c.verdict == "untested" for c in hot_claims)
+    for claim in hot_claims:
+        (diverged,) = [c for c in claim.checks if c.name == DIVERGED_CHECK]
+        assert diverged.passed is False and "at step 25" in diverged.note
+    calibrated = [c for c in result.claims if "calibrated temperature" in c.statement]
+    assert calibrated and not any(
+        check.name == DIVERGED_CHECK for c in calibrated for check in c.checks
+    )
     rescored = [c.to_json() for c in claims_from_results(payload)]
     assert json.dumps(rescored) == json.dumps(payload["claims"])  # NaN != NaN in a plain ==
 

@@ -56,8 +56,8 @@ def get_study(name: str) -> ModuleType:
 def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     """Study ``name``'s config at ``mode`` size, with ``seeds`` final seeds when given: the
     mode's own final seeds, cut to the first ``seeds`` or continued upward past the last one,
-    skipping the seeds a study tunes with (``selection_seed``, ``selection_seeds``), which the
-    final runs must not share. The mode's own seeds come first, so a larger ``seeds`` reuses
+    skipping the seeds a study tunes with (``selection_seed``, ``selection_seeds``) and those its
+    pilots read (its module's ``RESERVED_SEEDS``), which the final runs must not share. The mode's own seeds come first, so a larger ``seeds`` reuses
     the finished units of a run at the mode's default and adds new seeds to them."""
     check_mode(mode)
     module = get_study(name)
@@ -68,6 +68,7 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
         reserved = {
             getattr(config, "selection_seed", None),
             *getattr(config, "selection_seeds", ()),
+            *getattr(module, "RESERVED_SEEDS", ()),
         }
         chosen = [seed for seed in config.seeds if seed not in reserved][:seeds]
         candidate = max(config.seeds) + 1

@@ -27,12 +27,16 @@ from __future__ import annotations
 
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.pilot import run_language_pilot, run_pilot
+from convergent.studies.descent.pilot import PILOT_SEEDS, run_language_pilot, run_pilot
 from convergent.studies.descent.study import run
 from convergent.studies.descent.summary import summary
 
+# Seeds the pilots read (validation only, to choose the design): never final seeds.
+RESERVED_SEEDS = PILOT_SEEDS
+
 __all__ = [
     "DESIGN",
+    "RESERVED_SEEDS",
     "Config",
     "claims_from_results",
     "run",

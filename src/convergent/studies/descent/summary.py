@@ -70,6 +70,17 @@ def _percent(value: float) -> str:
     return f"{100 * value:.0f} %"
 
 
+def _short_of(value: float, floor: float, digits: int) -> str:
+    """A value that missed ``floor``, with ``digits`` more significant digits (``.Ng``; for
+    ``digits`` 0, whole numbers) until it no longer prints as the floor: 0.0996 against 0.1
+    reads 0.0996, not 0.1."""
+    for extra in range(digits, digits + 6):
+        text = f"{value:.{extra}f}" if digits == 0 else f"{value:.{extra + 1}g}"
+        if float(text) != floor:
+            return text
+    return f"{value:g}"
+
+
 def _floor(check: Mapping[str, Any]) -> float:
     """The number in a check's requirement (``">= 0.1"`` gives 0.1)."""
     return float(str(check["required"]).split()[-1])
@@ -106,11 +117,12 @@ def _binding(claim: Claim) -> tuple[bool, str]:
             f"positive in {steps}"
         )
     low_peak = (
-        f"the largest lambda was as low as {peak['value']:.2g}, where the check needs "
-        f"{_floor(peak):g}"
+        f"the largest lambda was as low as {_short_of(peak['value'], _floor(peak), 1)}, where "
+        f"the check needs {_floor(peak):g}"
     )
     few_steps = (
-        f"some lambda was positive in as few as {_percent(active['value'])} of training steps, "
+        "some lambda was positive in as few as "
+        f"{_short_of(100 * active['value'], 100 * _floor(active), 0)} % of training steps, "
         f"where the check needs {_percent(_floor(active))}"
     )
     if not peak["passed"] and not active["passed"]:
@@ -125,7 +137,10 @@ def _binding(claim: Claim) -> tuple[bool, str]:
 def _what_ran(claim: Claim) -> str:
     """What unbound constrained runs were: ERM in all but name when both binding checks failed;
     when one passed, runs the declared check does not count as constrained."""
-    if not _check(claim, PEAK_CHECK)["passed"] and not _check(claim, ACTIVE_CHECK)["passed"]:
+    peak, active = _check(claim, PEAK_CHECK), _check(claim, ACTIVE_CHECK)
+    if peak["value"] is None or active["value"] is None:
+        return "the declared check cannot count those runs as constrained training"
+    if not peak["passed"] and not active["passed"]:
         return "those runs were ERM in all but name"
     return "the declared check does not count those runs as constrained training"
 

@@ -57,6 +57,7 @@ from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Experiment,
     acted_check,
+    diverged_checks,
     final,
     fit_kept_check,
     gap_trend,
@@ -107,7 +108,9 @@ def farthest_from_zero(values: Sequence[float]) -> float:
     return max(values, key=abs)
 
 
-def grows_claim(experiment: Experiment, temperature: str, threshold: float, noisy: Check) -> Claim:
+def grows_claim(
+    experiment: Experiment, temperature: str, threshold: float, checks: Sequence[Check]
+) -> Claim:
     """Claim 2: without a regularizer the total norm ends ``threshold`` above its start."""
     records = experiment.records(temperature, "none")
     s = experiment.temperatures[temperature]
@@ -129,7 +132,7 @@ def grows_claim(experiment: Experiment, temperature: str, threshold: float, nois
         [growth(r) for r in records],
         at_least(threshold),
         unit="relative growth of the total norm without regularizer (end / start - 1)",
-        checks=[noisy],
+        checks=list(checks),
         evidence=f"Mean total end norm {format_number(mean(ends))} against "
         f"{format_number(mean(predicted))} from pure diffusion, sqrt(start^2 + numel s t) "
         f"(observed / predicted, mean over seeds, {format_number(mean(ratios))}; near 1 the "
@@ -257,6 +260,7 @@ def experiment_claims(
             run_length_check(experiment, bound, number(config["relaxation_multiple"])),
             acted_check(experiment, bound),
             norm_moved_check(experiment, bound, penalties, moved),
+            *diverged_checks(experiment, bound, penalties),
         ]
         tolerance = number(config["bound_tolerance"])
         bounded = joint_bounded_claim(experiment, bound, tolerance, checks)
@@ -268,7 +272,8 @@ def experiment_claims(
     if experiment.has(bound, "none"):
         growth_threshold = number(config["growth_threshold"])
         noisy = norm_moved_check(experiment, bound, ["none"], moved)
-        claims.append(grows_claim(experiment, bound, growth_threshold, noisy))
+        diverged = diverged_checks(experiment, bound, ["none"])
+        claims.append(grows_claim(experiment, bound, growth_threshold, [noisy, *diverged]))
     for temperature in config["claim_temperatures"]:
         claims.extend(gap_and_accuracy_claims(experiment, str(temperature), config, data, lam))
     return claims
@@ -292,6 +297,7 @@ def gap_and_accuracy_claims(
         return [
             outcome_moved_check(experiment, temperature, variants, number(config["outcome_moved"])),
             fit_kept_check(experiment, temperature, variants, number(config["fit_kept"])),
+            *diverged_checks(experiment, temperature, variants),
         ]
 
     penalties = experiment.penalties(temperature)

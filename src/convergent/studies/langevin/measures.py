@@ -77,6 +77,11 @@ def largest(values: Sequence[float]) -> float:
     return math.nan if any(math.isnan(v) for v in values) else max(values)
 
 
+def smallest(values: Sequence[float]) -> float:
+    """min(values), NaN if any is NaN (as `largest`)."""
+    return math.nan if any(math.isnan(v) for v in values) else min(values)
+
+
 def total_norm(norms: Mapping[str, Any]) -> float:
     """||all the matrices together||_F = sqrt(sum of their squared Frobenius norms)."""
     return math.sqrt(math.fsum(number(value) ** 2 for value in norms.values()))
@@ -271,6 +276,7 @@ REGULARIZER_CHECK = (
     "end norm with the regularizer / without (mean over seeds; the larger ratio of log and "
     "power; all targeted matrices together)"
 )
+DIVERGED_CHECK = "runs read by the claim that diverged (the loss or a gradient turned non-finite)"
 RUN_LENGTH_CHECK = "run steps / radial relaxation steps (shortest over seeds and penalties)"
 OVERFIT_CHECK = "validation RMSE / train RMSE after phase 1 in the chosen regime (pilot)"
 OUTCOME_CHECK = "|test RMSE at s - at s = 0| / phase-1 test RMSE, at the s = 0 run's last step"
@@ -299,7 +305,28 @@ def acted_check(experiment: Experiment, temperature: str) -> Check:
         "a regularizer that leaves the end norm within 10 % of the unregularized run did not "
         "act; " + ", ".join(f"{p} {ratio:.3f}" for p, ratio in ratios.items())
     )
-    return Check(name, max(ratios.values()), at_most(ACTED_AT_MOST), note)
+    return Check(name, largest(list(ratios.values())), at_most(ACTED_AT_MOST), note)
+
+
+def diverged_checks(
+    experiment: Experiment, temperature: str, variants: Sequence[str]
+) -> list[Check]:
+    """Nothing when no run the claim reads diverged (``variants`` at ``temperature`` and at
+    s = 0, every seed); else one failed check naming them. Without it a diverged seed could
+    drop out of the effect (NaN seeds are left out of it) while a check read at an earlier
+    step, before the divergence, passes."""
+    found = [
+        f"seed {run['seed']}, {where} {variant} at step {run['phase2'][where][variant]['trace'][-1]['step']}"
+        for where in dict.fromkeys((temperature, "zero"))
+        for variant in variants
+        if experiment.has(where, variant)
+        for run in experiment.runs
+        if run["phase2"][where][variant]["trace"][-1].get("diverged")
+    ]
+    if not found:
+        return []
+    note = "a diverged run has no outcome to compare: " + "; ".join(found)
+    return [Check(DIVERGED_CHECK, float(len(found)), at_most(0.0), note)]
 
 
 def run_length_check(experiment: Experiment, temperature: str, multiple: float) -> Check:
@@ -363,7 +390,7 @@ def outcome_moved_check(
         + ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, moved, strict=True))
         + ")"
     )
-    return Check(name, _per_seed_mean(moved, min), at_least(required), note)
+    return Check(name, _per_seed_mean(moved, smallest), at_least(required), note)
 
 
 def norm_at(record: Record, step: float) -> float:
@@ -403,7 +430,7 @@ def norm_moved_check(
         + ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, moved, strict=True))
         + ")"
     )
-    return Check(name, _per_seed_mean(moved, min), at_least(required), note)
+    return Check(name, _per_seed_mean(moved, smallest), at_least(required), note)
 
 
 def fit_kept_check(

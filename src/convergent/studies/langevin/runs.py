@@ -96,8 +96,9 @@ class _Tracker:
 
     def diverged(self, step: int) -> None:
         """Close the trace of a run whose loss or gradient turned non-finite at ``step``: one
-        last record of NaNs there, so every measure of the run reads NaN (not measured) and
-        the run stays in its claims' worst cases instead of stopping the study."""
+        last record of NaNs there, so every measure of the run reads NaN, every claim that
+        reads it fails its divergence check (`diverged_checks`: untested), and the study goes
+        on."""
         nan = math.nan
         self.records.append(
             {
@@ -287,9 +288,16 @@ def selection_temperature(
 
     required = float(settings["outcome_moved"])
     at_zero = validation(0.0)
+    if not math.isfinite(at_zero):
+        raise ValueError(
+            f"the selection seed's {experiment} run at s = 0 diverged (validation RMSE "
+            f"{at_zero}); lower langevin_lr (now {settings['langevin_lr']})."
+        )
     moved: dict[str, float] = {}
     for name in sorted(settings["claim_temperatures"], key=lambda name: s[name]):
-        moved[name] = abs(validation(s[name]) - at_zero) / phase1
+        noisy = validation(s[name])
+        # a run the noise made diverge: the noise moved the outcome beyond measuring
+        moved[name] = abs(noisy - at_zero) / phase1 if math.isfinite(noisy) else math.inf
         if moved[name] >= required:
             break
     return {
@@ -427,7 +435,8 @@ def final_runs(
                 "numel": numel,
                 "trace": trace,
             }
-            if experiment == "attention" and temperature == settings["bound_temperature"]:
+            bound = temperature == settings["bound_temperature"]
+            if experiment == "attention" and bound and not trace[-1].get("diverged"):
                 out["villani"][variant] = villani_rows(
                     model,
                     regularizer,

@@ -186,6 +186,8 @@ def test_the_summary_reads_the_payload_it_is_given(payload):
     changed["data"]["text"]["selected"]["constrained"]["alpha"] = 0.05
     assert "retrained from 3 seeds" in _texts(changed)[0]
     assert "alpha = 0.05, each layer to cut the loss by 5 %" in _texts(changed)[1]
+    changed["config"]["seeds"] = [1]
+    assert "retrained from 1 seed." in _texts(changed)[0]
 
 
 def test_a_design_three_run_says_how_its_interval_was_taken_and_why_points_were_ruled_out(

@@ -184,6 +184,7 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
         for record in part.values()
     }
     grid = f" on equal {grids.pop()}-point grids" if len(grids) == 1 else ""
+    seeds = len(config["seeds"])
     return Sentence(
         "We compared layer-wise descent constraints (each layer must cut the loss by a fraction "
         "alpha of the previous layer's, enforced by one multiplier lambda per layer learned "
@@ -191,7 +192,7 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
         f"({config['text_steps']} training steps{test}) and on an "
         f"{config['denoiser_layers']}-layer Transformer denoiser for {config['video_frames']} "
         f"street-video frames, each method tuned{grid} on validation data and retrained from "
-        f"{len(config['seeds'])} seeds."
+        f"{seeds} seed{'' if seeds == 1 else 's'}."
     )
 
 

@@ -226,23 +226,22 @@ def constraints_bind(largest_multiplier: float, active_share: float) -> ActingCh
     the floor it missed (the multiplier's when both are missed)."""
     strong = largest_multiplier >= MULTIPLIER_FLOOR
     often = active_share >= ACTIVE_SHARE_FLOOR
-    advice = (
-        "they were active in too few steps to change the training much; ask for more descent "
-        "per layer (raise alpha) or raise dual_lr."
-        if strong
-        else "they barely bound, this is ERM in all but name; ask for more descent per layer "
-        "(raise alpha) or raise dual_lr."
-    )
+    if strong and not often:  # only the share missed: it is the value reported
+        value, floor = active_share, ACTIVE_SHARE_FLOOR
+        advice = "they were active in too few steps to change the training much"
+    else:
+        value, floor = largest_multiplier, MULTIPLIER_FLOOR
+        advice = "they barely bound, this is ERM in all but name"
     return ActingCheck(
         "descent",
         "constraints_bind",
-        largest_multiplier if not strong or often else active_share,
-        MULTIPLIER_FLOOR if not strong or often else ACTIVE_SHARE_FLOOR,
+        value,
+        floor,
         strong and often,
         f"the descent constraints' largest lambda was {largest_multiplier:.3g} (they bind "
         f"from {MULTIPLIER_FLOOR:g}), some lambda > 0 in {100 * active_share:.0f} % of the "
         f"steps (from {100 * ACTIVE_SHARE_FLOOR:g} %)",
-        advice,
+        f"{advice}; ask for more descent per layer (raise alpha) or raise dual_lr.",
     )
 
 

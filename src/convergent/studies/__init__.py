@@ -57,8 +57,9 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     """Study ``name``'s config at ``mode`` size, with ``seeds`` final seeds when given: the
     mode's own final seeds, cut to the first ``seeds`` or continued upward past the last one,
     skipping the seeds a study tunes with (``selection_seed``, ``selection_seeds``) and those its
-    pilots read (its module's ``RESERVED_SEEDS``), which the final runs must not share. The mode's own seeds come first, so a larger ``seeds`` reuses
-    the finished units of a run at the mode's default and adds new seeds to them."""
+    pilots read (its module's ``RESERVED_SEEDS``), which the final runs must not share. The
+    mode's own seeds come first, so a larger ``seeds`` reuses the finished units of a run at the
+    mode's default and adds new seeds to them."""
     check_mode(mode)
     module = get_study(name)
     config = module.Config.for_mode(mode)

@@ -495,9 +495,10 @@ def numerics_fingerprint() -> str:
     vendors were still seen to differ: docs/design.md, "Unit keys"); once per process (about
     3 s).
 
-    The CPU's own kernels (ATen's widest vectors, MKL's and libm's per-CPU code paths) move the last bits of the canary, and through them every key: units then could not
-    move between machines, and a run that spans sessions on machines of two kinds would start
-    over at each change. The baseline kernels are the same instructions everywhere.
+    The CPU's own kernels (ATen's widest vectors, MKL's and libm's per-CPU code paths) move
+    the last bits of the canary, and through them every key: units then could not move between
+    machines, and a run that spans sessions on machines of two kinds would start over at each
+    change. The baseline kernels are the same instructions everywhere.
     """
     try:
         child = subprocess.run(

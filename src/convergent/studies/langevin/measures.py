@@ -308,6 +308,13 @@ def acted_check(experiment: Experiment, temperature: str) -> Check:
     return Check(name, largest(list(ratios.values())), at_most(ACTED_AT_MOST), note)
 
 
+def diverged_at(record: Record) -> Any | None:
+    """The step at which the run diverged (its trace ends in a record marked ``diverged``), or
+    None for a run that ran through."""
+    last = record["trace"][-1]
+    return last["step"] if last.get("diverged") else None
+
+
 def diverged_checks(
     experiment: Experiment, temperature: str, variants: Sequence[str]
 ) -> list[Check]:
@@ -316,12 +323,12 @@ def diverged_checks(
     drop out of the effect (NaN seeds are left out of it) while a check read at an earlier
     step, before the divergence, passes."""
     found = [
-        f"seed {run['seed']}, {where} {variant} at step {run['phase2'][where][variant]['trace'][-1]['step']}"
+        f"seed {run['seed']}, {where} {variant} at step {step}"
         for where in dict.fromkeys((temperature, "zero"))
         for variant in variants
         if experiment.has(where, variant)
         for run in experiment.runs
-        if run["phase2"][where][variant]["trace"][-1].get("diverged")
+        if (step := diverged_at(run["phase2"][where][variant])) is not None
     ]
     if not found:
         return []

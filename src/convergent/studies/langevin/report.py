@@ -10,6 +10,7 @@ from convergent.optim import implied_noise_variance
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Record,
+    diverged_at,
     final,
     mean,
     mean_noise_ratio,
@@ -294,10 +295,9 @@ def diverged_runs(data: dict[str, Any]) -> list[str]:
         for seed_run in seeds:
             for temperature, runs in seed_run["phase2"].items():
                 for variant, record in runs.items():
-                    last = record["trace"][-1]
-                    if last.get("diverged"):
+                    if (step := diverged_at(record)) is not None:
                         found.append(
                             f"{experiment} seed {seed_run['seed']}, {temperature} {variant} at "
-                            f"step {last['step']}"
+                            f"step {step}"
                         )
     return found

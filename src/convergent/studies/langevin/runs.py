@@ -47,6 +47,7 @@ from convergent.regularize import (
     radial_relaxation_time,
     stationary_radius,
 )
+from convergent.studies.langevin.measures import diverged_at
 from convergent.studies.langevin.models import (
     DarcyData,
     phase2_model,
@@ -436,7 +437,7 @@ def final_runs(
                 "trace": trace,
             }
             bound = temperature == settings["bound_temperature"]
-            if experiment == "attention" and bound and not trace[-1].get("diverged"):
+            if experiment == "attention" and bound and diverged_at(runs[variant]) is None:
                 out["villani"][variant] = villani_rows(
                     model,
                     regularizer,

@@ -26,6 +26,12 @@ from typing import TYPE_CHECKING, Any
 from convergent.data import DictDataset, is_token_source, load_splits, tokenize
 from convergent.losses import next_token_labels
 from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
+from convergent.sparse.storage import (
+    COMPRESSED_INDEX,
+    COMPRESSED_WEIGHTS,
+    has_compressed_weights,
+    load_compressed_into,
+)
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
@@ -43,6 +49,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "model.safetensors.index.json",
     "pytorch_model.bin.index.json",
+    COMPRESSED_WEIGHTS,  # written by save_sparse: transformers does not look for these
+    COMPRESSED_INDEX,
 )
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -205,8 +213,11 @@ def load_hf_folder(path: str | Path) -> HFModel:
         )
     auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
     try:
-        with quiet_progress():
-            model = auto.from_pretrained(folder, local_files_only=True)
+        if has_compressed_weights(folder):
+            model = hf_model_from_compressed(folder, auto)
+        else:
+            with quiet_progress():
+                model = auto.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, KeyError) as error:
         raise HFFolderError(f"cannot load the model in {folder}: {_first_line(error)}") from None
     try:
@@ -218,6 +229,37 @@ def load_hf_folder(path: str | Path) -> HFModel:
     model.eval()
     architecture = type(model).__name__
     return HFModel(model, tokenizer, kind, architecture, folder)
+
+
+def hf_model_from_compressed(folder: str | Path, model_class: Any = None) -> PreTrainedModel:
+    """The model of a folder that ``save_sparse`` wrote: built from its ``config.json`` and
+    loaded bit for bit from its compressed weights (checksums verified first).
+
+    Args:
+        folder: the folder.
+        model_class: a ``transformers`` class with ``from_config`` (an ``Auto...`` class or
+            a model class); None: the class the config's ``architectures`` names.
+
+    Raises:
+        CompressedFileError: a damaged weights file, or weights that do not fit the config.
+        HFFolderError: a config that names no class ``transformers`` has.
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    if model_class is None:
+        names = list(getattr(config, "architectures", None) or [])
+        model_class = getattr(transformers, names[0], None) if names else None
+        if model_class is None:
+            raise HFFolderError(
+                f"{folder}/config.json names no architecture transformers has ({names}); "
+                "load it with load_sparse(folder, model_class=...)"
+            )
+    build = getattr(model_class, "from_config", None)  # Auto classes; model classes take config
+    model = build(config) if build is not None else model_class(config)
+    load_compressed_into(model, folder)
+    return model.eval()
 
 
 def evaluation_tokenizer(tokenizer: Any) -> Any:

@@ -10,47 +10,48 @@ written as a run folder (the run's ``config.json`` and ``checkpoints/``, so ``di
 ``prune`` take it) whose checkpoint state holds the masks (``{"masks": ..., "pruning": ...}``,
 loadable with ``weights_only=True``), beside the report (``pruning.json``, ``pruning.md``,
 ``pruning.png``: the metric against sparsity and each matrix's sparsity); the masks can also
-be rebuilt from its weights alone (``Masks.from_weights``).
+be rebuilt from its weights alone (``Masks.from_weights``). Its weights are compressed unless
+``save.dense`` (:mod:`convergent.commands.compressed`).
 
 A Hugging Face ``save_pretrained`` folder is pruned by :func:`prune_hf_folder` instead: it is
 evaluated on a named data source (perplexity for a causal LM, accuracy for a classifier),
 calibrated on the train split of a named source (by default the same one),
-and the pruned model is written with ``save_pretrained`` beside a report (``pruning.json``,
-``pruning.md``, ``pruning.png``).
+and the pruned model is written beside a report (``pruning.json``, ``pruning.md``,
+``pruning.png``): compressed (:func:`~convergent.commands.compressed.save_sparse`), or with
+``save_pretrained`` when ``save.dense``.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from matplotlib.figure import Figure
 from torch import nn
 
+from convergent.commands.compressed import (
+    SaveOptions,
+    check_save_folder,
+    save_pruned,
+    saved_markdown,
+)
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     evaluation_batch_size,
     evaluation_data,
     load_hf_folder,
-    quiet_progress,
 )
-from convergent.commands.runs import load_run, prepare_new_run
+from convergent.commands.runs import load_run
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import check_method
 from convergent.sparse.masks import check_sparsity
-from convergent.train import calibration_batches, evaluate, save_checkpoint
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+from convergent.train import calibration_batches, evaluate
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def prune_run(
     method: str = "magnitude",
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    save: SaveOptions | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a trained run one-shot at each sparsity and evaluate it on validation data.
@@ -110,6 +112,7 @@ def prune_run(
         save_to: write the model pruned at the last sparsity here, as a run folder
             (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept,
             with its report (``pruning.json``, ``pruning.md``, ``pruning.png``).
+        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`).
         progress: progress bars over the blocks.
 
     Returns:
@@ -121,6 +124,8 @@ def prune_run(
         check_sparsity(target)
     spec = MaskSpec.given(spec)
     check_method(method, spec)
+    if save_to is not None:
+        check_save_folder(save_to)
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
     calibration = None
@@ -145,20 +150,11 @@ def prune_run(
         **summary,
     }
     if save_to is not None and report is not None:
-        prepare_new_run(save_to)
-        write_text_atomically(
-            Path(save_to) / "config.json",
-            json.dumps(dataclasses.asdict(run.config), indent=2) + "\n",
-        )
-        saved = save_checkpoint(
-            Path(save_to) / "checkpoints",
-            int(state.get("step", 0)),
-            pruned,
-            {"masks": report.masks.state_dict(), "pruning": report.summary()},
-            keep=1,
-        )
-        summary["saved"] = str(saved)
-        write_pruning_report(Path(save_to), summary)
+        saved = save_pruned(
+            Path(save_to), pruned, summary, write_pruning_report, save,
+            run_config=run.config, step=int(state.get("step", 0)),
+            state={"masks": report.masks.state_dict(), "pruning": report.summary()},
+        )  # fmt: skip
         logger.info("pruned checkpoint written to %s", saved)
     return summary
 
@@ -237,6 +233,7 @@ def prune_hf_folder(
     calibration_data: str | None = None,
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    save: SaveOptions | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a ``save_pretrained`` folder one-shot at each sparsity, evaluated before and after.
@@ -259,8 +256,8 @@ def prune_hf_folder(
             (default: ``data``'s).
         calibration_examples: how many training examples they calibrate on.
         save_to: a new (or empty) folder for the model pruned at the last sparsity, written
-            with ``save_pretrained`` with the tokenizer, ``pruning.json``, ``pruning.md`` and
-            ``pruning.png``.
+            with the tokenizer, ``pruning.json``, ``pruning.md`` and ``pruning.png``.
+        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`).
         progress: progress bars over the blocks.
 
     Returns:
@@ -273,7 +270,7 @@ def prune_hf_folder(
     spec = MaskSpec.given(spec)
     check_method(method, spec)
     if save_to is not None:
-        _check_empty_folder(Path(save_to))
+        check_save_folder(save_to)
     loaded = load_hf_folder(path)
     data = data or DEFAULT_DATA[loaded.kind]
     evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
@@ -319,8 +316,9 @@ def prune_hf_folder(
         **common,
     }
     if save_to is not None and report is not None:
-        summary["saved"] = str(save_to)
-        _save_pruned_folder(Path(save_to), pruned, loaded.tokenizer, summary)
+        save_pruned(
+            Path(save_to), pruned, summary, write_pruning_report, save, tokenizer=loaded.tokenizer
+        )
         logger.info("pruned model written to %s", save_to)
     return summary
 
@@ -330,33 +328,6 @@ def _headline_metric(metrics: dict[str, float]) -> str:
         if key in metrics:
             return key
     return "loss"
-
-
-def _check_empty_folder(folder: Path) -> None:
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise ValueError(
-            f"the --save folder {folder} already exists and is not empty; name a new folder"
-        )
-
-
-def _save_pruned_folder(
-    folder: Path, model: PreTrainedModel, tokenizer: Any, summary: dict[str, Any]
-) -> None:
-    """Write the model, tokenizer and report into a hidden sibling, then rename it into
-    place: a reader sees the whole pruned folder or none of it."""
-    _check_empty_folder(folder)
-    staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        with quiet_progress():
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-        write_pruning_report(staging, summary)
-        if folder.exists():
-            folder.rmdir()  # empty, checked above; os.replace cannot replace a folder
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_pruning_report(folder: Path, summary: dict[str, Any]) -> None:
@@ -408,6 +379,7 @@ def _pruning_markdown(summary: dict[str, Any]) -> str:
         layer_sparsity_table(summary["layers"]),
     ]
     lines += [f"- {note}" for note in summary["notes"]]
+    lines += saved_markdown(summary)
     return "\n".join(lines) + "\n"
 
 

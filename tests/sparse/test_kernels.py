@@ -132,7 +132,7 @@ def test_a_dtype_the_device_lacks_stays_dense_logged_once(caplog):
 
 def test_training_mode_is_refused_with_the_reason():
     model = _language_model().train()
-    with pytest.raises(ValueError, match="needs a model in eval mode.*training through them"):
+    with pytest.raises(ValueError, match=r"needs a model in eval mode.*training through them"):
         to_sparse_kernels(model)
 
 

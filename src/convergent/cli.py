@@ -620,7 +620,7 @@ def _prune(arguments: argparse.Namespace) -> int:
 
 
 def _add_bench(commands: argparse._SubParsersAction) -> None:
-    from convergent.commands.bench import DEVICES, LENGTHS
+    from convergent.commands.benchmark import DEVICES, LENGTHS
 
     parser = commands.add_parser(
         "bench",
@@ -653,7 +653,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
 
 
 def _bench(arguments: argparse.Namespace) -> int:
-    from convergent.commands.bench import bench, format_bench
+    from convergent.commands.benchmark import bench, format_bench
     from convergent.io import write_text_atomically
 
     result = bench(

@@ -8,7 +8,7 @@ functions, and writes a run or report folder. `runs` finds and rebuilds the run 
 ``load_sparse``). Library packages never import from here.
 """
 
-from convergent.commands.bench import bench, format_bench
+from convergent.commands.benchmark import bench, format_bench
 from convergent.commands.compressed import SaveOptions, load_sparse, save_sparse
 from convergent.commands.config import TrainConfig, build_model
 from convergent.commands.diagnose import diagnose

@@ -325,7 +325,7 @@ def save_pruned(
     Returns:
         The weights' folder (the checkpoint for a run).
     """
-    from convergent.commands.bench import bench
+    from convergent.commands.benchmark import bench
 
     options = options or SaveOptions()
     if not options.dense:
@@ -392,7 +392,7 @@ def saved_markdown(summary: dict[str, Any]) -> list[str]:
     )
     lines = ["", "## Size on disk", "", loading, "", markdown_table(rows)]
     if summary.get("bench"):
-        from convergent.commands.bench import format_bench
+        from convergent.commands.benchmark import format_bench
 
         lines += [
             "## Speed and memory: dense against sparse kernels",

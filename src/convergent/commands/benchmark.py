@@ -201,7 +201,7 @@ def peak_memory(
     ``"sparse"``) and runs one forward at each length: ``{"peak_bytes", "model_bytes"}``
     (``model_bytes``: the peak above the process after its imports), or ``{"error"}``."""
     command = [
-        sys.executable, "-m", "convergent.commands.bench", "--worker", str(path), variant,
+        sys.executable, "-m", "convergent.commands.benchmark", "--worker", str(path), variant,
         "--device", device, "--lengths", *map(str, lengths),
         *(["--threads", str(threads)] if threads is not None else []),
     ]  # fmt: skip
@@ -386,7 +386,7 @@ def _worker(arguments: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The memory worker's entry point (``python -m convergent.commands.bench --worker``)."""
+    """The memory worker's entry point (``python -m convergent.commands.benchmark --worker``)."""
     parser = argparse.ArgumentParser(description="one variant's peak memory (internal)")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "VARIANT"), required=True)
     parser.add_argument("--device", default="cpu")

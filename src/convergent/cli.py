@@ -575,7 +575,6 @@ HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
 
 
 def _prune(arguments: argparse.Namespace) -> int:
-    from convergent.commands.compressed import SaveOptions
     from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
     from convergent.commands.prune import (
         DEFAULT_SPARSITIES,
@@ -583,6 +582,7 @@ def _prune(arguments: argparse.Namespace) -> int:
         prune_hf_folder,
         prune_run,
     )
+    from convergent.commands.pruned_folder import SaveOptions
 
     if (arguments.dense or arguments.no_bench) and arguments.save is None:
         raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")

@@ -12,7 +12,7 @@ import convergent.commands.compressed as compressed_module
 from convergent.cli import main
 from convergent.commands import load_sparse, prune_hf_folder, prune_run, save_sparse
 from convergent.commands.benchmark import bench, format_bench
-from convergent.commands.compressed import SaveOptions
+from convergent.commands.pruned_folder import SaveOptions
 from convergent.sparse import prune_one_shot
 from convergent.sparse.storage import COMPRESSED_WEIGHTS, CompressedFileError
 from tests.commands.conftest import EXAMPLES, MAX_LENGTH
@@ -122,7 +122,7 @@ def test_prune_save_writes_compressed_with_sizes_and_bench_figures(
                              "sparse_tokens_per_second": 1000.0, "sparse_layers": 3,
                              "pruned_layers": 4}]}  # fmt: skip
 
-    monkeypatch.setattr("convergent.commands.benchmark.bench", fake_bench)
+    monkeypatch.setattr("convergent.commands.pruned_folder.bench", fake_bench)
     out = tmp_path / "pruned"
     summary = prune_run(digits_run, (0.5,), save_to=out, save=SaveOptions(bench=True))
     assert measured and measured[0].name.startswith(".pruned.partial")  # before the rename

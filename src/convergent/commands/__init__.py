@@ -9,7 +9,7 @@ functions, and writes a run or report folder. `runs` finds and rebuilds the run 
 """
 
 from convergent.commands.benchmark import bench, format_bench
-from convergent.commands.compressed import SaveOptions, load_sparse, save_sparse
+from convergent.commands.compressed import load_sparse, save_sparse
 from convergent.commands.config import TrainConfig, build_model
 from convergent.commands.diagnose import diagnose
 from convergent.commands.hf_folders import (
@@ -19,6 +19,7 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
 )
 from convergent.commands.prune import format_prune_summary, prune_hf_folder, prune_run
+from convergent.commands.pruned_folder import SaveOptions
 from convergent.commands.runs import LoadedRun, find_run_folder, load_run, read_run_config
 from convergent.commands.train import run_training
 

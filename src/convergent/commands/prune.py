@@ -11,7 +11,7 @@ written as a run folder (the run's ``config.json`` and ``checkpoints/``, so ``di
 loadable with ``weights_only=True``), beside the report (``pruning.json``, ``pruning.md``,
 ``pruning.png``: the metric against sparsity and each matrix's sparsity); the masks can also
 be rebuilt from its weights alone (``Masks.from_weights``). Its weights are compressed unless
-``save.dense`` (:mod:`convergent.commands.compressed`).
+``save.dense`` (:mod:`convergent.commands.pruned_folder`).
 
 A Hugging Face ``save_pretrained`` folder is pruned by :func:`prune_hf_folder` instead: it is
 evaluated on a named data source (perplexity for a causal LM, accuracy for a classifier),
@@ -33,18 +33,14 @@ from typing import Any, TypeVar
 from matplotlib.figure import Figure
 from torch import nn
 
-from convergent.commands.compressed import (
-    SaveOptions,
-    check_save_folder,
-    save_pruned,
-    saved_markdown,
-)
+from convergent.commands.compressed import check_save_folder
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     evaluation_batch_size,
     evaluation_data,
     load_hf_folder,
 )
+from convergent.commands.pruned_folder import SaveOptions, save_pruned, saved_markdown
 from convergent.commands.runs import load_run
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity

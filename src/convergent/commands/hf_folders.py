@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from convergent.data import DictDataset, is_token_source, load_splits, tokenize
 from convergent.losses import next_token_labels
 from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
+from convergent.models.streamed import StreamedModel
 from convergent.sparse.storage import (
     COMPRESSED_INDEX,
     COMPRESSED_WEIGHTS,
@@ -151,6 +152,7 @@ class HFModel:
         kind: ``"causal-lm"`` or ``"sequence-classification"``.
         architecture: the class name the config names, e.g. ``"GPT2LMHeadModel"``.
         path: the folder.
+        streamed: the reader of a model loaded without its weights (else None).
     """
 
     model: PreTrainedModel
@@ -158,6 +160,7 @@ class HFModel:
     kind: str
     architecture: str
     path: Path
+    streamed: StreamedModel | None = None
 
 
 @contextlib.contextmanager
@@ -180,11 +183,15 @@ def _first_line(error: BaseException) -> str:
     return lines[0].strip() if lines else type(error).__name__
 
 
-def load_hf_folder(path: str | Path) -> HFModel:
+def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) -> HFModel:
     """Load the model and tokenizer of a ``save_pretrained`` folder, offline.
 
     Args:
         path: the folder.
+        dtype: the model's dtype (None: the folder's own, as ``from_pretrained``).
+        streamed: build the model without reading its weights (every parameter on the
+            ``meta`` device), as a :class:`~convergent.models.streamed.StreamedModel` that reads
+            them one block at a time (``HFModel.streamed``).
 
     Returns:
         An :class:`HFModel`.
@@ -213,11 +220,20 @@ def load_hf_folder(path: str | Path) -> HFModel:
         )
     auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
     try:
-        if has_compressed_weights(folder):
-            model = hf_model_from_compressed(folder, auto)
-        else:
-            with quiet_progress():
-                model = auto.from_pretrained(folder, local_files_only=True)
+        compressed = has_compressed_weights(folder)
+        if compressed and streamed:
+            raise HFFolderError(
+                f"{folder} holds compressed weights, which low-memory pruning does not stream;"
+                " prune it without --low-memory"
+            )
+        with quiet_progress():
+            reader = StreamedModel(folder, auto, dtype) if streamed else None
+            if reader is not None:
+                model = reader.model
+            elif compressed:
+                model = hf_model_from_compressed(folder, auto, dtype)
+            else:
+                model = auto.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError, KeyError) as error:
         raise HFFolderError(f"cannot load the model in {folder}: {_first_line(error)}") from None
     try:
@@ -228,10 +244,12 @@ def load_hf_folder(path: str | Path) -> HFModel:
         ) from None
     model.eval()
     architecture = type(model).__name__
-    return HFModel(model, tokenizer, kind, architecture, folder)
+    return HFModel(model, tokenizer, kind, architecture, folder, reader)  # type: ignore[arg-type]
 
 
-def hf_model_from_compressed(folder: str | Path, model_class: Any = None) -> PreTrainedModel:
+def hf_model_from_compressed(
+    folder: str | Path, model_class: Any = None, dtype: Any = None
+) -> PreTrainedModel:
     """The model of a folder that ``save_sparse`` wrote: built from its ``config.json`` and
     loaded bit for bit from its compressed weights (checksums verified first).
 
@@ -239,6 +257,7 @@ def hf_model_from_compressed(folder: str | Path, model_class: Any = None) -> Pre
         folder: the folder.
         model_class: a ``transformers`` class with ``from_config`` (an ``Auto...`` class or
             a model class); None: the class the config's ``architectures`` names.
+        dtype: cast the loaded model to this dtype (None: each tensor's stored dtype).
 
     Raises:
         CompressedFileError: a damaged weights file, or weights that do not fit the config.
@@ -259,6 +278,8 @@ def hf_model_from_compressed(folder: str | Path, model_class: Any = None) -> Pre
     build = getattr(model_class, "from_config", None)  # Auto classes; model classes take config
     model = build(config) if build is not None else model_class(config)
     load_compressed_into(model, folder)
+    if dtype is not None:
+        model.to(dtype)
     return model.eval()
 
 

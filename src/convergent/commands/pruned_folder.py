@@ -128,6 +128,19 @@ def _relative_checkpoint(staging: Path) -> Path:
     return resolve_checkpoint(staging).relative_to(staging)
 
 
+def saved_lines(summary: dict[str, Any]) -> list[str]:
+    """What ``prune`` prints about the written weights: their size, and how to load them."""
+    sizes = summary.get("sizes")
+    if not sizes:
+        return []
+    share = sizes["file_bytes"] / max(sizes["dense_bytes"], 1)
+    how = "compressed; load_sparse reads them" if sizes["compressed"] else "dense"
+    return [
+        f"weights: {sizes['file']}, {sizes['file_bytes'] / MIB:.2f} MiB, {share:.1%} of the dense"
+        f" weights ({how})"
+    ]
+
+
 def saved_markdown(summary: dict[str, Any]) -> list[str]:
     """The report's lines on the written folder: how to load it, sizes, speed and memory."""
     sizes = summary.get("sizes")

@@ -101,7 +101,8 @@ def measure(model: nn.Module, lengths: list[int], threads: list[int], rounds: in
         row = {
             "setting": label,
             "size": file_ratio(pruned),
-            "speed": speedups(pruned, lengths, threads, rounds),
+            # Unpruned, no layer is a candidate: the "sparse" model is the dense one.
+            "speed": speedups(pruned, lengths, threads, rounds) if sparsity is not None else {},
         }
         row["seconds"] = time.perf_counter() - started
         rows.append(row)
@@ -117,6 +118,10 @@ def markdown(name: str, rows: list[dict], lengths: list[int], threads: list[int]
         "|---" * (2 + len(columns)) + "|",
     ]
     for row in rows:
+        if not row["speed"]:
+            cells = ["1x (no pruned layer)"] * len(columns)
+            lines.append(f"| {row['setting']} | {row['size']:.3f} | " + " | ".join(cells) + " |")
+            continue
         cells = [
             f"{row['speed'][f't{t}'][f'T={n}']['speedup']:.2f}x "
             f"({row['speed'][f't{t}'][f'T={n}']['layers']})"

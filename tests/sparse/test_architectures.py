@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from convergent.sparse import METHODS, MaskSpec, prune_one_shot
-from convergent.sparse.blockwise import find_blocks
+from convergent.sparse.calibration import find_blocks
 
 VOCAB = 64
 SMALL = {

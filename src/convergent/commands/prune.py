@@ -56,7 +56,8 @@ from convergent.commands.pruning_report import (
 from convergent.commands.runs import load_run
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
-from convergent.sparse.blockwise import BLOCK_EXAMPLES, find_blocks
+from convergent.sparse.blockwise import BLOCK_EXAMPLES
+from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
 from convergent.train import calibration_batches, evaluate, evaluate_block_by_block

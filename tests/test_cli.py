@@ -233,7 +233,7 @@ def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(t
     run, pruned = tmp_path / "run", tmp_path / "pruned"
     argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "3"]
     assert main([*argv, "--d-model", "16", "--out", str(run), "--no-progress"]) == 0
-    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 0
+    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned), "--no-bench"]) == 0
     assert (pruned / "config.json").read_text() == (run / "config.json").read_text()
     assert main(["diagnose", str(pruned), "--data", "digits", "--out", str(tmp_path / "d")]) == 0
     capsys.readouterr()

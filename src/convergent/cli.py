@@ -557,8 +557,19 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         "--save",
         type=Path,
         default=None,
-        help="write the model pruned at the last sparsity here (a Hugging Face model: a new"
-        " save_pretrained folder with pruning.json, pruning.md and pruning.png)",
+        help="write the model pruned at the last sparsity into this new folder, its weights"
+        " compressed (load it with convergent.commands.load_sparse), with pruning.json,"
+        " pruning.md (sizes, and bench's speed and memory) and pruning.png",
+    )
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="with --save: write ordinary weights (model.safetensors) that other tools read",
+    )
+    parser.add_argument(
+        "--no-bench",
+        action="store_true",
+        help="with --save: leave bench's speed and memory figures out of pruning.md",
     )
     hugging_face = parser.add_argument_group("Hugging Face model folders only")
     hugging_face.add_argument(
@@ -608,12 +619,16 @@ def _prune(arguments: argparse.Namespace) -> int:
 
     from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
     from convergent.commands.prune import prune_hf_folder, prune_run
+    from convergent.commands.pruned_folder import SaveOptions
     from convergent.commands.pruning_report import format_prune_summary
 
+    if (arguments.dense or arguments.no_bench) and arguments.save is None:
+        raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")
     options: dict[str, Any] = {
         "spec": mask_spec_from_arguments(arguments),
         "method": arguments.method,
         "save_to": arguments.save,
+        "save": SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
         "device": arguments.device,
         "dtype": None if arguments.dtype is None else getattr(torch, arguments.dtype),
         "progress": True,
@@ -642,6 +657,56 @@ def _prune(arguments: argparse.Namespace) -> int:
             )
         summary = prune_run(arguments.path, sparsities, **options)
     print(format_prune_summary(summary))
+    return 0
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    from convergent.commands.benchmark import DEVICES, LENGTHS
+
+    parser = commands.add_parser(
+        "bench",
+        help="forward speed, file size and peak memory of a model, dense against sparse kernels",
+        description="Time a [1, T] forward pass (no KV cache) dense and through sparse kernels"
+        " (each pruned layer on the faster of the two, timed at T tokens), compare the weights'"
+        " size dense and compressed, and measure peak memory in one fresh process per variant.",
+    )
+    parser.add_argument(
+        "path",
+        type=Path,
+        help="a run folder, its checkpoints folder, a checkpoint, or a save_pretrained folder"
+        " (compressed or not)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own)"
+    )
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="default cpu")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=list(LENGTHS),
+        metavar="T",
+        help=f"tokens per forward (default {' '.join(map(str, LENGTHS))})",
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.set_defaults(handler=_bench)
+
+
+def _bench(arguments: argparse.Namespace) -> int:
+    from convergent.commands.benchmark import bench, format_bench
+    from convergent.io import write_text_atomically
+
+    result = bench(
+        arguments.path,
+        threads=arguments.threads,
+        device=arguments.device,
+        lengths=arguments.lengths,
+        memory=not arguments.no_memory,
+    )
+    if arguments.json is not None:
+        write_text_atomically(arguments.json, json.dumps(result, indent=2) + "\n")
+    print(format_bench(result), end="")
     return 0
 
 
@@ -703,6 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_data(commands)
     _add_prune(commands)
+    _add_bench(commands)
     _add_diagnose(commands)
     from convergent.studies import STUDIES
 

@@ -9,7 +9,7 @@ import torch
 
 import convergent.commands.prune as prune_module
 from convergent.cli import main
-from convergent.commands import prune_hf_folder
+from convergent.commands import load_sparse, prune_hf_folder
 from convergent.commands.hf_folders import evaluation_data, load_hf_folder
 from tests.commands.conftest import EXAMPLES, MAX_LENGTH
 from tests.commands.test_hf_folders import _perplexity
@@ -23,7 +23,7 @@ def test_sparsegpt_save_reloads_to_the_same_perplexity(gpt2_folder, validation, 
         gpt2_folder, (0.5,), data="rt-sentences", examples=EXAMPLES, max_length=MAX_LENGTH,
         method="sparsegpt", calibration_examples=8, save_to=out,
     )  # fmt: skip
-    reloaded = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    reloaded = load_sparse(out)
     after = _perplexity(reloaded, validation)  # counted in the test, on the reloaded folder
     assert summary["rows"][0]["perplexity"] == pytest.approx(after, rel=1e-5)
     dense = AutoModelForCausalLM.from_pretrained(gpt2_folder, local_files_only=True)
@@ -63,18 +63,16 @@ def test_calibration_never_reads_the_scored_windows(gpt2_folder, monkeypatch):
 
 
 def test_the_command_prunes_two_four_with_wanda(gpt2_folder, tmp_path, capsys):
-    from transformers import AutoModelForCausalLM
-
     out = tmp_path / "gpt2-wanda"
     code = main([
         "prune", str(gpt2_folder), "--method", "wanda", "--pattern", "2:4",
         "--data", "rt-sentences", "--examples", "4", "--max-length", str(MAX_LENGTH),
-        "--calibration-examples", "8", "--sparsity", "0.5", "--save", str(out),
+        "--calibration-examples", "8", "--sparsity", "0.5", "--save", str(out), "--no-bench",
     ])  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out
     assert "| dense |" in printed and "pruned model and report" in printed
-    pruned = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    pruned = load_sparse(out)
     for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_proj.weight"):
         weight = pruned.get_parameter(name)  # Conv1D: [in, out], groups run along dim 0
         groups = (weight.T.reshape(weight.shape[1], -1, 4) != 0).sum(dim=-1)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from convergent.cli import main
-from convergent.commands import diagnose, prune_hf_folder
+from convergent.commands import diagnose, load_sparse, prune_hf_folder
 from convergent.commands.hf_folders import (
     HFFolderError,
     evaluation_data,
@@ -60,7 +60,7 @@ def test_pruned_folder_reloads_with_the_library_pruning(gpt2_folder, pruned_gpt2
     from transformers import AutoModelForCausalLM
 
     summary, out = pruned_gpt2
-    reloaded = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    reloaded = load_sparse(out)
     reference = AutoModelForCausalLM.from_pretrained(gpt2_folder, local_files_only=True)
     report = prune_one_shot(reference, 0.5)  # the library path, same defaults as the command
     expected = reference.state_dict()
@@ -84,7 +84,7 @@ def test_language_model_perplexity_is_counted_exactly(gpt2_folder, pruned_gpt2, 
     summary, out = pruned_gpt2
     assert (summary["metric"], summary["examples"]) == ("perplexity", EXAMPLES)
     dense = AutoModelForCausalLM.from_pretrained(gpt2_folder, local_files_only=True)
-    pruned = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    pruned = load_sparse(out)
     before, after = _perplexity(dense, validation), _perplexity(pruned, validation)
     assert summary["dense"]["perplexity"] == pytest.approx(before, rel=1e-5)
     assert summary["rows"][0]["perplexity"] == pytest.approx(after, rel=1e-5)
@@ -104,7 +104,7 @@ def test_classifier_accuracy_is_counted_exactly(bert_folder, validation, tmp_pat
     )  # fmt: skip
     assert (summary["data"], summary["metric"]) == ("rt-sentences", "accuracy")
     dense = AutoModelForSequenceClassification.from_pretrained(bert_folder)
-    pruned = AutoModelForSequenceClassification.from_pretrained(out)
+    pruned = load_sparse(out)
     assert summary["dense"]["accuracy"] == _accuracy(dense, validation)
     assert summary["rows"][-1]["accuracy"] == _accuracy(pruned, validation)
     assert summary["rows"][-1]["sparsity"] == pytest.approx(0.5, abs=1e-3)
@@ -119,9 +119,7 @@ def test_n_m_pattern_on_a_saved_folder(bert_folder, tmp_path):
         bert_folder, (0.5,), spec=MaskSpec(pattern="2:4"), examples=4, max_length=MAX_LENGTH,
         save_to=tmp_path / "two-four",
     )  # fmt: skip
-    from transformers import AutoModelForSequenceClassification
-
-    pruned = AutoModelForSequenceClassification.from_pretrained(tmp_path / "two-four")
+    pruned = load_sparse(tmp_path / "two-four")
     weight = pruned.get_parameter("bert.encoder.layer.0.attention.self.query.weight")
     assert bool(((weight.reshape(-1, 4) != 0).sum(dim=1) <= 2).all())  # 2 of each 4 inputs
     assert summary["rows"][0]["sparsity"] == pytest.approx(0.5)
@@ -145,8 +143,6 @@ def test_austen_windows_are_decoded_back_to_text(gpt2_folder, monkeypatch):
 
 
 def test_diagnose_a_causal_lm_folder(pruned_gpt2, validation, tmp_path):
-    from transformers import AutoModelForCausalLM
-
     _, out = pruned_gpt2
     summary = diagnose(out, "rt-sentences", tmp_path / "report", examples=8, max_length=MAX_LENGTH)
     payload = json.loads((tmp_path / "report" / "diagnostics.json").read_text())
@@ -157,7 +153,7 @@ def test_diagnose_a_causal_lm_folder(pruned_gpt2, validation, tmp_path):
     matrices = {row["name"]: row["sparsity"] for row in payload["weights"]["matrices"]}
     assert matrices["transformer.h.0.attn.c_attn.weight"] == pytest.approx(0.5, abs=1e-3)
     # The last layer-wise loss is the model's own loss: the final norm is applied once.
-    model = AutoModelForCausalLM.from_pretrained(out)
+    model = load_sparse(out)
     batch = {key: value[:8] for key, value in validation.items()}
     assert math.exp(payload["layerwise_losses"][-1]) == pytest.approx(
         _perplexity(model, batch), rel=1e-4
@@ -182,10 +178,17 @@ def test_diagnose_a_classifier_folder(bert_folder, validation, tmp_path):
 def test_cli_prunes_a_saved_folder(bert_folder, tmp_path, capsys):
     out = tmp_path / "pruned"
     argv = ["prune", str(bert_folder), "--sparsity", "0.5", "--examples", "8"]
-    assert main([*argv, "--max-length", str(MAX_LENGTH), "--save", str(out)]) == 0
+    assert main([*argv, "--max-length", str(MAX_LENGTH), "--save", str(out), "--no-bench"]) == 0
     printed = capsys.readouterr().out
     assert "| dense |" in printed and f"pruned model and report: {out}" in printed
-    for name in ("pruning.json", "pruning.md", "pruning.png", "config.json", "model.safetensors"):
+    written = (
+        "pruning.json",
+        "pruning.md",
+        "pruning.png",
+        "config.json",
+        "sparse_model.safetensors",
+    )
+    for name in written:
         assert (out / name).is_file(), name
     assert_drawn_figure(out / "pruning.png")
     # The folder is never half written: a second run into it is refused.

@@ -1,12 +1,15 @@
-"""The commands above the library: ``train``, ``diagnose`` and ``prune``.
+"""The commands above the library: ``train``, ``diagnose``, ``prune`` and ``bench``.
 
 Together with `convergent.studies` this is the only configuration-aware code: a command takes
 a config (or flags), builds data, model and optimizer through the library's plain-argument
 functions, and writes a run or report folder. `runs` finds and rebuilds the run folders that
 ``train`` writes; `hf_folders` loads Hugging Face ``save_pretrained`` folders for ``prune`` and
-``diagnose``. Library packages never import from here.
+``diagnose``; `compressed` writes and reads compressed model folders (``save_sparse``,
+``load_sparse``). Library packages never import from here.
 """
 
+from convergent.commands.benchmark import bench, format_bench
+from convergent.commands.compressed import load_sparse, save_sparse
 from convergent.commands.config import TrainConfig, build_model
 from convergent.commands.diagnose import diagnose
 from convergent.commands.hf_folders import (
@@ -16,6 +19,7 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
 )
 from convergent.commands.prune import prune_hf_folder, prune_run
+from convergent.commands.pruned_folder import SaveOptions
 from convergent.commands.pruning_report import format_prune_summary
 from convergent.commands.runs import LoadedRun, find_run_folder, load_run, read_run_config
 from convergent.commands.train import run_training
@@ -24,16 +28,21 @@ __all__ = [
     "HFFolderError",
     "HFModel",
     "LoadedRun",
+    "SaveOptions",
     "TrainConfig",
+    "bench",
     "build_model",
     "diagnose",
     "find_run_folder",
+    "format_bench",
     "format_prune_summary",
     "is_hf_model_folder",
     "load_hf_folder",
     "load_run",
+    "load_sparse",
     "prune_hf_folder",
     "prune_run",
     "read_run_config",
     "run_training",
+    "save_sparse",
 ]

@@ -27,6 +27,12 @@ from convergent.data import DictDataset, is_token_source, load_splits, tokenize
 from convergent.losses import next_token_labels
 from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
 from convergent.models.streamed import StreamedModel
+from convergent.sparse.storage import (
+    COMPRESSED_INDEX,
+    COMPRESSED_WEIGHTS,
+    has_compressed_weights,
+    load_compressed_into,
+)
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
@@ -44,6 +50,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "model.safetensors.index.json",
     "pytorch_model.bin.index.json",
+    COMPRESSED_WEIGHTS,  # written by save_sparse: transformers does not look for these
+    COMPRESSED_INDEX,
 )
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -212,13 +220,20 @@ def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) 
         )
     auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
     try:
+        compressed = has_compressed_weights(folder)
+        if compressed and streamed:
+            raise HFFolderError(
+                f"{folder} holds compressed weights, which low-memory pruning does not stream;"
+                " prune it without --low-memory"
+            )
         with quiet_progress():
             reader = StreamedModel(folder, auto, dtype) if streamed else None
-            model = (
-                reader.model
-                if reader is not None
-                else auto.from_pretrained(folder, local_files_only=True, dtype=dtype)
-            )
+            if reader is not None:
+                model = reader.model
+            elif compressed:
+                model = hf_model_from_compressed(folder, auto, dtype)
+            else:
+                model = auto.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError, KeyError) as error:
         raise HFFolderError(f"cannot load the model in {folder}: {_first_line(error)}") from None
     try:
@@ -230,6 +245,42 @@ def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) 
     model.eval()
     architecture = type(model).__name__
     return HFModel(model, tokenizer, kind, architecture, folder, reader)  # type: ignore[arg-type]
+
+
+def hf_model_from_compressed(
+    folder: str | Path, model_class: Any = None, dtype: Any = None
+) -> PreTrainedModel:
+    """The model of a folder that ``save_sparse`` wrote: built from its ``config.json`` and
+    loaded bit for bit from its compressed weights (checksums verified first).
+
+    Args:
+        folder: the folder.
+        model_class: a ``transformers`` class with ``from_config`` (an ``Auto...`` class or
+            a model class); None: the class the config's ``architectures`` names.
+        dtype: cast the loaded model to this dtype (None: each tensor's stored dtype).
+
+    Raises:
+        CompressedFileError: a damaged weights file, or weights that do not fit the config.
+        HFFolderError: a config that names no class ``transformers`` has.
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    if model_class is None:
+        names = list(getattr(config, "architectures", None) or [])
+        model_class = getattr(transformers, names[0], None) if names else None
+        if model_class is None:
+            raise HFFolderError(
+                f"{folder}/config.json names no architecture transformers has ({names}); "
+                "load it with load_sparse(folder, model_class=...)"
+            )
+    build = getattr(model_class, "from_config", None)  # Auto classes; model classes take config
+    model = build(config) if build is not None else model_class(config)
+    load_compressed_into(model, folder)
+    if dtype is not None:
+        model.to(dtype)
+    return model.eval()
 
 
 def evaluation_tokenizer(tokenizer: Any) -> Any:

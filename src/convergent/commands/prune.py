@@ -10,13 +10,15 @@ written as a run folder (the run's ``config.json`` and ``checkpoints/``, so ``di
 ``prune`` take it) whose checkpoint state holds the masks (``{"masks": ..., "pruning": ...}``,
 loadable with ``weights_only=True``), beside the report (``pruning.json``, ``pruning.md``,
 ``pruning.png``: the metric against sparsity and each matrix's sparsity); the masks can also
-be rebuilt from its weights alone (``Masks.from_weights``).
+be rebuilt from its weights alone (``Masks.from_weights``). Its weights are compressed unless
+``save.dense`` (:mod:`convergent.commands.pruned_folder`).
 
 A Hugging Face ``save_pretrained`` folder is pruned by :func:`prune_hf_folder` instead: it is
 evaluated on a named data source (perplexity for a causal LM, accuracy for a classifier),
 calibrated on the train split of a named source (by default the same one),
-and the pruned model is written with ``save_pretrained`` beside a report (``pruning.json``,
-``pruning.md``, ``pruning.png``).
+and the pruned model is written beside a report (``pruning.json``, ``pruning.md``,
+``pruning.png``): compressed (:func:`~convergent.commands.compressed.save_sparse`), or with
+``save_pretrained`` when ``save.dense``.
 
 Both take a compute ``device`` (blocks are calibrated, pruned and evaluated there while the model
 stays in CPU memory) and a ``dtype``; a folder too large for memory is pruned with
@@ -27,48 +29,38 @@ stays in CPU memory) and a ``dtype``; a folder too large for memory is pruned wi
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
 import logging
 import math
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from convergent.commands.compressed import check_save_folder
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     evaluation_batch_size,
     evaluation_data,
     load_hf_folder,
-    quiet_progress,
 )
 from convergent.commands.prune_streamed import prune_hf_folder_streamed
+from convergent.commands.pruned_folder import SaveOptions, save_pruned
 from convergent.commands.pruning_report import (
     headline_metric,
     write_pruning_report,
 )
-from convergent.commands.runs import load_run, prepare_new_run
-from convergent.io import write_text_atomically
+from convergent.commands.runs import load_run
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
-from convergent.train import (
-    calibration_batches,
-    evaluate,
-    evaluate_block_by_block,
-    save_checkpoint,
-)
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+from convergent.train import calibration_batches, evaluate, evaluate_block_by_block
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +132,7 @@ def prune_run(
     method: str = "magnitude",
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    save: SaveOptions | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     progress: bool = False,
@@ -157,6 +150,7 @@ def prune_run(
         save_to: write the model pruned at the last sparsity here, as a run folder
             (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept,
             with its report (``pruning.json``, ``pruning.md``, ``pruning.png``).
+        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`).
         device: where blocks are calibrated, pruned and evaluated (None: the model's device).
         dtype: the dtype to prune and save in (None: the checkpoint's).
         progress: progress bars over the blocks.
@@ -170,6 +164,8 @@ def prune_run(
     sparsities = resolve_targets(sparsities, spec)
     check_one_shot(method, spec)
     compute = check_device(device, dtype)
+    if save_to is not None:
+        check_save_folder(save_to)
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
     if dtype is not None:
@@ -197,20 +193,11 @@ def prune_run(
         **summary,
     }
     if save_to is not None and report is not None:
-        prepare_new_run(save_to)
-        write_text_atomically(
-            Path(save_to) / "config.json",
-            json.dumps(dataclasses.asdict(run.config), indent=2) + "\n",
-        )
-        saved = save_checkpoint(
-            Path(save_to) / "checkpoints",
-            int(state.get("step", 0)),
-            pruned,
-            {"masks": report.masks.state_dict(), "pruning": report.summary()},
-            keep=1,
-        )
-        summary["saved"] = str(saved)
-        write_pruning_report(Path(save_to), summary)
+        saved = save_pruned(
+            Path(save_to), pruned, summary, write_pruning_report, save,
+            run_config=run.config, step=int(state.get("step", 0)),
+            state={"masks": report.masks.state_dict(), "pruning": report.summary()},
+        )  # fmt: skip
         logger.info("pruned checkpoint written to %s", saved)
     return summary
 
@@ -306,6 +293,7 @@ def prune_hf_folder(
     calibration_data: str | None = None,
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    save: SaveOptions | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     low_memory: bool = False,
@@ -332,8 +320,9 @@ def prune_hf_folder(
             (default: ``data``'s).
         calibration_examples: how many training examples they calibrate on.
         save_to: a new (or empty) folder for the model pruned at the last sparsity, written
-            with ``save_pretrained`` with the tokenizer, ``pruning.json``, ``pruning.md`` and
-            ``pruning.png``.
+            with the tokenizer, ``pruning.json``, ``pruning.md`` and ``pruning.png``.
+        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`);
+            ``low_memory`` writes dense shards for now.
         device: where blocks are calibrated, pruned and evaluated (None: the model's device,
             the CPU); the model stays in CPU memory.
         dtype: the dtype to load, prune and save in (None: the folder's).
@@ -352,7 +341,7 @@ def prune_hf_folder(
     check_one_shot(method, spec)
     compute = check_device(device, dtype)
     if save_to is not None:
-        _check_empty_folder(Path(save_to))
+        check_save_folder(save_to)
     if low_memory:
         if save_to is None:
             raise ValueError(
@@ -457,8 +446,9 @@ def prune_hf_folder(
         **common,
     }
     if save_to is not None and report is not None:
-        summary["saved"] = str(save_to)
-        _save_pruned_folder(Path(save_to), pruned, loaded.tokenizer, summary)
+        save_pruned(
+            Path(save_to), pruned, summary, write_pruning_report, save, tokenizer=loaded.tokenizer
+        )
         logger.info("pruned model written to %s", save_to)
     return summary
 
@@ -468,24 +458,6 @@ def _check_empty_folder(folder: Path) -> None:
         raise ValueError(
             f"the --save folder {folder} already exists and is not empty; name a new folder"
         )
-
-
-def _save_pruned_folder(
-    folder: Path, model: PreTrainedModel, tokenizer: Any, summary: dict[str, Any]
-) -> None:
-    """Write the model, tokenizer and report into a hidden sibling, then rename it into
-    place: a reader sees the whole pruned folder or none of it."""
-    _check_empty_folder(folder)
-    staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        with quiet_progress():
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _move_into_place(staging, folder, summary)
 
 
 def _move_into_place(staging: Path, folder: Path, summary: dict[str, Any]) -> None:

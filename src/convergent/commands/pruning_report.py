@@ -11,6 +11,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from convergent.commands.pruned_folder import saved_lines, saved_markdown
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
 
@@ -70,6 +71,7 @@ def format_prune_summary(summary: dict[str, Any]) -> str:
     if summary.get("saved"):
         what = "model and report" if summary.get("kind") else "checkpoint"
         lines.append(f"pruned {what}: {summary['saved']}")
+        lines += saved_lines(summary)
     return "\n".join(lines)
 
 
@@ -117,6 +119,7 @@ def pruning_markdown(summary: dict[str, Any]) -> str:
     if summary["excluded"]:
         lines += ["## Weights left dense", "", markdown_table(dense_rows(summary))]
     lines += ["## Sparsity per pruned matrix", "", layer_sparsity_table(summary["layers"])]
+    lines += saved_markdown(summary)
     return "\n".join(lines) + "\n"
 
 

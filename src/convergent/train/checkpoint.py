@@ -3,7 +3,8 @@
 Layout of a run's checkpoint folder::
 
     checkpoints/
-      step-00000100/model.safetensors   # the model's weights
+      step-00000100/model.safetensors   # the model's weights (sparse_model.safetensors when
+                                        # written compressed: convergent.sparse.storage)
       step-00000100/state.pt            # optimizer, scheduler, training step, RNG, progress
       step-00000100/manifest.json       # format, step, write order, sha256 and size per file
       latest                            # one line: the name of the newest complete checkpoint
@@ -49,6 +50,13 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from convergent.io import fsync_directory, write_bytes_atomically, write_text_atomically
+from convergent.sparse.storage import (
+    COMPRESSED_WEIGHTS,
+    CompressedFileError,
+    group_dims,
+    load_compressed_into,
+    write_compressed_file,
+)
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
@@ -163,7 +171,11 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{MANIFEST_FILE} is not a format-{MANIFEST_FORMAT} manifest")
     files = manifest.get("files")
-    if not isinstance(files, dict) or not {WEIGHTS_FILE, STATE_FILE} <= set(files):
+    if (
+        not isinstance(files, dict)
+        or STATE_FILE not in files
+        or not {WEIGHTS_FILE, COMPRESSED_WEIGHTS} & set(files)
+    ):
         raise ValueError(f"{MANIFEST_FILE} does not list {WEIGHTS_FILE} and {STATE_FILE}")
     return manifest
 
@@ -237,6 +249,8 @@ def save_checkpoint(
     model: nn.Module,
     state: dict[str, Any],
     keep: int = 2,
+    *,
+    compressed: bool = False,
 ) -> Path:
     """Write a checkpoint atomically, with its manifest, and point ``latest`` at it.
 
@@ -250,6 +264,8 @@ def save_checkpoint(
             ``torch.load(weights_only=True)``.
         keep: how many of the most recently written checkpoints to keep; older writes are
             deleted (never the one ``latest`` names).
+        compressed: write the weights compressed (pruned matrices as their kept values and
+            positions) to ``sparse_model.safetensors`` instead of ``model.safetensors``.
 
     Returns:
         The folder of the new checkpoint.
@@ -263,7 +279,12 @@ def save_checkpoint(
     sequence = 1 + max((_write_order(folder)[0] for folder in _checkpoint_folders(root)), default=0)
     temporary = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
     try:
-        save_model(model, str(temporary / WEIGHTS_FILE))
+        if compressed:
+            write_compressed_file(
+                temporary / COMPRESSED_WEIGHTS, model.state_dict(), group_dims(model)
+            )
+        else:
+            save_model(model, str(temporary / WEIGHTS_FILE))
         torch.save(state, temporary / STATE_FILE)
         for file in temporary.iterdir():
             with open(file, "rb") as handle:
@@ -360,7 +381,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     candidate = Path(path)
     if not candidate.exists():
         raise CheckpointError(f"no checkpoint at {candidate}: the path does not exist")
-    if any((candidate / name).exists() for name in (MANIFEST_FILE, WEIGHTS_FILE, STATE_FILE)):
+    markers = (MANIFEST_FILE, WEIGHTS_FILE, COMPRESSED_WEIGHTS, STATE_FILE)
+    if any((candidate / name).exists() for name in markers):
         return _check_named(candidate)
     for root in (candidate, candidate / "checkpoints"):
         if (root / LATEST_FILE).is_file() or _checkpoint_folders(root):
@@ -384,7 +406,12 @@ def load_checkpoint(
             do not fit ``model``.
     """
     folder = resolve_checkpoint(path)
-    if model is not None:
+    if model is not None and (folder / COMPRESSED_WEIGHTS).is_file():
+        try:
+            load_compressed_into(model, folder / COMPRESSED_WEIGHTS)
+        except CompressedFileError as error:
+            raise CheckpointError(f"checkpoint {folder}: {error}") from None
+    elif model is not None:
         weights = folder / WEIGHTS_FILE
         try:
             missing, unexpected = load_model(model, str(weights), strict=False)

@@ -1,0 +1,399 @@
+"""``convergent bench FOLDER_OR_RUN``: a model's forward speed, file size and peak memory, dense
+against sparse kernels.
+
+For each length T (1, 16 and 128 tokens by default) one ``[1, T]`` forward pass without a KV
+cache is timed, dense and with :func:`~convergent.sparse.kernels.to_sparse_kernels` (layers
+chosen by a timing at ``T`` tokens), in turn in one process so that the machine's load falls
+on both alike: the fastest of the samples (other processes only ever add time), as latency
+and tokens per second. The weights' size is the
+folder's file against the dense weights in the same dtypes. Peak memory is measured in one
+fresh process per variant (a process's peak only ever rises): its resident-set peak while it
+loads the model, converts it and runs one forward at each T, and that peak above the process
+after its imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import functools
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from convergent.commands.compressed import MIB, weights_files
+from convergent.commands.hf_folders import HUGGING_FACE, folder_kind, load_hf_folder
+from convergent.commands.runs import load_run
+from convergent.report import markdown_table
+from convergent.sparse.kernels import (
+    TIMING_REPEATS,
+    fastest_speedup,
+    linear_weight,
+    timed_samples,
+    to_sparse_kernels,
+)
+from convergent.sparse.selection import is_conv1d
+from convergent.sparse.storage import COMPRESSED_WEIGHTS, encode_state_dict, group_dims
+
+LENGTHS = (1, 16, 128)
+DEVICES = ("cpu", "cuda")
+VARIANTS = ("dense", "sparse")
+WORKER_TIMEOUT = 1800.0
+
+
+def load_for_bench(path: str | Path) -> tuple[nn.Module, str]:
+    """The model of a Hugging Face or run folder (compressed or not), in eval mode, and a
+    description of it for the report."""
+    if Path(path).is_dir() and folder_kind(path) == HUGGING_FACE:
+        loaded = load_hf_folder(path)
+        return loaded.model.eval(), loaded.architecture
+    run = load_run(path)
+    return run.model.eval(), f"{type(run.model).__name__} ({run.config.model})"
+
+
+def _positions(model: nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    for name in ("max_len", "n_positions", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def model_inputs(model: nn.Module, tokens: int) -> dict[str, Any]:
+    """A ``[1, tokens]`` batch for ``model``: random token ids (no KV cache), or random
+    features for a model of continuous inputs."""
+    config: Any = getattr(model, "config", None)
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(0)
+    vocabulary = getattr(config, "vocab_size", None)
+    if vocabulary:
+        ids = torch.randint(0, vocabulary, (1, tokens), generator=generator).to(device)
+        extra = {"use_cache": False} if hasattr(config, "use_cache") else {}
+        return {"input_ids": ids, **extra}
+    features = torch.randn(1, tokens, int(config.input_dim), generator=generator)
+    return {"inputs": features.to(device)}
+
+
+def linear_sparsity(model: nn.Module) -> float:
+    """The share of zeros over the weights of every linear (and ``Conv1D``) layer."""
+    zeros = total = 0
+    for module in model.modules():
+        if isinstance(module, nn.Linear) or is_conv1d(module):
+            weight = linear_weight(module)
+            zeros += int((weight == 0).sum())
+            total += weight.numel()
+    return zeros / max(total, 1)
+
+
+def weights_sizes(path: str | Path, model: nn.Module) -> dict[str, Any]:
+    """The weights on disk, dense and compressed: the folder's own file for its kind (its
+    size on disk), the other computed from the model (the tensors' bytes; a file adds a
+    header of a few KiB)."""
+    files = weights_files(path)
+    compressed = any(file.name.startswith(COMPRESSED_WEIGHTS.split(".")[0]) for file in files)
+    _, header = encode_state_dict(model.state_dict(), group_dims(model))
+    entries = [entry for entry in header["tensors"].values() if entry["kind"] != "alias"]
+    on_disk = sum(file.stat().st_size for file in files)
+    dense = sum(entry["dense_bytes"] for entry in entries)
+    stored = sum(entry["stored_bytes"] for entry in entries)
+    return {
+        "files": [file.name for file in files],
+        "compressed_file": compressed,
+        "dense_bytes": dense if compressed else on_disk,
+        "compressed_bytes": on_disk if compressed else stored,
+    }
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` torch threads (None: unchanged)."""
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ValueError(f"threads={threads} is out of range; it must be >= 1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here")
+    return torch.device(device)
+
+
+def _lengths(model: nn.Module, lengths: Sequence[int]) -> tuple[list[int], list[str]]:
+    if not lengths or any(length < 1 for length in lengths):
+        raise ValueError(f"lengths={list(lengths)} must be one or more token counts >= 1")
+    positions = _positions(model)
+    kept = [length for length in lengths if positions is None or length <= positions]
+    skipped = [
+        f"T = {length} skipped: past the model's {positions} positions"
+        for length in lengths
+        if length not in kept
+    ]
+    if not kept:
+        raise ValueError(
+            f"every length {list(lengths)} is past the model's {positions} positions; pass "
+            f"--lengths of at most {positions}"
+        )
+    return kept, skipped
+
+
+@torch.no_grad()
+def time_lengths(
+    model: nn.Module, lengths: Sequence[int], repeats: int = TIMING_REPEATS
+) -> list[dict[str, Any]]:
+    """Dense against sparse kernels at each length, in this process (see the module)."""
+    device = next(model.parameters()).device
+    rows = []
+    for tokens in lengths:
+        sparse = copy.deepcopy(model)
+        choices = to_sparse_kernels(sparse, tokens=tokens)
+        inputs = model_inputs(model, tokens)
+        calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
+        dense, fast = timed_samples(calls, device, repeats)
+        dense_seconds, sparse_seconds = min(dense), min(fast)
+        rows.append(
+            {
+                "tokens": tokens,
+                "dense_seconds": dense_seconds,
+                "sparse_seconds": sparse_seconds,
+                "speedup": fastest_speedup(dense, fast),
+                "dense_tokens_per_second": tokens / dense_seconds,
+                "sparse_tokens_per_second": tokens / sparse_seconds,
+                "sparse_layers": len(choices.converted),
+                "pruned_layers": len(choices.layers),
+                "kernels": choices.as_dict(),
+            }
+        )
+        del sparse
+    return rows
+
+
+def _worker_environment() -> dict[str, str]:
+    source = str(Path(__file__).resolve().parents[2])  # the folder convergent is imported from
+    paths = [source, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def peak_memory(
+    path: str | Path, variant: str, threads: int | None, device: str, lengths: Sequence[int]
+) -> dict[str, Any]:
+    """The peak resident memory of a fresh process that loads ``path``, converts it (for
+    ``"sparse"``) and runs one forward at each length: ``{"peak_bytes", "model_bytes"}``
+    (``model_bytes``: the peak above the process after its imports), or ``{"error"}``."""
+    command = [
+        sys.executable, "-m", "convergent.commands.benchmark", "--worker", str(path), variant,
+        "--device", device, "--lengths", *map(str, lengths),
+        *(["--threads", str(threads)] if threads is not None else []),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=_worker_environment(),
+            timeout=WORKER_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the {variant} process ran past {WORKER_TIMEOUT:.0f} s"}
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def bench(
+    path: str | Path,
+    *,
+    threads: int | None = None,
+    device: str = "cpu",
+    lengths: Sequence[int] = LENGTHS,
+    memory: bool = True,
+) -> dict[str, Any]:
+    """Measure a model folder dense and with sparse kernels (see the module docstring).
+
+    Args:
+        path: a Hugging Face folder or a run folder (or checkpoint), compressed or not.
+        threads: torch threads (None: torch's current setting).
+        device: ``"cpu"`` or ``"cuda"``.
+        lengths: the token counts T of the ``[1, T]`` forwards; those past the model's
+            positions are skipped, with a note.
+        memory: measure peak memory (two fresh processes).
+
+    Returns:
+        ``{"source", "model", "device", "threads", "dtype", "sparsity", "sizes", "lengths":
+        [per T: dense and sparse seconds, speedup, tokens per second, layers converted],
+        "memory": {"dense", "sparse"} or None, "notes"}``.
+
+    Raises:
+        ValueError: a device, thread count or length out of range.
+    """
+    target = _check_device(device)
+    with torch_threads(threads):
+        model, description = load_for_bench(path)
+        model.to(target)
+        kept, notes = _lengths(model, lengths)
+        rows = time_lengths(model, kept)
+        result: dict[str, Any] = {
+            "source": str(path),
+            "model": description,
+            "device": device,
+            "threads": torch.get_num_threads(),
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "sparsity": linear_sparsity(model),
+            "sizes": weights_sizes(path, model),
+            "lengths": rows,
+            "memory": None,
+            "notes": notes,
+        }
+    if memory:
+        result["memory"] = {
+            variant: peak_memory(path, variant, threads, device, kept) for variant in VARIANTS
+        }
+        result["memory_tokens"] = kept[len(kept) // 2]
+    return result
+
+
+def _ratio(sparse: float, dense: float) -> str:
+    return f"{sparse / dense:.2f}x" if dense and sparse else ""
+
+
+def _speed(speedup: float) -> str:
+    return f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+
+
+def format_bench(result: dict[str, Any]) -> str:
+    """A table a person reads: one row per measure, dense and sparse kernels side by side."""
+    sizes = result["sizes"]
+    threads = result["threads"]
+    lines = [
+        f"{result['source']}: {result['model']}, {result['dtype']}, "
+        f"{result['sparsity']:.1%} of the linear layers' weights zero; {result['device']}, "
+        f"{threads} thread{'s' if threads != 1 else ''}",
+        "",
+    ]
+    rows: list[dict[str, Any]] = [
+        {
+            "measure": "weights (MiB)",
+            "dense": f"{sizes['dense_bytes'] / MIB:.2f}",
+            "sparse kernels": f"{sizes['compressed_bytes'] / MIB:.2f} compressed"
+            + ("" if sizes["compressed_file"] else " (computed)"),
+            "sparse / dense": _ratio(sizes["compressed_bytes"], sizes["dense_bytes"]),
+        }
+    ]
+    memory = result.get("memory") or {}
+    if memory:
+        dense, sparse = memory.get("dense", {}), memory.get("sparse", {})
+
+        def shown(entry: dict[str, Any]) -> str:
+            if "error" in entry:
+                return "not measured"
+            return f"{entry['peak_bytes'] / MIB:.0f} ({entry['model_bytes'] / MIB:.0f} above start)"
+
+        rows.append(
+            {
+                "measure": "peak memory (MiB)",
+                "dense": shown(dense),
+                "sparse kernels": shown(sparse),
+                "sparse / dense": _ratio(sparse.get("peak_bytes", 0), dense.get("peak_bytes", 0)),
+            }
+        )
+    for row in result["lengths"]:
+        tokens = row["tokens"]
+        rows.append(
+            {
+                "measure": f"[1, {tokens}] forward (ms)",
+                "dense": f"{row['dense_seconds'] * 1e3:.3f}",
+                "sparse kernels": f"{row['sparse_seconds'] * 1e3:.3f}",
+                "sparse / dense": _speed(row["speedup"]),
+            }
+        )
+    for row in result["lengths"]:
+        rows.append(
+            {
+                "measure": f"tokens/s at T = {row['tokens']}",
+                "dense": f"{row['dense_tokens_per_second']:.0f}",
+                "sparse kernels": f"{row['sparse_tokens_per_second']:.0f}",
+                "sparse / dense": "",
+            }
+        )
+    lines.append(markdown_table(rows))
+    converted = ", ".join(
+        f"{row['sparse_layers']} of {row['pruned_layers']} at T = {row['tokens']}"
+        for row in result["lengths"]
+    )
+    lines.append(f"Pruned layers on sparse kernels (chosen by timing at each T): {converted}.")
+    if memory:
+        lines.append(
+            "Peak memory: one fresh process per variant loads the model (the sparse one converts"
+            f" it at T = {result['memory_tokens']}) and runs one forward at each T; in"
+            " parentheses, that peak above the process after its imports."
+        )
+    for variant, entry in memory.items():
+        if "error" in entry:
+            lines.append(f"Peak memory of the {variant} variant not measured: {entry['error']}")
+    lines += result["notes"]
+    return "\n".join(lines) + "\n"
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc``; elsewhere its peak so far)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@torch.no_grad()
+def _worker(arguments: argparse.Namespace) -> int:
+    """One variant in a fresh process: load, convert, run each length; print the peak."""
+    logging.disable(logging.WARNING)
+    start = resident_bytes()
+    target = _check_device(arguments.device)
+    with torch_threads(arguments.threads):
+        model, _ = load_for_bench(arguments.worker[0])
+        model.to(target)
+        lengths = list(arguments.lengths)
+        if arguments.worker[1] == "sparse":
+            to_sparse_kernels(model, tokens=lengths[len(lengths) // 2])
+        for tokens in lengths:
+            model(**model_inputs(model, tokens))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"peak_bytes": peak, "model_bytes": peak - start}))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The memory worker's entry point (``python -m convergent.commands.benchmark --worker``)."""
+    parser = argparse.ArgumentParser(description="one variant's peak memory (internal)")
+    parser.add_argument("--worker", nargs=2, metavar=("PATH", "VARIANT"), required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    return _worker(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

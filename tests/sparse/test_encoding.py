@@ -1,0 +1,119 @@
+"""One tensor's compressed layouts: bit for bit back, and the sizes the format promises."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from convergent.sparse.encoding import (
+    EncodingError,
+    decode_tensor,
+    encode_tensor,
+    pack_bits,
+    pack_integers,
+    subsets,
+    unpack_bits,
+    unpack_integers,
+)
+from convergent.sparse.masks import n_m_mask
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The raw bit patterns (so -0.0 differs from 0.0, and NaN payloads count)."""
+    return tensor.contiguous().view(BITS[tensor.element_size()])
+
+
+def _unstructured(weight: torch.Tensor, keep: float, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return weight * (torch.rand(weight.shape, generator=generator) < keep)  # -0.0 where w < 0
+
+
+def _patterns(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {
+        "dense": weight,
+        "unstructured 50 %": _unstructured(weight, 0.5),
+        "unstructured 90 %": _unstructured(weight, 0.1),
+        "unstructured 99 %": _unstructured(weight, 0.01),
+        "2:4": weight * n_m_mask(weight, 2, 4),
+        "1:4": weight * n_m_mask(weight, 1, 4),
+        "4:8": weight * n_m_mask(weight, 4, 8),
+        "2:8 on Conv1D's inputs": weight * n_m_mask(weight, 2, 8, input_dim=0),
+        "all zero": torch.zeros_like(weight),
+        "all negative zero": -torch.zeros_like(weight),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_and_pattern_round_trips_bit_for_bit(dtype):
+    weight = torch.randn(24, 32, generator=torch.Generator().manual_seed(1)).to(dtype)
+    for name, tensor in _patterns(weight).items():
+        group_dim = 0 if "Conv1D" in name else 1
+        encoded = encode_tensor(tensor, group_dim)
+        decoded = decode_tensor(encoded.entry, encoded.parts, name)
+        assert decoded.dtype == dtype and decoded.shape == tensor.shape, name
+        assert torch.equal(bits_of(decoded), bits_of(tensor)), name
+
+
+def test_special_values_and_shapes_round_trip():
+    weight = torch.randn(8, 16, 3)  # a convolution's [out, in, k], groups along dim 1
+    weight[0, :4, 0] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    weight = weight * n_m_mask(weight, 2, 4)
+    weight[1, 0, 0] = float("nan")
+    for tensor in (weight, torch.randn(5, 7) * (torch.rand(5, 7) < 0.2), torch.randn(3)):
+        encoded = encode_tensor(tensor)
+        assert torch.equal(bits_of(decode_tensor(encoded.entry, encoded.parts)), bits_of(tensor))
+
+
+def test_the_smallest_layout_is_chosen_with_the_sizes_the_format_states():
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(2))
+    sparse = _unstructured(weight, 0.1).abs()  # positive zeros: no zero signs to store
+    encoded = encode_tensor(sparse)
+    nonzero = int((sparse != 0).sum())
+    assert encoded.entry["kind"] == "bitmask"
+    assert encoded.stored_bytes == math.ceil(64 * 64 / 8) + 4 * nonzero  # bits + float32 values
+    two_four = (weight * n_m_mask(weight, 2, 4)).abs()
+    encoded = encode_tensor(two_four)
+    groups = 64 * 64 // 4
+    rank_bits = math.ceil(math.log2(math.comb(4, 2)))  # 6 subsets: 3 bits a group
+    assert (encoded.entry["kind"], encoded.entry["n"], encoded.entry["m"]) == ("n:m", 2, 4)
+    assert encoded.stored_bytes == groups * 2 * 4 + math.ceil(groups * rank_bits / 8)
+    # 1 % zeros: a bit per weight costs more than the float32 zeros it saves.
+    dense = encode_tensor(_unstructured(weight, 0.99).abs())
+    assert dense.entry["kind"] == "dense" and dense.stored_bytes == 64 * 64 * 4
+    signed = encode_tensor(_unstructured(weight, 0.1))  # -0.0 where pruned weights were < 0
+    zeros = int((_unstructured(weight, 0.1) == 0).sum())
+    assert signed.stored_bytes == encode_tensor(sparse).stored_bytes + math.ceil(zeros / 8)
+
+
+def test_bits_pack_as_numpy_packs_them_little_endian():
+    bits = torch.rand(1003, generator=torch.Generator().manual_seed(3)) < 0.3
+    expected = np.packbits(bits.numpy(), bitorder="little")
+    assert np.array_equal(pack_bits(bits).numpy(), expected)
+    assert torch.equal(unpack_bits(pack_bits(bits), 1003), bits)
+    values = torch.randint(0, 70, (101,))
+    assert torch.equal(unpack_integers(pack_integers(values, 7), 101, 7), values)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (3, 8), (5, 16)])
+def test_subset_ranks_follow_lexicographic_order(n, m):
+    positions, ranks = subsets(n, m)
+    expected = list(itertools.combinations(range(m), n))
+    assert [tuple(row) for row in positions.tolist()] == expected
+    for rank, chosen in enumerate(expected):
+        assert int(ranks[sum(1 << p for p in chosen)]) == rank
+
+
+def test_parts_that_do_not_fit_the_entry_are_refused():
+    encoded = encode_tensor(torch.randn(8, 8) * (torch.rand(8, 8) < 0.1))
+    parts = {**encoded.parts, "values": encoded.parts["values"][:-1]}
+    with pytest.raises(EncodingError, match="values holds"):
+        decode_tensor(encoded.entry, parts, "w")
+    with pytest.raises(EncodingError, match="unknown kind"):
+        decode_tensor({**encoded.entry, "kind": "zip"}, encoded.parts, "w")

@@ -1,0 +1,161 @@
+"""Sparse kernels: outputs equal dense within the stated tolerance, and the choice is the
+timing's (a fake timer stands in for the clock, so no test depends on this machine's speed)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from convergent.models import Transformer, TransformerConfig
+from convergent.sparse import prune_one_shot
+from convergent.sparse.kernels import (
+    OUTPUT_TOLERANCE,
+    SparseLinear,
+    fastest_speedup,
+    to_sparse_kernels,
+)
+
+
+def _bound(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The stated tolerance: OUTPUT_TOLERANCE x (|x| |W|^T), elementwise, in float64."""
+    return OUTPUT_TOLERANCE * (inputs.double().abs() @ weight.double().abs().T) + 1e-30
+
+
+def _pruned_weight(out: int, inputs: int, keep: float, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out, inputs, generator=generator)
+    return weight * (torch.rand(out, inputs, generator=generator) < keep)
+
+
+def _block_sparse(out: int, inputs: int, edge: int, keep: float) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1)
+    blocks = torch.rand(out // edge, inputs // edge, generator=generator) < keep
+    mask = blocks.repeat_interleave(edge, 0).repeat_interleave(edge, 1)
+    return torch.randn(out, inputs, generator=generator) * mask
+
+
+@pytest.mark.parametrize(
+    ("layout", "blocksize", "weight"),
+    [
+        ("csr", None, _pruned_weight(48, 64, 0.1)),
+        ("csr", None, _pruned_weight(48, 64, 0.5)),
+        ("bsr", 8, _block_sparse(48, 64, 8, 0.2)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_sparse_layer_computes_the_dense_layer_within_tolerance(layout, blocksize, weight, dtype):
+    weight = weight.to(dtype)
+    bias = torch.randn(48, dtype=dtype)
+    inputs = torch.randn(3, 5, 64, dtype=dtype)  # [batch, tokens, in]
+    expected = inputs @ weight.T + bias  # the dense reference, torch's own matmul
+    for with_bias in (bias, None):
+        layer = SparseLinear(weight, with_bias, layout, blocksize)
+        got = layer(inputs)
+        reference = expected if with_bias is not None else expected - bias
+        assert got.shape == (3, 5, 48) and got.dtype == dtype
+        assert bool(((got - reference).abs() <= _bound(inputs, weight)).all())
+
+
+class _Timer:
+    """Seconds per call as given: dense first, then each sparse layout tried."""
+
+    def __init__(self, dense: float, sparse: float) -> None:
+        self.dense, self.sparse = dense, sparse
+        self.calls = 0
+
+    def __call__(self, calls):
+        self.calls += 1
+        return [[self.dense] * 3] + [[self.sparse] * 3 for _ in calls[1:]]
+
+
+def _language_model() -> Transformer:
+    torch.manual_seed(0)
+    config = TransformerConfig(task="lm", vocab_size=30, max_len=16, d_model=32, n_heads=4,
+                               n_layers=2, d_ff=64, causal=True)  # fmt: skip
+    model = Transformer(config)
+    prune_one_shot(model, 0.9)
+    return model.eval()
+
+
+def test_a_faster_kernel_replaces_each_pruned_layer_and_the_logits_stay(caplog):
+    model = _language_model()
+    ids = torch.randint(0, 30, (2, 16))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
+        report = to_sparse_kernels(model, tokens=16, timer=_Timer(2.0, 1.0))
+    assert len(report.converted) == 12 and all(layer.speedup == 2.0 for layer in report.layers)
+    assert isinstance(model.blocks[0].attention.q_proj, SparseLinear)
+    assert isinstance(model.head, nn.Linear)  # not pruned: left as it is, unmentioned
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert "blocks.0.attention.q_proj: csr, 2.00x as fast as dense at 90% sparse" in caplog.text
+
+
+def test_a_slower_kernel_leaves_the_layer_dense_and_says_why(caplog):
+    model = _language_model()
+    with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
+        report = to_sparse_kernels(model, tokens=4, timer=_Timer(1.0, 1.6))
+    assert not report.converted
+    assert isinstance(model.blocks[0].attention.q_proj, nn.Linear)
+    assert "blocks.1.feed_forward.down_proj: dense: the sparse kernel took 1.6x as long at 90%" in (
+        caplog.text
+    )
+
+
+def test_layers_below_the_least_sparsity_are_not_timed():
+    model = _language_model()
+    timer = _Timer(2.0, 1.0)
+    report = to_sparse_kernels(model, min_sparsity=0.95, timer=timer)
+    assert timer.calls == 0 and not report.converted
+    assert (
+        report.layers[0].reason
+        == "dense: 90% sparse, below the 95% at which a sparse kernel is tried"
+    )
+
+
+def test_a_dtype_the_device_lacks_stays_dense_logged_once(caplog):
+    model = _language_model().to(torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
+        report = to_sparse_kernels(model, timer=_Timer(2.0, 1.0))
+    assert not report.converted
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "no CSR or BSR matmul for bfloat16" in warnings[0].message and "(12 layer(s))" in (
+        warnings[0].message
+    )
+
+
+def test_training_mode_is_refused_with_the_reason():
+    model = _language_model().train()
+    with pytest.raises(ValueError, match=r"needs a model in eval mode.*training through them"):
+        to_sparse_kernels(model)
+
+
+def test_gpt2_conv1d_layers_convert_and_tied_weights_stay():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=16,
+                                       vocab_size=40)).eval()  # fmt: skip
+    prune_one_shot(model, 0.8)
+    ids = torch.randint(0, 40, (1, 16))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    report = to_sparse_kernels(model, timer=_Timer(2.0, 1.0))
+    assert {layer.name for layer in report.converted} == {
+        "transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj",
+        "transformer.h.0.mlp.c_fc", "transformer.h.0.mlp.c_proj",
+    }  # fmt: skip
+    assert model.lm_head.weight is model.transformer.wte.weight
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_speedup_compares_the_fastest_samples():
+    # Samples another process slowed (9.0, 10.0) do not count; the fastest of each do.
+    assert fastest_speedup([1.0, 1.2, 9.0], [10.0, 0.5, 0.6]) == 2.0

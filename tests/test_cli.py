@@ -60,7 +60,7 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     )
     run = tmp_path / "run"
     argv = ["train", "--config", str(config), "--batch-size", "32", "--lr", "0.003"]
-    status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress"])
+    status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress", "--test"])
     assert status == 0
     assert "test accuracy" in capsys.readouterr().out
     for name in (
@@ -207,7 +207,7 @@ def test_train_with_the_sparsity_optimizers(optimizer, tmp_path, capsys):
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["optimizer"] == optimizer and saved[f"{optimizer}_alpha"] == 2.0
     assert main([*argv, f"--{optimizer}-beta", "-1", "--out", str(tmp_path / "bad")]) == 2
-    assert f"{optimizer}_beta must be non-negative, got -1.0" in capsys.readouterr().err
+    assert f"--{optimizer}-beta must be non-negative, got -1.0" in capsys.readouterr().err
 
 
 def test_small_command_line_promises(tmp_path, capsys):
@@ -239,9 +239,12 @@ def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(t
     capsys.readouterr()
     assert main(["prune", str(pruned), "--sparsity", "0.6"]) == 0
     assert "| 0.6000 |" in capsys.readouterr().out
-    # A second save into the same folder would replace a run: refused in one line.
+    # A second save into the same folder would replace a run: refused in one line, before
+    # pruning, naming prune's own flag (prune has no --overwrite to suggest).
     assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 2
-    assert "already holds a run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the --save folder {pruned} already exists and is not empty" in err
+    assert "--overwrite" not in err
 
 
 def test_seeds_skip_a_studys_selection_seed():
@@ -323,4 +326,4 @@ def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, caps
     capsys.readouterr()
     bad = ["train", "--data", "digits", "--optimizer", "langevin", "--out", str(tmp_path / "x")]
     assert main(bad) == 2
-    assert "needs exactly one of langevin_s" in capsys.readouterr().err
+    assert "--optimizer langevin needs exactly one of --langevin-s" in capsys.readouterr().err

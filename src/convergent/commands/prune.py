@@ -22,7 +22,6 @@ and the pruned model is written with ``save_pretrained`` beside a report (``prun
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import logging
 import os
@@ -41,13 +40,14 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
     quiet_progress,
 )
-from convergent.commands.runs import load_run, prepare_new_run
+from convergent.commands.runs import find_run_folder, load_run, prepare_new_run
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import check_method
 from convergent.sparse.masks import check_sparsity
 from convergent.train import calibration_batches, evaluate, save_checkpoint
+from convergent.wording import option
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -121,6 +121,8 @@ def prune_run(
         check_sparsity(target)
     spec = MaskSpec.given(spec)
     check_method(method, spec)
+    if save_to is not None:
+        _check_empty_folder(Path(save_to))
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
     calibration = None
@@ -146,9 +148,9 @@ def prune_run(
     }
     if save_to is not None and report is not None:
         prepare_new_run(save_to)
-        write_text_atomically(
+        write_text_atomically(  # the run's own, with the notes on the defaults it chose
             Path(save_to) / "config.json",
-            json.dumps(dataclasses.asdict(run.config), indent=2) + "\n",
+            (find_run_folder(run.checkpoint) / "config.json").read_text(),
         )
         saved = save_checkpoint(
             Path(save_to) / "checkpoints",
@@ -335,7 +337,8 @@ def _headline_metric(metrics: dict[str, float]) -> str:
 def _check_empty_folder(folder: Path) -> None:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(
-            f"the --save folder {folder} already exists and is not empty; name a new folder"
+            f"the {option('save_to')} folder {folder} already exists and is not empty; name a"
+            " new folder"
         )
 
 

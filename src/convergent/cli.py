@@ -335,7 +335,8 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
         "--mode",
         choices=MODES,
         default="quick",
-        help="study size (default quick; full takes hours)",
+        help="how big a study runs: smoke (seconds: it runs), quick (minutes, one seed) or full"
+        " (hours) (default quick)",
     )
     for mode in MODES:
         size.add_argument(
@@ -375,8 +376,11 @@ def _reproduce(arguments: argparse.Namespace) -> int:
     names = sorted(STUDIES) if arguments.names == ["all"] else list(arguments.names)
     for name in names:
         if name not in STUDIES:
+            from convergent.wording import did_you_mean
+
             raise UserError(
-                f"unknown study {name!r}; the studies are: {', '.join(sorted(STUDIES))}, all"
+                f"unknown study {name!r}{did_you_mean(name, [*STUDIES, 'all'])}; the studies are:"
+                f" {', '.join(sorted(STUDIES))}, all"
             )
     if arguments.seeds is not None and arguments.seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
@@ -612,7 +616,10 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         help=f"tokens per example (default {defaults['max_length']})",
     )
     hugging_face.add_argument(
-        "--seed", type=int, default=None, help=f"split seed (default {defaults['seed']})"
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seeds the data's split into train, validation and test (default {defaults['seed']})",
     )
     parser.set_defaults(handler=_prune)
 
@@ -695,10 +702,15 @@ def _add_diagnose(commands: argparse._SubParsersAction) -> None:
         "classifier; minilm needs one)",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="report folder (default RUN/diagnostics)"
+        "--out",
+        type=Path,
+        default=None,
+        help="the report folder to write (default RUN/diagnostics)",
     )
     parser.add_argument("--examples", type=int, default=64, help="examples in the diagnostic batch")
-    parser.add_argument("--seed", type=int, default=None, help="split seed (default: the run's)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seeds the data's split (default: the run's own)"
+    )
     parser.add_argument("--max-length", type=int, default=64, help="tokens per text example")
     parser.set_defaults(handler=_diagnose)
 

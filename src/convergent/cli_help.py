@@ -8,7 +8,7 @@ replayed from that record: argparse itself then prints the same text for the sam
 importing nothing heavy. ``tests/test_cli_help.py`` fails when the record differs from what
 the code builds; rewrite it with::
 
-    python -m convergent.cli_help
+    python tools/record_cli_help.py
 """
 
 from __future__ import annotations
@@ -122,15 +122,14 @@ def print_recorded_help(
     return False
 
 
-def write_record(path: Path = RECORD) -> Path:
-    """Record the real parser's calls into ``path``."""
-    from convergent.cli import add_commands, new_parser
-
-    calls = record(new_parser, add_commands)
-    lines = ",\n".join(json.dumps(call) for call in calls)  # a call a line: diffs stay readable
+def write_record(
+    new_parser: Callable[[], argparse.ArgumentParser],
+    populate: Callable[[Any], None],
+    path: Path = RECORD,
+) -> Path:
+    """Record the calls ``populate`` makes on a parser from ``new_parser`` into ``path``, one
+    call a line (so that a changed flag is a one-line diff)."""
+    calls = record(new_parser, populate)
+    lines = ",\n".join(json.dumps(call) for call in calls)
     path.write_text(f'{{"calls": [\n{lines}\n]}}\n')
     return path
-
-
-if __name__ == "__main__":
-    print(f"wrote {write_record()}")

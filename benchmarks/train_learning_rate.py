@@ -71,7 +71,10 @@ def main() -> None:
             best = arguments.rates[values.index(max(values))]
             wins[best] += 1
             print(f"| {data} | {optimizer} | {' | '.join(cells)} |", flush=True)
-    print("best on: " + ", ".join(f"lr {rate:g} {count} of {len(RUNS)}" for rate, count in wins.items()))
+    print(
+        "best on: "
+        + ", ".join(f"lr {rate:g} {count} of {len(RUNS)}" for rate, count in wins.items())
+    )
 
 
 if __name__ == "__main__":

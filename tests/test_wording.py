@@ -39,7 +39,9 @@ def _error(argv, capsys) -> str:
 
 def test_misspelled_choices_get_a_suggestion(tmp_path, capsys):
     out = ["--out", str(tmp_path / "run")]
-    assert "did you mean 'fashion-mnist'?" in _error(["train", "--data", "fashion-mnst", *out], capsys)
+    assert "did you mean 'fashion-mnist'?" in _error(
+        ["train", "--data", "fashion-mnst", *out], capsys
+    )
     err = _error(["train", "--data", "digits", "--model", "minlm", *out], capsys)
     assert "--model must be one of transformer, minilm, got 'minlm'; did you mean 'minilm'?" in err
     assert "did you mean 'residual'?" in _error(["reproduce", "residal"], capsys)

@@ -173,7 +173,9 @@ def test_diagnose_without_data_takes_what_the_folder_was_pruned_on(pruned_gpt2, 
     diagnose(out, None, tmp_path, examples=4, max_length=MAX_LENGTH)
     payload = json.loads((tmp_path / "diagnostics.json").read_text())
     assert payload["data"] == "rt-sentences"
-    assert "diagnosed on 'rt-sentences': the data it was scored on when pruned" in payload["notes"][0]
+    assert (
+        "diagnosed on 'rt-sentences': the data it was scored on when pruned" in payload["notes"][0]
+    )
 
 
 def test_diagnose_a_classifier_folder(bert_folder, validation, tmp_path):

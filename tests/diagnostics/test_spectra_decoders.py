@@ -74,8 +74,12 @@ def _assert_spectra(spectra, index: int, x: torch.Tensor, attention: torch.Tenso
     torch.testing.assert_close(spectra.sigma_max[index], high, rtol=1e-4, atol=1e-5)
     # The residual branch adds the block's input, the residual stream (not its normed copy).
     residual_low, residual_high = singular_value_extremes(x + attention, keep)
-    torch.testing.assert_close(spectra.residual_sigma_min[index], residual_low, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(spectra.residual_sigma_max[index], residual_high, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        spectra.residual_sigma_min[index], residual_low, rtol=1e-4, atol=1e-5
+    )
+    torch.testing.assert_close(
+        spectra.residual_sigma_max[index], residual_high, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_gpt2_spectra_split_the_fused_projection():
@@ -123,7 +127,10 @@ def test_gpt2_query_key_norms_come_from_the_split_c_attn():
 def test_llama_query_key_norms_pair_each_query_head_with_its_key_head():
     model = _llama()
     rows = query_key_norms(model)
-    assert [row["layer"] for row in rows] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert [row["layer"] for row in rows] == [
+        "model.layers.0.self_attn",
+        "model.layers.1.self_attn",
+    ]
     head_dim, heads, groups = 4, 4, 2
     for row, layer in zip(rows, model.model.layers, strict=True):
         w_q = layer.self_attn.q_proj.weight.detach()  # [heads * head_dim, in]

@@ -302,7 +302,7 @@ def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["prune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "tokens per example (default 77)" in text and "split seed (default 5)" in text
+    assert "tokens per example (default 77)" in text and "and test (default 5)" in text
 
 
 def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, capsys):

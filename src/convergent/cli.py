@@ -254,7 +254,7 @@ def _sparse_training_flags(arguments: argparse.Namespace) -> list[str]:
     return [
         f"--{name.replace('_', '-')} {getattr(arguments, name)}"
         for name in names
-        if getattr(arguments, name) is not None
+        if getattr(arguments, name, None) is not None
     ]
 
 
@@ -271,7 +271,7 @@ def _train_mask_spec(from_file: dict[str, Any] | None, arguments: argparse.Names
     given = {
         field.name: getattr(flags, field.name)
         for field in dataclasses.fields(MaskSpec)
-        if getattr(arguments, field.name) is not None
+        if getattr(arguments, field.name, None) is not None
     }
     return MaskSpec.from_dict(from_file or {}).replace(**given)
 
@@ -499,13 +499,20 @@ def _field_help(cls: type, name: str) -> str:
     return ""
 
 
-def add_mask_spec_arguments(group: Any) -> None:
+# MaskSpec fields that only one-shot pruning reads (OWL's allocation): not `train` flags.
+ONE_SHOT_FIELDS = ("owl_m", "owl_lmbda")
+
+
+def add_mask_spec_arguments(group: Any, one_shot: bool = False) -> None:
     """One flag per :class:`~convergent.sparse.MaskSpec` field (their defaults are the spec's,
     quoted from it): ``--distribution``, ``--pattern``, ``--include-embeddings``, ...,
-    ``--exclude NAME`` (repeatable)."""
+    ``--exclude NAME`` (repeatable); with ``one_shot``, OWL's ``--owl-m`` and
+    ``--owl-lmbda`` and the ``owl`` distribution too."""
     from convergent.sparse import DISTRIBUTIONS, MaskSpec
 
     for field in dataclasses.fields(MaskSpec):
+        if field.name in ONE_SHOT_FIELDS and not one_shot:
+            continue
         flag = "--" + field.name.replace("_", "-")
         help_text = (
             f"{_field_help(MaskSpec, field.name).rstrip('.')} {_spec_default(field.default)}"
@@ -516,8 +523,14 @@ def add_mask_spec_arguments(group: Any) -> None:
             )
         elif field.name == "exclude":
             group.add_argument(flag, action="append", default=None, metavar="NAME", help=help_text)
+        elif isinstance(field.default, float):
+            group.add_argument(flag, type=float, default=None, help=help_text)
         else:
-            choices = DISTRIBUTIONS if field.name == "distribution" else None
+            choices = None
+            if field.name == "distribution":
+                choices = (
+                    DISTRIBUTIONS if one_shot else tuple(d for d in DISTRIBUTIONS if d != "owl")
+                )
             group.add_argument(flag, choices=choices, default=None, help=help_text)
 
 
@@ -573,6 +586,27 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         default="magnitude",
         help="magnitude (no data), or wanda / sparsegpt, calibrated block by block",
     )
+    placement = parser.add_argument_group("where and how the model is pruned")
+    placement.add_argument(
+        "--device",
+        default=None,
+        help="where each block is calibrated, pruned and evaluated: cpu, cuda or cuda:N (the"
+        " model stays in CPU memory; default: where it loads, the CPU)",
+    )
+    placement.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="load, prune and save the model in this dtype; statistics are float64 whatever it"
+        " is (default: the checkpoint's own)",
+    )
+    placement.add_argument(
+        "--low-memory",
+        action="store_true",
+        help="a Hugging Face folder larger than memory: stream its blocks from its safetensors"
+        " files, one in memory at a time, writing each pruned block to --save (one"
+        " --sparsity per call)",
+    )
     calibration = parser.add_argument_group("Wanda and SparseGPT calibration")
     calibration.add_argument(
         "--calibration-data",
@@ -587,7 +621,9 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         help=f"training examples to calibrate on (default "
         f"{_keyword_defaults(prune_hf_folder)['calibration_examples']})",
     )
-    add_mask_spec_arguments(parser.add_argument_group("which weights, and the masks' layout"))
+    add_mask_spec_arguments(
+        parser.add_argument_group("which weights, and the masks' layout"), one_shot=True
+    )
     parser.add_argument(
         "--save",
         type=Path,
@@ -640,25 +676,30 @@ def _keyword_defaults(function: Any) -> dict[str, Any]:
 HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
 
 
+# Options of `prune` that only a Hugging Face folder takes, beside HF_ONLY's data options.
+HF_ONLY_FLAGS = ("low_memory",)
+
+
 def _prune(arguments: argparse.Namespace) -> int:
+    import torch
+
     from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
-    from convergent.commands.prune import (
-        DEFAULT_SPARSITIES,
-        format_prune_summary,
-        prune_hf_folder,
-        prune_run,
-    )
+    from convergent.commands.prune import prune_hf_folder, prune_run
+    from convergent.commands.pruning_report import format_prune_summary
 
     options: dict[str, Any] = {
         "spec": mask_spec_from_arguments(arguments),
         "method": arguments.method,
         "save_to": arguments.save,
+        "device": arguments.device,
+        "dtype": None if arguments.dtype is None else getattr(torch, arguments.dtype),
         "progress": True,
     }
     if arguments.calibration_examples is not None:
         options["calibration_examples"] = arguments.calibration_examples
-    sparsities = tuple(arguments.sparsity or DEFAULT_SPARSITIES)
+    sparsities = tuple(arguments.sparsity) if arguments.sparsity else None
     if folder_kind(arguments.path) == HUGGING_FACE:
+        options["low_memory"] = arguments.low_memory
         given = {name: getattr(arguments, name) for name in HF_ONLY}
         # Options left out take prune_hf_folder's own defaults (defined there, once).
         chosen = {name: value for name, value in given.items() if value is not None}
@@ -668,7 +709,7 @@ def _prune(arguments: argparse.Namespace) -> int:
             f"--{name.replace('_', '-')}"
             for name in HF_ONLY
             if getattr(arguments, name) is not None
-        ]
+        ] + [f"--{name.replace('_', '-')}" for name in HF_ONLY_FLAGS if getattr(arguments, name)]
         if flags and arguments.path.exists():  # a missing path gets its own error
             raise UserError(
                 f"{', '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} only to "

@@ -1,5 +1,5 @@
-"""Run by a test under ``torchrun``: Wanda and SparseGPT block by block, each rank calibrating
-on different batches; every rank saves its masks and weights."""
+"""Run by a test under ``torchrun``: every pruner block by block (uniform and OWL), each rank
+calibrating on different batches; every rank saves its masks and weights."""
 
 from __future__ import annotations
 
@@ -8,23 +8,26 @@ import sys
 import torch
 from torch import Tensor
 
-from convergent.sparse import MaskSpec, prune_one_shot
+from convergent.sparse import PRUNERS, MaskSpec, prune_one_shot
 from convergent.train import distributed
 from tests.sparse.test_blockwise import MODELS, SPARSEGPT_OPTIONS, calibration
 
 # our Transformer only: importing transformers would cost each rank seconds, and the sums
-# over ranks do not depend on the model
-CASES = ("ours/wanda", "ours/sparsegpt")
+# over ranks do not depend on the model. "model/method/distribution", every pruner.
+CASES = tuple(
+    f"ours/{method}/{distribution}" for method in PRUNERS for distribution in ("uniform", "owl")
+)
 RANK_BATCHES = {0: [0, 1], 1: [2]}  # of calibration(): uneven, so a mean would not do
 
 
 def run_case(case: str, batches: list[dict[str, Tensor]]) -> tuple[dict, dict]:
-    """Prune a fresh model of ``case`` ("model/method") on ``batches``: (masks, state)."""
-    which, method = case.split("/")
+    """Prune a fresh model of ``case`` on ``batches``: (masks, state)."""
+    which, method, distribution = case.split("/")
     model = MODELS[which][0]()
     options = SPARSEGPT_OPTIONS if method == "sparsegpt" else None
-    report = prune_one_shot(model, 0.5, spec=MaskSpec(include_first=True), method=method,
-                            calibration=batches, options=options)  # fmt: skip
+    spec = MaskSpec(include_first=True, distribution=distribution, owl_m=2.0)
+    report = prune_one_shot(model, 0.5, spec=spec, method=method, calibration=batches,
+                            options=options)  # fmt: skip
     return report.masks.state_dict(), model.state_dict()
 
 

@@ -194,7 +194,8 @@ def test_magnitude_masks_uniform_and_n_m_routes():
 def test_magnitude_masks_reject_an_unknown_distribution_and_missing_parameters():
     model = TwoLayers()
     with pytest.raises(
-        ValueError, match=r"^distribution must be one of \('global', 'uniform'\), got 'layerwise'$"
+        ValueError,
+        match=r"^distribution must be one of \('global', 'uniform', 'owl'\), got 'layerwise'$",
     ):
         MaskSpec(distribution="layerwise")
     missing = ["a", "b", "c", "d", "e", "f"]

@@ -56,13 +56,32 @@ def test_wanda_keeps_the_top_half_of_each_row_by_weight_times_input_norm():
     assert torch.equal(mask.sum(dim=1), torch.full((8,), 16))
 
 
-def test_wanda_prunes_round_sparsity_times_inputs_per_row():
+@pytest.mark.parametrize(("rounding", "kept"), [("down", 12), ("nearest", 11)])
+def test_wanda_prunes_the_authors_count_per_row_or_the_rounded_one(rounding, kept):
     weight, x = _layer(out=5, inputs=16)
-    mask = wanda_mask(
-        weight, input_squared_norms(x), 0.3, "unstructured"
-    )  # round(4.8) = 5 pruned per row
+    # 0.3 * 16 = 4.8: the authors' int() prunes 4 per row, round() 5
+    mask = wanda_mask(weight, input_squared_norms(x), 0.3, "unstructured", rounding=rounding)
     scores = weight.abs() * torch.linalg.norm(x, dim=0)
-    assert torch.equal(mask, _top_k_per_row(scores, 11))
+    assert torch.equal(mask, _top_k_per_row(scores, kept))
+
+
+def _authors_wanda_mask(weight, x, sparsity):
+    """The Wanda authors' unstructured rule, written out: score |W| * sqrt(mean of x^2 over the
+    samples), a stable ascending sort of each row, and the first int(in * s) indices pruned."""
+    scaler_row = (x**2).sum(dim=0) / x.shape[0]
+    metric = weight.abs() * torch.sqrt(scaler_row.reshape(1, -1))
+    pruned = torch.zeros_like(metric, dtype=torch.bool)
+    indices = torch.sort(metric, dim=-1, stable=True)[1][:, : int(metric.shape[1] * sparsity)]
+    pruned.scatter_(1, indices, True)
+    return ~pruned
+
+
+@pytest.mark.parametrize("sparsity", [0.3, 0.5, 0.7, 0.9, 0.95])
+@pytest.mark.parametrize("inputs", [10, 128, 200])
+def test_wanda_masks_equal_the_authors_rule(sparsity, inputs):
+    weight, x = _layer(out=7, inputs=inputs, tokens=90, seed=inputs)
+    mask = wanda_mask(weight, input_squared_norms(x), sparsity, "unstructured")
+    assert torch.equal(mask, _authors_wanda_mask(weight, x, sparsity))
 
 
 def test_wanda_n_m_keeps_the_n_best_of_every_m_inputs():
@@ -96,6 +115,71 @@ def _saliency_denominator(h: torch.Tensor, column: int) -> torch.Tensor:
 def _keep_lowest_pruned(scores: torch.Tensor, prune: int) -> torch.Tensor:
     keep = torch.ones_like(scores, dtype=torch.bool)
     return keep.scatter_(1, scores.topk(prune, dim=1, largest=False).indices, False)
+
+
+def _authors_sparsegpt(weight, h, sparsity, pattern, block_size, damping):
+    """The SparseGPT authors' algorithm (one layer), written out from the paper's Algorithm 1 and
+    their mask rule: dead inputs zeroed, H damped by damping * mean(diag H), U the upper
+    Cholesky factor of H^-1; per block of columns, an unstructured mask that prunes every
+    saliency w^2 / U_jj^2 at or below the block's int(numel * s)-th lowest (from 0), over all
+    rows at once; N:M prunes the M - N lowest of each group; errors spread through U."""
+    w, h = weight.clone(), h.clone()
+    columns = w.shape[1]
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h[range(columns), range(columns)] += damping * torch.mean(torch.diag(h))
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    nm = None if pattern == "unstructured" else tuple(int(p) for p in pattern.split(":"))
+    pruned = torch.zeros_like(w, dtype=torch.bool)
+    for i1 in range(0, columns, block_size):
+        i2 = min(i1 + block_size, columns)
+        w1, u1 = w[:, i1:i2].clone(), u[i1:i2, i1:i2]
+        q1, err1 = torch.zeros_like(w1), torch.zeros_like(w1)
+        if nm is None:
+            tmp = w1**2 / torch.diag(u1).reshape(1, -1) ** 2
+            threshold = torch.sort(tmp.flatten())[0][int(tmp.numel() * sparsity)]
+            mask1 = tmp <= threshold
+        else:
+            mask1 = torch.zeros_like(w1, dtype=torch.bool)
+        for i in range(i2 - i1):
+            if nm is not None and i % nm[1] == 0:
+                tmp = w1[:, i : i + nm[1]] ** 2 / torch.diag(u1)[i : i + nm[1]].reshape(1, -1) ** 2
+                lowest = torch.topk(tmp, nm[1] - nm[0], dim=1, largest=False)[1]
+                mask1.scatter_(1, i + lowest, True)
+            q = w1[:, i].clone()
+            q[mask1[:, i]] = 0
+            q1[:, i] = q
+            err1[:, i] = (w1[:, i] - q) / u1[i, i]
+            w1[:, i:] -= err1[:, i].unsqueeze(1) @ u1[i, i:].unsqueeze(0)
+        w[:, i1:i2] = q1
+        w[:, i2:] -= err1 @ u[i1:i2, i2:]
+        pruned[:, i1:i2] = mask1
+    return w, ~pruned
+
+
+@pytest.mark.parametrize("sparsity", [0.5, 0.7, 0.9])
+@pytest.mark.parametrize(("pattern", "block_size"), [("unstructured", 16), ("unstructured", 128),
+                                                     ("unstructured", 24), ("2:4", 16)])  # fmt: skip
+def test_sparsegpt_equals_the_authors_algorithm(sparsity, pattern, block_size):
+    weight, x = _layer(out=12, inputs=48, tokens=80, seed=3)
+    x[:, 7] = 0.0  # a dead input
+    h = hessian(x)
+    new, mask = sparsegpt_prune(weight, h, sparsity, pattern, block_size=block_size)
+    expected, expected_mask = _authors_sparsegpt(weight, h, sparsity, pattern, block_size, 0.01)
+    assert torch.equal(mask, expected_mask)
+    torch.testing.assert_close(new, expected, rtol=0, atol=1e-10)
+
+
+def test_sparsegpt_thresholds_each_block_over_all_its_rows():
+    # Rows of very different scales: a per-row rule prunes the same count in each row, the
+    # authors' block rule prunes the small row almost entirely.
+    weight, x = _layer(out=4, inputs=16, tokens=64)
+    weight[0] *= 1e-3
+    _, block = sparsegpt_prune(weight, hessian(x), 0.5, "unstructured", block_size=16)
+    _, row = sparsegpt_prune(weight, hessian(x), 0.5, "unstructured", block_size=16, per_row=True)
+    assert torch.equal(row.sum(dim=1), torch.full((4,), 8))
+    assert int(block[0].sum()) == 0 and int((~block).sum()) == int(64 * 0.5) + 1
 
 
 def _sequential_obs(weight, h, sparsity, pattern, block_size, damping):
@@ -135,10 +219,13 @@ def _sequential_obs(weight, h, sparsity, pattern, block_size, damping):
     [("unstructured", 16), ("unstructured", 128), ("unstructured", 8), ("2:4", 16), ("2:4", 8)],
 )
 def test_sparsegpt_equals_sequential_optimal_brain_surgeon(pattern, block_size):
+    # The per-row mask (per_row=True), so that every row prunes the same count.
     weight, x = _layer(out=6, inputs=16, tokens=64)
     x[:, 5] = 0.0  # an input never seen: its column must end at zero
     h = hessian(x)
-    new, mask = sparsegpt_prune(weight, h, 0.5, pattern, block_size=block_size, damping=0.01)
+    new, mask = sparsegpt_prune(
+        weight, h, 0.5, pattern, block_size=block_size, damping=0.01, per_row=True
+    )
     expected, expected_mask = _sequential_obs(weight, h, 0.5, pattern, block_size, 0.01)
     assert torch.equal(mask, expected_mask)
     torch.testing.assert_close(new, expected, rtol=0, atol=1e-10)
@@ -216,3 +303,45 @@ def test_shape_mismatches_and_bad_settings_are_one_sentence():
         sparsegpt_prune(weight, hessian(x), 0.5, "2:4", block_size=6)
     with pytest.raises(ValueError, match=r"damping must be a finite number >= 0, got -1"):
         sparsegpt_prune(weight, hessian(x), 0.5, "unstructured", damping=-1)
+
+
+# ---- a Hessian without a Cholesky factor -------------------------------------------------------
+
+
+def _hessian_with_eigenvalues(values) -> torch.Tensor:
+    """Q diag(values) Q^T for a fixed random rotation Q: its mean diagonal is mean(values)."""
+    generator = torch.Generator().manual_seed(4)
+    q, _ = torch.linalg.qr(torch.randn(len(values), len(values), generator=generator,
+                                       dtype=torch.float64))  # fmt: skip
+    return q @ torch.diag(torch.tensor(values, dtype=torch.float64)) @ q.T
+
+
+def test_a_failed_cholesky_retries_at_ten_times_the_damping_and_says_so(caplog):
+    # Eigenvalues 4, 4, 4, -0.2 (mean 2.95): damping 0.01 adds 0.0295, still indefinite; 0.1 adds
+    # 0.295 and the smallest eigenvalue is 0.095 > 0.
+    h = _hessian_with_eigenvalues([4.0, 4.0, 4.0, -0.2])
+    weight = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with caplog.at_level("WARNING", logger="convergent.sparse.sparsegpt"):
+        new, mask = sparsegpt_prune(weight, h, 0.5, "unstructured", damping=0.01)
+    assert "damped at 0.01 is not positive definite; retrying at damping 0.1" in caplog.text
+    assert "retrying at damping 1" not in caplog.text  # one retry was enough
+    expected, expected_mask = _authors_sparsegpt(weight, h, 0.5, "unstructured", 128, 0.1)
+    assert torch.equal(mask, expected_mask)
+    torch.testing.assert_close(new, expected, rtol=0, atol=1e-10)
+
+
+def test_a_hessian_no_damping_rescues_is_one_sentence_never_nan_weights(caplog):
+    hopeless = _hessian_with_eigenvalues([1.0, 1.0, 1.0, -100.0])  # mean < 0: damping hurts
+    weight = torch.randn(3, 4, dtype=torch.float64)
+    message = r"not positive definite even at damping 10 \(tried 0\.01, 0\.1, 1, 10\)"
+    with (
+        caplog.at_level("WARNING", logger="convergent.sparse.sparsegpt"),
+        pytest.raises(ValueError, match=message) as error,
+    ):
+        sparsegpt_prune(weight, hopeless, 0.5, "unstructured")
+    assert "\n" not in str(error.value)
+    assert caplog.text.count("retrying") == 3
+    nan_inputs = torch.randn(20, 4, dtype=torch.float64)
+    nan_inputs[3, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"not positive definite|non-finite"):
+        sparsegpt_prune(weight, hessian(nan_inputs), 0.5, "unstructured")

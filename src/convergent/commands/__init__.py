@@ -15,7 +15,8 @@ from convergent.commands.hf_folders import (
     is_hf_model_folder,
     load_hf_folder,
 )
-from convergent.commands.prune import format_prune_summary, prune_hf_folder, prune_run
+from convergent.commands.prune import prune_hf_folder, prune_run
+from convergent.commands.pruning_report import format_prune_summary
 from convergent.commands.runs import LoadedRun, find_run_folder, load_run, read_run_config
 from convergent.commands.train import run_training
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from convergent.data import DictDataset, is_token_source, load_splits, tokenize
 from convergent.losses import next_token_labels
 from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
+from convergent.models.streamed import StreamedModel
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
@@ -143,6 +144,7 @@ class HFModel:
         kind: ``"causal-lm"`` or ``"sequence-classification"``.
         architecture: the class name the config names, e.g. ``"GPT2LMHeadModel"``.
         path: the folder.
+        streamed: the reader of a model loaded without its weights (else None).
     """
 
     model: PreTrainedModel
@@ -150,6 +152,7 @@ class HFModel:
     kind: str
     architecture: str
     path: Path
+    streamed: StreamedModel | None = None
 
 
 @contextlib.contextmanager
@@ -172,11 +175,15 @@ def _first_line(error: BaseException) -> str:
     return lines[0].strip() if lines else type(error).__name__
 
 
-def load_hf_folder(path: str | Path) -> HFModel:
+def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) -> HFModel:
     """Load the model and tokenizer of a ``save_pretrained`` folder, offline.
 
     Args:
         path: the folder.
+        dtype: the model's dtype (None: the folder's own, as ``from_pretrained``).
+        streamed: build the model without reading its weights (every parameter on the
+            ``meta`` device), as a :class:`~convergent.models.streamed.StreamedModel` that reads
+            them one block at a time (``HFModel.streamed``).
 
     Returns:
         An :class:`HFModel`.
@@ -206,7 +213,12 @@ def load_hf_folder(path: str | Path) -> HFModel:
     auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
     try:
         with quiet_progress():
-            model = auto.from_pretrained(folder, local_files_only=True)
+            reader = StreamedModel(folder, auto, dtype) if streamed else None
+            model = (
+                reader.model
+                if reader is not None
+                else auto.from_pretrained(folder, local_files_only=True, dtype=dtype)
+            )
     except (OSError, ValueError, KeyError) as error:
         raise HFFolderError(f"cannot load the model in {folder}: {_first_line(error)}") from None
     try:
@@ -217,7 +229,7 @@ def load_hf_folder(path: str | Path) -> HFModel:
         ) from None
     model.eval()
     architecture = type(model).__name__
-    return HFModel(model, tokenizer, kind, architecture, folder)
+    return HFModel(model, tokenizer, kind, architecture, folder, reader)  # type: ignore[arg-type]
 
 
 def evaluation_tokenizer(tokenizer: Any) -> Any:

@@ -17,20 +17,25 @@ evaluated on a named data source (perplexity for a causal LM, accuracy for a cla
 calibrated on the train split of a named source (by default the same one),
 and the pruned model is written with ``save_pretrained`` beside a report (``pruning.json``,
 ``pruning.md``, ``pruning.png``).
+
+Both take a compute ``device`` (blocks are calibrated, pruned and evaluated there while the model
+stays in CPU memory) and a ``dtype``; a folder too large for memory is pruned with
+``low_memory`` (:mod:`convergent.commands.prune_streamed`). An N:M pattern fixes the sparsity
+(1 - N/M): one target, and a conflicting one is refused.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from matplotlib.figure import Figure
+import torch
 from torch import nn
 
 from convergent.commands.hf_folders import (
@@ -40,13 +45,24 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
     quiet_progress,
 )
+from convergent.commands.prune_streamed import prune_hf_folder_streamed
+from convergent.commands.pruning_report import (
+    headline_metric,
+    write_pruning_report,
+)
 from convergent.commands.runs import find_run_folder, load_run, prepare_new_run
 from convergent.io import write_text_atomically
-from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
+from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
-from convergent.sparse.blockwise import check_method
+from convergent.sparse.blockwise import BLOCK_EXAMPLES, find_blocks
 from convergent.sparse.masks import check_sparsity
-from convergent.train import calibration_batches, evaluate, save_checkpoint
+from convergent.sparse.oneshot import check_one_shot
+from convergent.train import (
+    calibration_batches,
+    evaluate,
+    evaluate_block_by_block,
+    save_checkpoint,
+)
 from convergent.wording import option
 
 if TYPE_CHECKING:
@@ -59,6 +75,25 @@ ModelT = TypeVar("ModelT", bound=nn.Module)
 
 DEFAULT_SPARSITIES = (0.5, 0.7, 0.9)
 CALIBRATION_BATCH_SIZE = 16
+
+
+def resolve_targets(sparsities: tuple[float, ...] | None, spec: MaskSpec) -> tuple[float, ...]:
+    """The targets to prune to: ``sparsities`` (None: :data:`DEFAULT_SPARSITIES`), or for an
+    N:M pattern its one sparsity 1 - N/M, which a conflicting target may not contradict."""
+    if spec.n_m is None:
+        targets = tuple(sparsities) if sparsities else DEFAULT_SPARSITIES
+        for target in targets:
+            check_sparsity(target)
+        return targets
+    n, m = spec.n_m
+    implied = 1 - n / m
+    conflicting = [t for t in sparsities or () if not math.isclose(t, implied, abs_tol=1e-9)]
+    if conflicting:
+        raise ValueError(
+            f"pattern {spec.pattern!r} prunes 1 - N/M = {implied:g} of every layer, so the"
+            f" sparsity must be {implied:g} or left out, got {conflicting[0]:g}"
+        )
+    return (implied,)
 
 
 def sweep(
@@ -84,66 +119,81 @@ def sweep(
     for target in sparsities:
         pruned = copy.deepcopy(model)
         report = prune_one_shot(pruned, target, **options)
-        rows.append({"target": target, "sparsity": report.sparsity, **measure(pruned)})
+        rows.append(
+            {
+                "target": target,
+                "sparsity": report.sparsity,
+                "model_sparsity": report.pruned / max(report.total, 1),
+                **measure(pruned),
+            }
+        )
     return rows, report, pruned
 
 
 def prune_run(
     path: str | Path,
-    sparsities: tuple[float, ...] = DEFAULT_SPARSITIES,
+    sparsities: tuple[float, ...] | None = None,
     *,
     spec: MaskSpec | None = None,
     method: str = "magnitude",
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a trained run one-shot at each sparsity and evaluate it on validation data.
 
     Args:
         path: a run folder, its ``checkpoints`` folder or one checkpoint folder.
-        sparsities: targets in [0, 1).
+        sparsities: targets in [0, 1) (None: :data:`DEFAULT_SPARSITIES`; an N:M pattern
+            prunes 1 - N/M, its one target).
         spec: which weights, the distribution and the pattern; None is ``MaskSpec()``.
         method: ``"magnitude"``, ``"wanda"`` or ``"sparsegpt"``.
         calibration_examples: examples of the run's training split that Wanda and SparseGPT
-            calibrate on (a seeded sample; unused by magnitude).
+            (and OWL) calibrate on (a seeded sample; unused by magnitude alone).
         save_to: write the model pruned at the last sparsity here, as a run folder
             (``config.json`` and ``checkpoints/``) that ``diagnose`` and ``prune`` accept,
             with its report (``pruning.json``, ``pruning.md``, ``pruning.png``).
+        device: where blocks are calibrated, pruned and evaluated (None: the model's device).
+        dtype: the dtype to prune and save in (None: the checkpoint's).
         progress: progress bars over the blocks.
 
     Returns:
         ``{"checkpoint", "task", "method", "spec", "calibration", "dense": metrics, "rows":
-        [per sparsity: target, sparsity, metrics], "layers", "excluded", "notes", "saved"}``;
-        ``layers`` holds each pruned matrix at the last target.
+        [per sparsity: target, sparsity, model_sparsity, metrics], "layers", "excluded",
+        "notes", "saved"}``; ``layers`` holds each pruned matrix at the last target.
     """
-    for target in sparsities:
-        check_sparsity(target)
     spec = MaskSpec.given(spec)
-    check_method(method, spec)
+    sparsities = resolve_targets(sparsities, spec)
+    check_one_shot(method, spec)
+    compute = check_device(device, dtype)
     if save_to is not None:
         _check_empty_folder(Path(save_to))
     run = load_run(path)
     model, splits, state, checkpoint = run.model, run.splits, run.state, run.checkpoint
+    if dtype is not None:
+        model.to(dtype)
     calibration = None
-    if method != "magnitude":
+    if method != "magnitude" or spec.distribution == "owl":
         calibration = calibration_batches(
             splits.train, min(calibration_examples, len(splits.train)), CALIBRATION_BATCH_SIZE
         )
     summary, report, pruned = _measured_sweep(
         model,
         sparsities,
-        lambda candidate: evaluate(candidate, splits.validation, splits.task),
+        _measure(splits.validation, splits.task, 256, compute, spec),
         spec,
         method,
         calibration,
         "train split of the run's data",
         progress,
+        compute,
     )
     summary = {
         "checkpoint": str(checkpoint),
         "task": splits.task,
-        "metric": _headline_metric(summary["dense"]),
+        "metric": headline_metric(summary["dense"]),
         **summary,
     }
     if save_to is not None and report is not None:
@@ -174,6 +224,7 @@ def _measured_sweep(
     calibration: list[dict[str, Any]] | None,
     calibration_source: str,
     progress: bool,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, Any], PruningReport | None, ModelT]:
     """The dense metrics and :func:`sweep`, as the summary entries both commands share."""
     dense = measure(model)
@@ -185,6 +236,7 @@ def _measured_sweep(
         method=method,
         calibration=calibration,
         progress=progress,
+        device=device,
     )
     summary = {
         "method": method,
@@ -193,11 +245,35 @@ def _measured_sweep(
         "dense": dense,
         "rows": rows,
         "layers": report.layers if report else [],
+        "block_sparsities": report.summary()["block_sparsities"] if report else {},
+        "options": report.options if report else {},
         "excluded": report.excluded if report else {},
         "notes": report.notes if report else [],
+        "device": str(device or home_device(model)),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "saved": None,
     }
     return summary, report, pruned
+
+
+def _measure(
+    dataset: Any, task: str, batch_size: int, device: torch.device | None, spec: MaskSpec
+) -> Callable[[nn.Module], dict[str, float]]:
+    """The metrics of a model on ``dataset``: in place, or, with a compute ``device`` other
+    than the model's, one block at a time on it (the model stays where it is)."""
+
+    def measure(model: nn.Module) -> dict[str, float]:
+        if device is None or device == home_device(model):
+            return evaluate(model, dataset, task, batch_size=batch_size)
+        found = find_blocks(model, spec.select(model).names)
+        if found is None:
+            raise ValueError(
+                f"evaluating on {device} moves one Transformer block at a time, but the model"
+                f" has no block list (looked for one such as {BLOCK_EXAMPLES})"
+            )
+        return evaluate_block_by_block(model, found[0], dataset, task, batch_size, device)
+
+    return measure
 
 
 def _calibration_entry(
@@ -209,26 +285,17 @@ def _calibration_entry(
     return {"data": source, "examples": examples, "method": method}
 
 
-def format_prune_summary(summary: dict[str, Any]) -> str:
-    """The text ``convergent prune`` prints: a markdown table, the exclusions, the output."""
-    if summary.get("kind"):  # a Hugging Face folder, measured on named data
-        heading = (
-            f"model: {summary['checkpoint']} ({summary['architecture']}, {summary['data']} "
-            f"validation split, {summary['examples']} examples)"
-        )
-    else:
-        heading = f"checkpoint: {summary['checkpoint']} ({summary['task']}, validation split)"
-    lines = [heading, "", markdown_table(_metric_rows(summary))]
-    lines += [f"note: {note}" for note in summary["notes"]]
-    if summary.get("saved"):
-        what = "model and report" if summary.get("kind") else "checkpoint"
-        lines.append(f"pruned {what}: {summary['saved']}")
-    return "\n".join(lines)
+def _calibration_count(
+    method: str, spec: MaskSpec, source: str, examples: int
+) -> dict[str, Any] | None:
+    if method == "magnitude" and spec.distribution != "owl":
+        return None
+    return {"data": source, "examples": examples, "method": method}
 
 
 def prune_hf_folder(
     path: str | Path,
-    sparsities: tuple[float, ...] = DEFAULT_SPARSITIES,
+    sparsities: tuple[float, ...] | None = None,
     *,
     data: str | None = None,
     examples: int | None = None,
@@ -239,6 +306,9 @@ def prune_hf_folder(
     calibration_data: str | None = None,
     calibration_examples: int = 128,
     save_to: str | Path | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    low_memory: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a ``save_pretrained`` folder one-shot at each sparsity, evaluated before and after.
@@ -249,7 +319,8 @@ def prune_hf_folder(
 
     Args:
         path: the model folder.
-        sparsities: targets in [0, 1).
+        sparsities: targets in [0, 1) (None: :data:`DEFAULT_SPARSITIES`; an N:M pattern
+            prunes 1 - N/M, its one target).
         data: the data source (default ``austen`` for a causal LM, ``rt-sentences`` for a
             classifier).
         examples: evaluate on the first this many validation examples (None: all).
@@ -263,6 +334,12 @@ def prune_hf_folder(
         save_to: a new (or empty) folder for the model pruned at the last sparsity, written
             with ``save_pretrained`` with the tokenizer, ``pruning.json``, ``pruning.md`` and
             ``pruning.png``.
+        device: where blocks are calibrated, pruned and evaluated (None: the model's device,
+            the CPU); the model stays in CPU memory.
+        dtype: the dtype to load, prune and save in (None: the folder's).
+        low_memory: stream the blocks from the folder's safetensors files, one in memory at a
+            time, and write each pruned block to ``save_to`` (one target, ``save_to``
+            required; :mod:`convergent.commands.prune_streamed`).
         progress: progress bars over the blocks.
 
     Returns:
@@ -270,18 +347,79 @@ def prune_hf_folder(
         "method", "spec", "calibration", "dense", "rows", "layers", "excluded", "notes",
         "saved"}``; ``layers`` holds each pruned matrix at the last target.
     """
-    for target in sparsities:
-        check_sparsity(target)
     spec = MaskSpec.given(spec)
-    check_method(method, spec)
+    sparsities = resolve_targets(sparsities, spec)
+    check_one_shot(method, spec)
+    compute = check_device(device, dtype)
     if save_to is not None:
         _check_empty_folder(Path(save_to))
-    loaded = load_hf_folder(path)
+    if low_memory:
+        if save_to is None:
+            raise ValueError(
+                "low_memory writes the pruned model one block at a time; name the folder to"
+                " write it to (save_to, --save)"
+            )
+        if len(sparsities) != 1:
+            raise ValueError(
+                "low_memory prunes to one target per call (it never copies the model), got"
+                f" {len(sparsities)}: {', '.join(f'{t:g}' for t in sparsities)}"
+            )
+        streamed, staging = prune_hf_folder_streamed(
+            path,
+            sparsities[0],
+            save_to=save_to,
+            data=data,
+            examples=examples,
+            max_length=max_length,
+            seed=seed,
+            spec=spec,
+            method=method,
+            calibration_data=calibration_data,
+            calibration_examples=calibration_examples,
+            calibration_batch_size=CALIBRATION_BATCH_SIZE,
+            device=compute,
+            dtype=dtype,
+            progress=progress,
+        )
+        report = streamed.pop("report")
+        summary: dict[str, Any] = {
+            "checkpoint": str(path),
+            **{key: streamed[key] for key in ("kind", "architecture", "data", "examples")},
+            "split": "validation",
+            "max_length": max_length,
+            "seed": seed,
+            "task": streamed["task"],
+            "metric": "perplexity" if streamed["task"] == "lm" else "accuracy",
+            "method": method,
+            "spec": spec.as_dict(),
+            "calibration": _calibration_count(
+                method,
+                spec,
+                f"train split of {calibration_data or streamed['data']}",
+                streamed["calibration_examples"],
+            ),
+            "dense": streamed["dense"],
+            "rows": [
+                {**streamed["rows"][0], "model_sparsity": report.pruned / max(report.total, 1)}
+            ],
+            "layers": report.layers,
+            "block_sparsities": report.summary()["block_sparsities"],
+            "options": report.options,
+            "excluded": report.excluded,
+            "notes": report.notes,
+            "device": str(compute or "cpu"),
+            "dtype": str(streamed["dtype"]).removeprefix("torch."),
+            "low_memory": True,
+            "saved": str(save_to),
+        }
+        _move_into_place(staging, Path(save_to), summary)
+        return summary
+    loaded = load_hf_folder(path, dtype)
     data = data or DEFAULT_DATA[loaded.kind]
     evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
     batch_size = evaluation_batch_size(loaded, max_length)
     calibration = None
-    if method != "magnitude":
+    if method != "magnitude" or spec.distribution == "owl":
         source = evaluation_data(
             loaded,
             calibration_data or data,
@@ -294,20 +432,18 @@ def prune_hf_folder(
             source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, seed
         )
 
-    def measure(model: nn.Module) -> dict[str, float]:
-        return evaluate(model, evaluation.dataset, evaluation.task, batch_size=batch_size)
-
     common, report, pruned = _measured_sweep(
         loaded.model,
         sparsities,
-        measure,
+        _measure(evaluation.dataset, evaluation.task, batch_size, compute, spec),
         spec,
         method,
         calibration,
         f"train split of {calibration_data or data}",
         progress,
+        compute,
     )
-    summary: dict[str, Any] = {
+    summary = {
         "checkpoint": str(path),
         "kind": loaded.kind,
         "architecture": loaded.architecture,
@@ -325,13 +461,6 @@ def prune_hf_folder(
         _save_pruned_folder(Path(save_to), pruned, loaded.tokenizer, summary)
         logger.info("pruned model written to %s", save_to)
     return summary
-
-
-def _headline_metric(metrics: dict[str, float]) -> str:
-    for key in ("perplexity", "accuracy", "rmse"):
-        if key in metrics:
-            return key
-    return "loss"
 
 
 def _check_empty_folder(folder: Path) -> None:
@@ -354,90 +483,20 @@ def _save_pruned_folder(
         with quiet_progress():
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _move_into_place(staging, folder, summary)
+
+
+def _move_into_place(staging: Path, folder: Path, summary: dict[str, Any]) -> None:
+    """Add the report to ``staging`` (a finished model folder), then rename it to ``folder``:
+    a reader sees the whole pruned folder or none of it."""
+    try:
         write_pruning_report(staging, summary)
+        _check_empty_folder(folder)
         if folder.exists():
             folder.rmdir()  # empty, checked above; os.replace cannot replace a folder
         os.replace(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def write_pruning_report(folder: Path, summary: dict[str, Any]) -> None:
-    """``pruning.json``, ``pruning.md`` and ``pruning.png`` of ``summary`` into ``folder``."""
-    write_text_atomically(folder / "pruning.json", json.dumps(summary, indent=2) + "\n")
-    write_text_atomically(folder / "pruning.md", _pruning_markdown(summary))
-    plot_pruning(summary, folder / "pruning.png")
-
-
-def _metric_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = [key for key in ("loss", "accuracy", "perplexity", "rmse") if key in summary["dense"]]
-    rows = [{"target": "dense", "sparsity": 0.0, **{k: summary["dense"][k] for k in keys}}]
-    return rows + [
-        {"target": row["target"], "sparsity": row["sparsity"], **{k: row[k] for k in keys}}
-        for row in summary["rows"]
-    ]
-
-
-def _pruning_markdown(summary: dict[str, Any]) -> str:
-    last = summary["rows"][-1]
-    spec = summary["spec"]
-    if summary.get("kind"):
-        measured = (
-            f"{summary['architecture']} ({summary['kind']}), evaluated on {summary['examples']} "
-            f"validation examples of `{summary['data']}` ({summary['max_length']} tokens each)"
-        )
-    else:
-        measured = f"a {summary['task']} run, evaluated on its validation split"
-    calibration = summary.get("calibration")
-    calibrated = (
-        f" Calibrated on {calibration['examples']} examples of the {calibration['data']}."
-        if calibration
-        else ""
-    )
-    lines = [
-        f"# One-shot {summary['method']} pruning: {summary['checkpoint']}",
-        "",
-        f"{measured}; {spec['distribution']} {spec['pattern']} masks.{calibrated} This folder "
-        f"holds the model pruned at {last['target']} (achieved {last['sparsity']:.4f} of the "
-        "prunable weights).",
-        "",
-        f"## {summary['metric'].capitalize()} against sparsity",
-        "",
-        markdown_table(_metric_rows(summary)),
-        "![pruning](pruning.png)",
-        "",
-        "## Sparsity per pruned matrix",
-        "",
-        layer_sparsity_table(summary["layers"]),
-    ]
-    lines += [f"- {note}" for note in summary["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def plot_pruning(summary: dict[str, Any], path: Path) -> Path:
-    """The metric against achieved sparsity (dense at 0), and each matrix's sparsity.
-
-    Args:
-        summary: what :func:`prune_run` or :func:`prune_hf_folder` returns.
-        path: the PNG to write.
-
-    Returns:
-        ``path``.
-    """
-    metric = summary["metric"]
-    figure = Figure(figsize=(11, 4))
-    metric_axis, layer_axis = figure.subplots(1, 2)
-    points = [(0.0, summary["dense"][metric])]
-    points += [(row["sparsity"], row[metric]) for row in summary["rows"]]
-    metric_axis.plot(*zip(*points, strict=True), "o-", color="tab:blue")
-    metric_axis.set_xlabel("sparsity of the prunable weights")
-    metric_axis.set_ylabel(f"validation {metric}")
-    metric_axis.set_title(f"{metric} after one-shot {summary['method']} pruning")
-    if metric == "perplexity":
-        metric_axis.set_yscale("log")
-    plot_layer_sparsity(
-        layer_axis, summary["layers"], f"per-matrix sparsity at {summary['rows'][-1]['target']}"
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    return path

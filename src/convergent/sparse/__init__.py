@@ -11,9 +11,9 @@ Training with masks (re-masked after every step, AC/DC phase flips) is
 """
 
 from convergent.sparse.acdc import ACDCSchedule, Phase
-from convergent.sparse.blockwise import METHODS
 from convergent.sparse.enforce import RESET_HOWS, RESETS, check_reset, reset_optimizer_state
 from convergent.sparse.gmp import GradualSchedule
+from convergent.sparse.magnitude import Magnitude
 from convergent.sparse.masks import (
     Masks,
     global_magnitude_masks,
@@ -24,8 +24,10 @@ from convergent.sparse.masks import (
     uniform_magnitude_masks,
 )
 from convergent.sparse.oneshot import PruningReport, perplexity, prune_one_shot
+from convergent.sparse.owl import outlier_ratio, owl_sparsities
+from convergent.sparse.pruners import METHODS, PRUNERS, Pruner, make_pruner
 from convergent.sparse.selection import Selection, is_conv1d, select_prunable
-from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
+from convergent.sparse.sparsegpt import SparseGPT, hessian, sparsegpt_prune
 from convergent.sparse.spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
 from convergent.sparse.topk import (
     Threshold,
@@ -34,22 +36,27 @@ from convergent.sparse.topk import (
     magnitude_threshold,
     magnitude_threshold_reference,
 )
-from convergent.sparse.wanda import input_squared_norms, wanda_mask
+from convergent.sparse.wanda import Wanda, input_squared_norms, wanda_mask
 
 __all__ = [
     "DISTRIBUTIONS",
     "METHODS",
     "PATTERNS",
+    "PRUNERS",
     "RESETS",
     "RESET_HOWS",
     "ACDCSchedule",
     "GradualSchedule",
+    "Magnitude",
     "MaskSpec",
     "Masks",
     "Phase",
+    "Pruner",
     "PruningReport",
     "Selection",
+    "SparseGPT",
     "Threshold",
+    "Wanda",
     "check_reset",
     "count_to_prune",
     "global_magnitude_masks",
@@ -61,8 +68,11 @@ __all__ = [
     "magnitude_masks",
     "magnitude_threshold",
     "magnitude_threshold_reference",
+    "make_pruner",
     "n_m_mask",
     "n_m_masks",
+    "outlier_ratio",
+    "owl_sparsities",
     "parse_pattern",
     "perplexity",
     "prune_one_shot",

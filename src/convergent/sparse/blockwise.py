@@ -1,35 +1,40 @@
-"""Calibrated one-shot pruning (Wanda, SparseGPT), one Transformer block at a time.
+"""One-shot pruning one Transformer block at a time, on any device, in any dtype.
 
-As in both reference implementations, the model is pruned block by block, in order:
+As in both reference implementations (locuslab/wanda, IST-DASLab/sparsegpt), the model is
+pruned block by block, in order:
 
 1. the calibration batches run through the model up to its first block, whose inputs
-   (positional and keyword arguments, e.g. an attention mask) are kept;
-2. for each block: its inputs run through it once while forward hooks on its prunable
-   layers add up their input statistics (Wanda: the squared norm of every input feature;
-   SparseGPT: ``X^T X``). Layers that read the same input tensor (q, k and v of one
-   attention) share one statistic. Then every prunable layer of the block is pruned, and the
-   block runs again: its pruned outputs are the next block's inputs.
+   (positional and keyword arguments: attention mask, rotary ``position_embeddings``...) are
+   kept on the compute device;
+2. for each block: it comes to the compute device (:mod:`convergent.models.placement`), its
+   inputs run through it once while forward hooks on its prunable layers add up the
+   pruner's statistic (:mod:`convergent.sparse.pruners`; layers that read the same input
+   tensor, such as q, k and v, share one), its layers are pruned, and it runs again: its
+   pruned outputs are the next block's inputs. Then it goes home.
 
-So each block's statistics come from the inputs that the already-pruned blocks before it
-produce, and memory holds one block's statistics at a time (plus the hidden states of the
-calibration batches). Prunable layers outside the blocks (a patch projection before them,
-an LM head after them, when the spec includes them) are calibrated by full forward passes,
-before and after the blocks. Embedding tables and convolutions have no input matrix to
-calibrate on: they are pruned by magnitude, and the report says so.
+So each block is calibrated on what the already-pruned blocks before it produce, and memory
+holds one block, its statistics (float64, whatever the weights' dtype) and the calibration
+hidden states. Prunable layers outside the blocks are calibrated too: those before the first
+block (a patch projection) by forward passes that stop at it, those after the last block (an
+LM head) by a forward pass that replays the last block's stored outputs. Embedding tables and
+convolutions have no input matrix: they are pruned by magnitude, and the report says so.
+
+With ``MaskSpec(distribution="owl")`` a first, dense pass over the blocks gathers Wanda's
+statistics, and each block's sparsity follows from its outlier ratio
+(:mod:`convergent.sparse.owl`); the second pass prunes.
 
 The blocks are the ``nn.ModuleList`` that holds the most prunable layers (our
-``Transformer.blocks``, GPT-2's ``transformer.h``, BERT's ``encoder.layer``...). Under
-``torchrun`` the statistics are summed over ranks (``all_reduce``) and rank 0's result is
-broadcast, so every rank holds the same masks and weights.
+``Transformer.blocks``, GPT-2's ``transformer.h``, Llama's ``model.layers``, BERT's
+``encoder.layer``...). Under ``torchrun`` the statistics are summed over ranks (``all_reduce``)
+and rank 0's result is broadcast, so every rank holds the same masks and weights.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,32 +43,29 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from convergent.models.placement import (
+    BlockHost,
+    InMemoryBlocks,
+    block_inputs,
+    hidden_of,
+    home_device,
+    no_cache,
+    replace_hidden,
+    replaying,
+    run_batches,
+    stop_before,
+)
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
+from convergent.sparse.owl import outlier_ratio, owl_sparsities
+from convergent.sparse.pruners import Pruner
 from convergent.sparse.selection import Selection, is_conv1d
-from convergent.sparse.sparsegpt import hessian, sparsegpt_prune
 from convergent.sparse.spec import MaskSpec
-from convergent.sparse.wanda import input_squared_norms, wanda_mask
+from convergent.sparse.wanda import input_squared_norms, norms_from_squares
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("magnitude", "wanda", "sparsegpt")
-CALIBRATED = ("wanda", "sparsegpt")
-
-
-def check_method(method: str, spec: MaskSpec) -> str:
-    """``method`` if it is one of :data:`METHODS` and fits ``spec``, else one ValueError."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method in CALIBRATED and spec.distribution != "uniform":
-        raise ValueError(
-            f"{method} prunes every layer to the same sparsity; distribution "
-            f"{spec.distribution!r} is for magnitude pruning only (use 'uniform')"
-        )
-    return method
-
-
-class _StopForward(Exception):
-    """Raised by a hook to end a calibration forward pass early."""
+# Where the driver looks for the blocks, named in the error when none is found.
+BLOCK_EXAMPLES = "model.layers, transformer.h, model.decoder.layers, encoder.layer, blocks"
 
 
 @dataclass
@@ -72,15 +74,20 @@ class LayerPruned:
 
     Attributes:
         name: the parameter name.
-        method: ``"wanda"``, ``"sparsegpt"`` or ``"magnitude"`` (layers without a calibrated
-            input matrix).
-        stage: the block index, ``"before"`` or ``"after"`` the blocks.
+        method: the pruner's name (``"magnitude"`` for layers without an input matrix).
+        stage: the block index, ``"before"`` or ``"after"`` the blocks, or ``"model"``.
+        target: the sparsity asked of this layer (OWL's block sparsity, or the target).
+        entries: the weight's number of entries.
+        zeros: its entries that are zero after pruning.
         seconds: time spent computing this layer's mask (and SparseGPT's update).
     """
 
     name: str
     method: str
     stage: str
+    target: float
+    entries: int
+    zeros: int
     seconds: float
 
 
@@ -102,11 +109,12 @@ def _owner(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def _calibratable(module: nn.Module) -> bool:
+def calibratable(module: nn.Module) -> bool:
+    """A layer with an input matrix: ``nn.Linear`` or GPT-2's ``Conv1D``."""
     return isinstance(module, nn.Linear) or is_conv1d(module)
 
 
-def _as_rows(module: nn.Module, weight: Tensor) -> Tensor:
+def as_rows(module: nn.Module, weight: Tensor) -> Tensor:
     """The weight as [out, in] (GPT-2's ``Conv1D`` stores [in, out])."""
     return weight.T if is_conv1d(module) else weight
 
@@ -118,9 +126,10 @@ class _Statistics:
     normalized input) share one accumulator.
     """
 
-    def __init__(self, layers: Mapping[str, nn.Module], method: str) -> None:
-        self.method = method
+    def __init__(self, layers: Mapping[str, nn.Module], statistic: Any) -> None:
+        self.statistic = statistic
         self.sums: dict[str, Tensor] = {}
+        self.tokens: dict[str, int] = {}
         self.alias: dict[str, str] = {}
         # (reader, input) of each layer's first call; the tensors are held so that their
         # memory cannot be reused by a later input that would then look like the same one
@@ -139,11 +148,12 @@ class _Statistics:
             owner = self.alias[name]
             if owner != name:
                 return  # the same input was counted by its first reader
-            statistic = input_squared_norms(x) if self.method == "wanda" else hessian(x)
+            value = self.statistic(x)
+            self.tokens[owner] = self.tokens.get(owner, 0) + x.numel() // max(x.shape[-1], 1)
             if owner in self.sums:
-                self.sums[owner] += statistic
+                self.sums[owner] += value
             else:
-                self.sums[owner] = statistic
+                self.sums[owner] = value
 
         return hook
 
@@ -156,6 +166,9 @@ class _Statistics:
             )
         return self.sums[owner]
 
+    def tokens_of(self, name: str) -> int:
+        return self.tokens.get(self.alias.get(name, name), 0)
+
     def all_reduce(self) -> None:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             for value in self.sums.values():
@@ -167,57 +180,20 @@ class _Statistics:
         self._first_inputs.clear()
 
 
-@contextmanager
-def _no_cache(model: nn.Module) -> Iterator[None]:
-    """Switch off a ``transformers`` model's key/value cache while calibrating."""
-    config = getattr(model, "config", None)
-    had = getattr(config, "use_cache", None)
-    if had is not None:
-        config.use_cache = False  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        if had is not None:
-            config.use_cache = had  # type: ignore[union-attr]
-
-
-def _model_inputs(model: nn.Module, batch: Mapping[str, Tensor], device: torch.device) -> dict:
-    accepted = inspect.signature(model.forward).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    return {
-        key: value.to(device)
-        for key, value in batch.items()
-        if key != "labels" and (takes_any or key in accepted)
-    }
-
-
-def _run(model: nn.Module, batches: list[dict[str, Tensor]], device: torch.device) -> None:
-    for batch in batches:
-        with suppress(_StopForward):
-            model(**_model_inputs(model, batch, device))
-
-
-def _replace_hidden(args: tuple, kwargs: dict, hidden: Tensor) -> tuple[tuple, dict]:
-    if args:
-        return (hidden, *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": hidden}
-
-
-def _hidden_of(output: Any) -> Tensor:
-    return output[0] if isinstance(output, tuple | list) else output
-
-
 class BlockwisePruner:
-    """Prune ``selection``'s weights of ``model`` with a calibrated method, block by block.
+    """Prune ``selection``'s weights of ``model`` with ``pruner``, block by block.
 
     Args:
         model: the (unwrapped) model, pruned in place.
         selection: the prunable weights (``spec.select(model)``).
-        sparsity: the fraction of each layer to prune, in [0, 1) (N:M prunes 1 - N/M).
-        spec: the pattern (its distribution must be ``"uniform"``).
-        method: ``"wanda"`` or ``"sparsegpt"``.
-        options: SparseGPT's ``block_size`` and ``damping`` (see
-            :func:`~convergent.sparse.sparsegpt.sparsegpt_prune`).
+        sparsity: the target fraction of each layer to prune, in [0, 1) (N:M prunes 1 - N/M;
+            OWL moves each block's around it).
+        spec: the pattern and distribution (``"uniform"`` or ``"owl"``).
+        pruner: the method (:func:`~convergent.sparse.pruners.make_pruner`).
+        device: where blocks are calibrated and pruned (None: the model's own device).
+        host: brings blocks to the device and home (None: :class:`InMemoryBlocks`).
+        keep_masks: keep every layer's mask for :meth:`run` to return (off when streaming a
+            model larger than memory: the masks are its zeros).
         progress: show a tqdm bar over the blocks (rank 0 only).
     """
 
@@ -227,72 +203,245 @@ class BlockwisePruner:
         selection: Selection,
         sparsity: float,
         spec: MaskSpec,
-        method: str,
-        options: Mapping[str, Any] | None = None,
+        pruner: Pruner,
+        *,
+        device: torch.device | None = None,
+        host: BlockHost | None = None,
+        keep_masks: bool = True,
         progress: bool = False,
     ) -> None:
         check_sparsity(sparsity)
-        if check_method(method, spec) not in CALIBRATED:
-            raise ValueError(f"method must be one of {CALIBRATED} here, got {method!r}")
+        if spec.distribution == "global":
+            raise ValueError(
+                f"{pruner.name} block by block prunes every layer on its own; distribution"
+                " 'global' (one threshold over all weights) is for whole-model magnitude"
+                " pruning only (use 'uniform' or 'owl')"
+            )
         self.model = model
         self.selection = selection
         self.sparsity = sparsity
         self.spec = spec
-        self.method = method
-        self.options = dict(options or {})
+        self.pruner = pruner
+        self.home = home_device(model)
+        self.device = device if device is not None else self.home
+        self.host: BlockHost = host if host is not None else InMemoryBlocks()
+        self.keep_masks = keep_masks
         self.progress = progress
         modules = dict(model.named_modules())
         self.layers = {name: modules[_owner(name)] for name in selection.names}
         self.records: list[LayerPruned] = []
         self.masks: dict[str, Tensor] = {}
+        self.block_sparsities: dict[int, float] = {}
+        self._warned_tokens = False
 
-    def run(self, batches: Iterable[Mapping[str, Tensor]]) -> Masks:
-        """Prune with the calibration ``batches`` (dicts of model inputs; ``labels`` ignored).
+    @property
+    def _needs_data(self) -> bool:
+        return self.pruner.calibrated or self.spec.distribution == "owl"
+
+    def run(self, batches: Iterable[Mapping[str, Tensor]] | None) -> Masks:
+        """Prune with the calibration ``batches`` (dicts of model inputs; ``labels`` ignored;
+        None for magnitude without OWL).
 
         Returns:
-            The masks of every selected weight, in the selection's order.
+            The masks of every selected weight, in the selection's order (empty when
+            ``keep_masks`` is off).
         """
-        calibration = [dict(batch) for batch in batches]
-        if not calibration:
+        calibration = [dict(batch) for batch in batches or ()]
+        if self._needs_data and not calibration:
             raise ValueError("no calibration batches: pass at least one batch of inputs")
-        device = next(self.model.parameters()).device
-        uncalibrated = [n for n in self.selection.names if not _calibratable(self.layers[n])]
-        for name in uncalibrated:
+        direct = [n for n in self.selection.names if not calibratable(self.layers[n])]
+        for name in direct:
             self._prune_by_magnitude(name)
-        calibrated = [n for n in self.selection.names if n not in uncalibrated]
-        found = find_blocks(self.model, calibrated)
+        layered = [n for n in self.selection.names if n not in direct]
+        found = find_blocks(self.model, layered)
         modes = [(module, module.training) for module in self.model.modules()]
         self.model.eval()
         try:
-            with torch.no_grad(), _no_cache(self.model):
+            with torch.no_grad(), no_cache(self.model):
                 if found is None:
-                    for name in calibrated:  # no blocks: one layer at a time, in order
-                        self._calibrate_whole_model([name], calibration, device, "model")
+                    self._without_blocks(layered, calibration)
                 else:
-                    prefix, blocks = found
-                    inside = [n for n in calibrated if n.startswith(f"{prefix}.")]
-                    outside = [n for n in calibrated if n not in inside]
-                    before, after = self._split_outside(outside, blocks, calibration, device)
-                    if before:
-                        self._calibrate_whole_model(before, calibration, device, "before", blocks)
-                    self._calibrate_blocks(prefix, blocks, inside, calibration, device)
-                    if after:
-                        self._calibrate_whole_model(after, calibration, device, "after")
+                    self._with_blocks(*found, layered, calibration)
         finally:
             for module, training in modes:  # each module's own mode, as it was
                 module.training = training
+        if not self.keep_masks:
+            return Masks({})
         return Masks({name: self.masks[name] for name in self.selection.names})
+
+    # ---- the two layouts -------------------------------------------------------------------
+
+    def _without_blocks(self, names: list[str], calibration: list[dict[str, Tensor]]) -> None:
+        """No block list: one layer at a time, each from whole-model passes (in memory only)."""
+        if self.device != self.home or not isinstance(self.host, InMemoryBlocks):
+            raise ValueError(
+                "found no block list to prune one block at a time: looked for the"
+                f" nn.ModuleList holding the most prunable layers (such as {BLOCK_EXAMPLES});"
+                " prune this model in memory on its own device instead"
+            )
+        if self.spec.distribution == "owl":
+            raise ValueError(
+                "distribution 'owl' gives each Transformer block its own sparsity, but this"
+                f" model has no block list (looked for one such as {BLOCK_EXAMPLES})"
+            )
+        for name in names:
+            if self.pruner.calibrated:
+                self._calibrate_whole_model([name], calibration, "model")
+            else:
+                self._prune_layers([name], None, "model", self.sparsity)
+
+    def _with_blocks(
+        self,
+        prefix: str,
+        blocks: nn.ModuleList,
+        names: list[str],
+        calibration: list[dict[str, Tensor]],
+    ) -> None:
+        inside = [n for n in names if n.startswith(f"{prefix}.")]
+        outside = [n for n in names if n not in inside]
+        with self.host.outside(self.model, prefix, self.device):
+            if self.spec.distribution == "owl":
+                self._allocate_owl(prefix, blocks, inside, calibration)
+            before, after = self._split_outside(outside, blocks, calibration)
+            if before:
+                self._calibrate_whole_model(before, calibration, "before", blocks[0])
+            calibrated_after = bool(after) and self.pruner.calibrated
+            outputs = self._prune_blocks(prefix, blocks, inside, calibration, calibrated_after)
+            if after:
+                with replaying(blocks, outputs) as current:
+                    self._calibrate_whole_model(after, calibration, "after", replay=current)
+
+    # ---- passes ----------------------------------------------------------------------------
+
+    def _block_inputs(
+        self, blocks: nn.ModuleList, calibration: list[dict[str, Tensor]]
+    ) -> list[tuple[tuple, dict]]:
+        return block_inputs(self.model, blocks[0], calibration, self.device) if calibration else []
+
+    def _blocks_bar(self, blocks: nn.ModuleList, what: str) -> Any:
+        return tqdm(
+            total=len(blocks),
+            desc=what,
+            unit="block",
+            disable=not self.progress or (dist.is_initialized() and dist.get_rank() != 0),
+        )
+
+    def _prune_blocks(
+        self,
+        prefix: str,
+        blocks: nn.ModuleList,
+        inside: list[str],
+        calibration: list[dict[str, Tensor]],
+        keep_outputs: bool,
+    ) -> list[Any]:
+        """The pruning pass; returns the last block's outputs when ``keep_outputs``."""
+        inputs = self._block_inputs(blocks, calibration) if self.pruner.calibrated else []
+        outputs: list[Any] = []
+        pattern = self.spec.pattern if self.spec.distribution != "owl" else "owl"
+        bar = self._blocks_bar(blocks, f"{self.pruner.name} {pattern}")
+        for index, block in enumerate(blocks):
+            start = time.perf_counter()
+            names = [n for n in inside if n.startswith(f"{prefix}.{index}.")]
+            self.host.enter(index, block, self.device)
+            sparsity = self.block_sparsities.get(index, self.sparsity)
+            if names:
+                statistics = None
+                if self.pruner.calibrated:
+                    statistics = _Statistics(
+                        {n: self.layers[n] for n in names}, self.pruner.statistic
+                    )
+                    try:
+                        for args, kwargs in inputs:
+                            block(*args, **kwargs)
+                    finally:
+                        statistics.close()
+                self._prune_layers(names, statistics, str(index), sparsity)
+            if inputs:
+                results = [block(*args, **kwargs) for args, kwargs in inputs]
+                last = index == len(blocks) - 1
+                if last and keep_outputs:
+                    outputs = results
+                inputs = [
+                    replace_hidden(args, kwargs, hidden_of(result))
+                    for (args, kwargs), result in zip(inputs, results, strict=True)
+                ]
+            self.host.leave(index, block, True)
+            bar.update(1)
+            logger.info(
+                "block %d/%d: %d layers pruned%s in %.1f s",
+                index + 1,
+                len(blocks),
+                len(names),
+                f" at sparsity {sparsity:.4f}" if index in self.block_sparsities else "",
+                time.perf_counter() - start,
+            )
+        bar.close()
+        return outputs
+
+    def _allocate_owl(
+        self,
+        prefix: str,
+        blocks: nn.ModuleList,
+        inside: list[str],
+        calibration: list[dict[str, Tensor]],
+    ) -> None:
+        """OWL's dense pass: each block's outlier ratio from Wanda's scores, then sparsities."""
+        inputs = self._block_inputs(blocks, calibration)
+        ratios: list[float] = []
+        sizes: list[int] = []
+        indices: list[int] = []
+        bar = self._blocks_bar(blocks, "OWL outlier ratios")
+        for index, block in enumerate(blocks):
+            names = [n for n in inside if n.startswith(f"{prefix}.{index}.")]
+            self.host.enter(index, block, self.device)
+            statistics = _Statistics({n: self.layers[n] for n in names}, input_squared_norms)
+            try:
+                results = [block(*args, **kwargs) for args, kwargs in inputs]
+            finally:
+                statistics.close()
+            if names:
+                statistics.all_reduce()
+                scores = []
+                for name in names:
+                    module = self.layers[name]
+                    rows = as_rows(module, module.weight.detach())
+                    norms = norms_from_squares(statistics.of(name)).to(rows.device)
+                    scores.append(rows.double().abs() * norms)
+                ratios.append(outlier_ratio(scores, self.spec.owl_m))
+                sizes.append(sum(score.numel() for score in scores))
+                indices.append(index)
+            inputs = [
+                replace_hidden(args, kwargs, hidden_of(result))
+                for (args, kwargs), result in zip(inputs, results, strict=True)
+            ]
+            self.host.leave(index, block, False)
+            bar.update(1)
+        bar.close()
+        allocation = owl_sparsities(ratios, sizes, self.sparsity, self.spec.owl_lmbda)
+        self.block_sparsities = dict(zip(indices, allocation, strict=True))
+        logger.info(
+            "OWL (M %g, lambda %g): block sparsities from %.4f to %.4f around %.4f; outlier"
+            " ratios from %.4f to %.4f",
+            self.spec.owl_m,
+            self.spec.owl_lmbda,
+            min(allocation),
+            max(allocation),
+            self.sparsity,
+            min(ratios),
+            max(ratios),
+        )
 
     def _split_outside(
         self,
         outside: list[str],
         blocks: nn.ModuleList,
         calibration: list[dict[str, Tensor]],
-        device: torch.device,
     ) -> tuple[list[str], list[str]]:
         """Which of the layers outside the blocks run before the first block."""
         if not outside:
             return [], []
+        if not calibration:  # magnitude without data: the order does not matter
+            return outside, []
         seen: list[str] = []
         handles = [
             self.layers[name].register_forward_hook(
@@ -300,13 +449,9 @@ class BlockwisePruner:
             )
             for name in outside
         ]
-
-        def stop(*_: Any) -> None:
-            raise _StopForward
-
-        handles.append(blocks[0].register_forward_pre_hook(stop))
         try:
-            _run(self.model, calibration[:1], device)
+            with stop_before(blocks[0]):
+                run_batches(self.model, calibration[:1], self.device)
         finally:
             for handle in handles:
                 handle.remove()
@@ -316,101 +461,85 @@ class BlockwisePruner:
         self,
         names: list[str],
         calibration: list[dict[str, Tensor]],
-        device: torch.device,
         stage: str,
-        stop_before: nn.Module | None = None,
+        stop_at: nn.Module | None = None,
+        replay: list[int] | None = None,
     ) -> None:
-        statistics = _Statistics({name: self.layers[name] for name in names}, self.method)
-        handle = None
-        if stop_before is not None:
-
-            def stop(*_: Any) -> None:
-                raise _StopForward
-
-            handle = stop_before[0].register_forward_pre_hook(stop)  # type: ignore[index]
+        if not self.pruner.calibrated:
+            self._prune_layers(names, None, stage, self.sparsity)
+            return
+        statistics = _Statistics({name: self.layers[name] for name in names}, self.pruner.statistic)
         try:
-            _run(self.model, calibration, device)
+            with stop_before(stop_at) if stop_at is not None else nullcontext():
+                for index, batch in enumerate(calibration):
+                    if replay is not None:
+                        replay[0] = index
+                    run_batches(self.model, [batch], self.device)
         finally:
             statistics.close()
-            if handle is not None:
-                handle.remove()
-        self._prune_layers(names, statistics, stage)
+        self._prune_layers(names, statistics, stage, self.sparsity)
 
-    def _calibrate_blocks(
-        self,
-        prefix: str,
-        blocks: nn.ModuleList,
-        inside: list[str],
-        calibration: list[dict[str, Tensor]],
-        device: torch.device,
+    # ---- one layer -------------------------------------------------------------------------
+
+    def _prune_layers(
+        self, names: list[str], statistics: _Statistics | None, stage: str, sparsity: float
     ) -> None:
-        inputs: list[tuple[tuple, dict]] = []
-
-        def catch(_: nn.Module, args: tuple, kwargs: dict) -> None:
-            inputs.append((args, kwargs))
-            raise _StopForward
-
-        handle = blocks[0].register_forward_pre_hook(catch, with_kwargs=True)
-        try:
-            _run(self.model, calibration, device)
-        finally:
-            handle.remove()
-        bar = tqdm(
-            total=len(blocks),
-            desc=f"{self.method} {self.spec.pattern}",
-            unit="block",
-            disable=not self.progress or (dist.is_initialized() and dist.get_rank() != 0),
-        )
-        for index, block in enumerate(blocks):
-            names = [n for n in inside if n.startswith(f"{prefix}.{index}.")]
-            if names:
-                statistics = _Statistics({n: self.layers[n] for n in names}, self.method)
-                try:
-                    for args, kwargs in inputs:
-                        block(*args, **kwargs)
-                finally:
-                    statistics.close()
-                self._prune_layers(names, statistics, str(index))
-            inputs = [
-                _replace_hidden(args, kwargs, _hidden_of(block(*args, **kwargs)))
-                for args, kwargs in inputs
-            ]
-            bar.update(1)
-        bar.close()
-
-    def _prune_layers(self, names: list[str], statistics: _Statistics, stage: str) -> None:
-        statistics.all_reduce()
+        if statistics is not None:
+            statistics.all_reduce()
         for name in names:
             start = time.perf_counter()
             module = self.layers[name]
             weight = module.weight
-            rows = _as_rows(module, weight.detach())
-            statistic = statistics.of(name)
-            if self.method == "wanda":
-                mask = wanda_mask(rows, statistic, self.sparsity, self.spec.pattern)
-                new = torch.where(mask, rows, torch.zeros_like(rows))
-            else:
-                new, mask = sparsegpt_prune(
-                    rows, statistic, self.sparsity, self.spec.pattern, **self.options
-                )
-            mask, new = _as_rows(module, mask).contiguous(), _as_rows(module, new)
+            rows = as_rows(module, weight.detach())
+            statistic = rows.new_zeros(0) if statistics is None else statistics.of(name)
+            if statistics is not None:
+                self._warn_if_few_tokens(name, statistics.tokens_of(name), rows.shape[1])
+            try:
+                new, mask = self.pruner.prune(rows, statistic, sparsity, self.spec.n_m)
+            except ValueError as error:
+                raise ValueError(f"{self.pruner.name} could not prune {name}: {error}") from None
+            mask, new = as_rows(module, mask).contiguous(), as_rows(module, new)
             new = _from_rank_zero(new.contiguous())
             mask = _from_rank_zero(mask.to(torch.uint8)).bool()
             weight.data.copy_(new)
-            self.masks[name] = mask
-            self.records.append(LayerPruned(name, self.method, stage, time.perf_counter() - start))
+            if self.keep_masks:
+                self.masks[name] = mask.to(self.home)
+            self._record(name, self.pruner.name, stage, sparsity, mask, start)
+
+    def _warn_if_few_tokens(self, name: str, tokens: int, inputs: int) -> None:
+        if self.pruner.name == "sparsegpt" and tokens < inputs and not self._warned_tokens:
+            self._warned_tokens = True
+            logger.warning(
+                "%s saw %d calibration tokens for its %d inputs, so SparseGPT's Hessian is"
+                " singular and rests on its damping; calibrate on more examples",
+                name,
+                tokens,
+                inputs,
+            )
+
+    def _record(
+        self, name: str, method: str, stage: str, target: float, mask: Tensor, start: float
+    ) -> None:
+        entries = mask.numel()
+        zeros = entries - int(mask.sum())
+        self.records.append(
+            LayerPruned(name, method, stage, target, entries, zeros, time.perf_counter() - start)
+        )
 
     def _prune_by_magnitude(self, name: str) -> None:
         """A layer without an input matrix (embedding, convolution): per-tensor magnitude."""
         start = time.perf_counter()
         masks = magnitude_masks(
-            self.model, [name], self.sparsity, self.spec, self.selection.input_dims
+            self.model,
+            [name],
+            self.sparsity,
+            self.spec.replace(distribution="uniform"),
+            self.selection.input_dims,
         )
         masks.apply(self.model)
-        self.masks[name] = masks[name]
-        self.records.append(
-            LayerPruned(name, "magnitude", "no input matrix", time.perf_counter() - start)
-        )
+        if self.keep_masks:
+            self.masks[name] = masks[name]
+        self._record(name, "magnitude", "no input matrix", self.sparsity, masks[name], start)
 
 
 def _from_rank_zero(tensor: Tensor) -> Tensor:

@@ -233,6 +233,11 @@ def magnitude_masks(
         input_dims: name -> the dimension of a layer's inputs, for N:M (1 by default).
     """
     spec = MaskSpec.given(spec)
+    if spec.distribution == "owl":
+        raise ValueError(
+            "distribution 'owl' sets each block's sparsity from calibration data, so it applies"
+            " to one-shot pruning (prune_one_shot) only; use 'uniform' or 'global' here"
+        )
     tensors = dict(zip(names, _parameters(model, names), strict=True))
     shape = spec.n_m
     if shape is not None:

@@ -1,11 +1,13 @@
 """One-shot pruning of a trained model (magnitude, Wanda, SparseGPT), and the perplexity it costs.
 
     report = prune_one_shot(model, 0.5, method="sparsegpt", calibration=batches,
-                            spec=MaskSpec(pattern="2:4"))
+                            spec=MaskSpec(pattern="2:4"), device="cuda")
     print(report.summary()["layers"])       # each matrix's sparsity, method and seconds
 
-Magnitude needs no data; Wanda and SparseGPT read calibration batches block by block
-(:mod:`convergent.sparse.blockwise`). Works on our Transformer and on ``transformers``
+Magnitude needs no data (unless OWL allocates the sparsities); Wanda and SparseGPT read
+calibration batches block by block (:mod:`convergent.sparse.blockwise`), on ``device`` when
+given, while the model stays where it is. The methods are found by name in
+:data:`~convergent.sparse.pruners.PRUNERS`. Works on our Transformer and on ``transformers``
 models; GPT-2's ``Conv1D`` layers (weights stored ``[in, out]``) are handled, and tied
 input/output embeddings are pruned once, by neither side unless the spec includes
 embeddings; the report says so.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from convergent.sparse.blockwise import CALIBRATED, BlockwisePruner, check_method
+from convergent.models.placement import BlockHost, check_device, home_device
+from convergent.sparse.blockwise import BlockwisePruner, LayerPruned
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
+from convergent.sparse.pruners import Pruner, make_pruner, pruner_options
 from convergent.sparse.spec import MaskSpec
 
 logger = logging.getLogger(__name__)
@@ -35,7 +40,7 @@ class PruningReport:
     """What :func:`prune_one_shot` did.
 
     Attributes:
-        masks: the masks it applied.
+        masks: the masks it applied (empty when they were not kept: a streamed model).
         target: the requested sparsity.
         sparsity: the achieved sparsity over the prunable parameters.
         prunable: entries in the prunable parameters.
@@ -45,7 +50,10 @@ class PruningReport:
         notes: one line per exclusion (also logged).
         method: ``"magnitude"``, ``"wanda"`` or ``"sparsegpt"``.
         spec: the mask spec.
-        layers: per pruned matrix: name, shape, sparsity, method, stage (block) and seconds.
+        layers: per pruned matrix: name, shape, sparsity, target, method, stage (block) and
+            seconds.
+        options: the pruner's options (e.g. SparseGPT's block size and damping).
+        block_sparsities: OWL's sparsity of each block (block index -> sparsity).
     """
 
     masks: Masks
@@ -59,6 +67,8 @@ class PruningReport:
     method: str = "magnitude"
     spec: MaskSpec = field(default_factory=MaskSpec)
     layers: list[dict[str, Any]] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    block_sparsities: dict[int, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
         """The report without the masks, ready for JSON."""
@@ -70,11 +80,25 @@ class PruningReport:
             "total": self.total,
             "model_sparsity": self.pruned / max(self.total, 1),
             "method": self.method,
+            "options": dict(self.options),
             "spec": self.spec.as_dict(),
+            "block_sparsities": {str(k): v for k, v in self.block_sparsities.items()},
             "excluded": dict(self.excluded),
             "notes": list(self.notes),
             "layers": [dict(layer) for layer in self.layers],
         }
+
+
+def check_one_shot(method: str, spec: MaskSpec, options: Mapping[str, Any] | None = None) -> Pruner:
+    """The pruner ``method`` (with ``options``) if it can prune with ``spec``; else one
+    ValueError sentence (so a command can check its arguments before loading a model)."""
+    pruner = make_pruner(method, options)
+    if spec.distribution == "global" and pruner.calibrated:
+        raise ValueError(
+            f"{method} prunes every layer on its own; distribution 'global' is for magnitude"
+            " pruning only (use 'uniform' or 'owl')"
+        )
+    return pruner
 
 
 @torch.no_grad()
@@ -86,20 +110,30 @@ def prune_one_shot(
     method: str = "magnitude",
     calibration: Iterable[Mapping[str, Tensor]] | None = None,
     options: Mapping[str, Any] | None = None,
+    device: str | torch.device | None = None,
+    host: BlockHost | None = None,
+    keep_masks: bool = True,
     progress: bool = False,
 ) -> PruningReport:
     """Prune ``model`` in place, once.
 
     Args:
         model: the trained model (unwrapped).
-        sparsity: the fraction of prunable weights to zero, in [0, 1) (N:M prunes 1 - N/M).
+        sparsity: the fraction of prunable weights to zero, in [0, 1) (N:M prunes 1 - N/M; OWL
+            gives each block its own sparsity around it).
         spec: which weights, the distribution and the pattern; None is ``MaskSpec()``.
         method: ``"magnitude"`` (no data), ``"wanda"`` or ``"sparsegpt"`` (calibrated, with a
-            ``"uniform"`` distribution).
-        calibration: batches of model inputs for Wanda and SparseGPT (dicts such as
+            ``"uniform"`` or ``"owl"`` distribution).
+        calibration: batches of model inputs for Wanda, SparseGPT and OWL (dicts such as
             ``{"input_ids": ..., "attention_mask": ...}``; ``labels`` are ignored). Take them
             from a training split, never from the data the pruned model is scored on.
-        options: SparseGPT's ``block_size`` and ``damping``.
+        options: the pruner's options (SparseGPT: ``block_size``, ``damping``, ``per_row``;
+            Wanda: ``rounding``); see :mod:`convergent.sparse.pruners`.
+        device: where each block is calibrated and pruned (``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``); the model stays where it is. None: the model's own device.
+        host: what brings each block to the device and home (None: the model is in memory;
+            :class:`convergent.models.streamed.StreamedBlocks` streams it from its files).
+        keep_masks: return the masks in the report (a model larger than memory: off).
         progress: a progress bar over the blocks.
 
     Returns:
@@ -107,41 +141,57 @@ def prune_one_shot(
     """
     check_sparsity(sparsity)
     spec = MaskSpec.given(spec)
-    check_method(method, spec)
-    if method in CALIBRATED and calibration is None:
-        raise ValueError(f"method {method!r} needs calibration batches; magnitude needs none")
-    if options and method != "sparsegpt":
-        raise ValueError(f"options {sorted(options)} apply to sparsegpt only, not {method!r}")
+    pruner = check_one_shot(method, spec, options)
+    compute = check_device(device)
+    needs_data = pruner.calibrated or spec.distribution == "owl"
+    if needs_data and calibration is None:
+        why = f"method {method!r}" if pruner.calibrated else "distribution 'owl'"
+        raise ValueError(f"{why} needs calibration batches; magnitude alone needs none")
     selection = spec.select(model)
     for note in selection.notes():
         logger.info("%s", note)
-    if method == "magnitude":
+    start = time.perf_counter()
+    whole_model = not needs_data and host is None and compute in (None, home_device(model))
+    block_sparsities: dict[int, float] = {}
+    if whole_model:  # every layer at once, as torch's own pruning (global or uniform)
         masks = magnitude_masks(model, selection.names, sparsity, spec, selection.input_dims)
         masks.apply(model)
-        records: list[dict[str, Any]] = [
-            {"method": "magnitude", "stage": "all", "seconds": None} for _ in range(len(masks))
+        seconds = (time.perf_counter() - start) / max(len(masks), 1)
+        records = [
+            _record_of(name, "magnitude", "model", sparsity, mask, seconds)
+            for name, mask in masks.items()
         ]
     else:
-        assert calibration is not None
-        pruner = BlockwisePruner(model, selection, sparsity, spec, method, options, progress)
-        masks = pruner.run(calibration)
-        by_name = {record.name: record for record in pruner.records}
-        records = [
-            {
-                "method": by_name[name].method,
-                "stage": by_name[name].stage,
-                "seconds": by_name[name].seconds,
-            }
-            for name in masks
-        ]
-    layers = [
-        {"name": name, "shape": list(mask.shape), "sparsity": value, **record}
-        for (name, mask), value, record in zip(
-            masks.items(), masks.per_parameter_sparsity().values(), records, strict=True
+        driver = BlockwisePruner(
+            model,
+            selection,
+            sparsity,
+            spec,
+            pruner,
+            device=compute,
+            host=host,
+            keep_masks=keep_masks,
+            progress=progress,
         )
+        masks = driver.run(None if calibration is None else calibration)
+        by_name = {record.name: record for record in driver.records}
+        records = [by_name[name] for name in selection.names]
+        block_sparsities = driver.block_sparsities
+    shapes = _shapes(model, selection.names)
+    layers = [
+        {
+            "name": record.name,
+            "shape": shapes[record.name],
+            "sparsity": record.zeros / max(record.entries, 1),
+            "target": record.target,
+            "method": record.method,
+            "stage": record.stage,
+            "seconds": record.seconds,
+        }
+        for record in records
     ]
-    prunable = masks.numel
-    pruned = prunable - masks.kept
+    prunable = sum(record.entries for record in records)
+    pruned = sum(record.zeros for record in records)
     return PruningReport(
         masks=masks,
         target=sparsity,
@@ -154,7 +204,21 @@ def prune_one_shot(
         method=method,
         spec=spec,
         layers=layers,
+        options=pruner_options(pruner),
+        block_sparsities=block_sparsities,
     )
+
+
+def _record_of(
+    name: str, method: str, stage: str, target: float, mask: Tensor, seconds: float
+) -> LayerPruned:
+    entries = mask.numel()
+    return LayerPruned(name, method, stage, target, entries, entries - int(mask.sum()), seconds)
+
+
+def _shapes(model: nn.Module, names: list[str]) -> dict[str, list[int]]:
+    parameters = dict(model.named_parameters())
+    return {name: list(parameters[name].shape) for name in names}
 
 
 def _logits(output: object) -> Tensor:

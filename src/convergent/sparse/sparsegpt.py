@@ -13,17 +13,30 @@ Columns are processed left to right and frozen once processed. Update rule, colu
     q = W[:, i] where kept, else 0;   err = (W[:, i] - q) / U_ii
     W[:, i] = q;                      W[:, j] -= err * U_ij   for the later columns j
 
-The mask is chosen by the saliency ``W_ij^2 / U_jj^2`` on the current weights: per row, the
-lowest ``round(sparsity * B)`` of every block of ``B = block_size`` columns at the block's start
-(the authors' code thresholds a block over all rows at once; here each row prunes the same
-count), or for N:M the N highest of every M columns when the group's first column is reached.
-Inside a block the update is applied column by column; the block's errors reach the later blocks
-in one product ``W[:, later] -= Err @ U[block, later]``, which is the same arithmetic, reordered.
+The mask is chosen by the saliency ``W_ij^2 / U_jj^2`` on the current weights. Unstructured, as
+the authors' code does it: at the start of every block of ``B = block_size`` columns, the block
+is thresholded over all of its rows at once (the entries at or below the ``int(sparsity * out *
+B)``-th lowest score, counted from 0, are pruned; at sparsity 0 none are); ``per_row=True``
+instead prunes the lowest ``round(sparsity * B)`` of each row of the block (this library before
+issue 48). N:M: the N highest of every M columns are kept when the group's first column is
+reached. Inside a block the update is applied column by column; the block's errors reach the
+later blocks in one product ``W[:, later] -= Err @ U[block, later]``, which is the same
+arithmetic, reordered.
+
+When the damped Hessian is not positive definite (a real model's dead or collinear inputs),
+the damping is raised tenfold, up to three times, each retry logged; then the layer is refused
+with one sentence. Non-finite weights are never returned.
+
+:class:`SparseGPT` is the same method behind the calibrated-pruner interface
+(:mod:`convergent.sparse.pruners`) that the block-by-block driver runs.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -31,6 +44,11 @@ from torch import Tensor
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.spec import check_n_m_fits
 from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
+
+logger = logging.getLogger(__name__)
+
+# Retries of a failed Cholesky factorization, each at ten times the previous damping.
+DAMPING_RETRIES = 3
 
 
 def hessian(inputs: Tensor) -> Tensor:
@@ -49,21 +67,25 @@ def sparsegpt_prune(
     weight: Tensor,
     hessian: Tensor,
     sparsity: float,
-    pattern: str,
+    pattern: str | tuple[int, int] | None = None,
     block_size: int = 128,
     damping: float = 0.01,
+    per_row: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Prune one weight matrix with SparseGPT (see the module docstring for the update rule).
 
     Args:
         weight: the layer's weight [out, in].
         hessian: ``X^T X`` summed over the calibration tokens, [in, in] (see :func:`hessian`).
-        sparsity: the fraction of each row to prune in every block, in [0, 1) (checked but not
-            used for N:M, which prunes 1 - N/M).
-        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``); N:M needs M to divide both
-            ``in`` and ``block_size``.
+        sparsity: the fraction of every block to prune, in [0, 1) (checked but not used for
+            N:M, which prunes 1 - N/M).
+        pattern: ``"unstructured"`` or None, or ``"N:M"`` / ``(N, M)`` (e.g. ``"2:4"``); N:M
+            needs M to divide both ``in`` and ``block_size``.
         block_size: columns per block (the unstructured mask is chosen once per block).
-        damping: ``lambda / mean(diag H)``, >= 0.
+        damping: ``lambda / mean(diag H)``, >= 0 (raised tenfold, up to three times, while the
+            damped Hessian is not positive definite).
+        per_row: choose the unstructured mask per row of each block (the same count in every
+            row) instead of over the whole block, as the authors do.
 
     Returns:
         ``(new_weight, keep_mask)``: the pruned and updated weight in ``weight``'s dtype (pruned
@@ -99,9 +121,8 @@ def sparsegpt_prune(
         diagonal = block_factor.diagonal()
         keep = mask[:, start:stop]
         if shape is None:
-            count = count_to_prune(sparsity, stop - start)
             scores = block.square() / diagonal.square()
-            keep.copy_(keep_largest_in_groups(scores, stop - start, count))
+            keep.copy_(_unstructured_keep(scores, sparsity, per_row))
         errors = torch.zeros_like(block)
         for i in range(stop - start):
             if shape is not None and i % shape[1] == 0:
@@ -114,21 +135,93 @@ def sparsegpt_prune(
             block[:, i] = kept
             block[:, i + 1 :] -= torch.outer(errors[:, i], block_factor[i, i + 1 :])
         w[:, stop:] -= errors @ factor[start:stop, stop:]
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(
+            "SparseGPT's update produced non-finite weights: the layer's weights or its"
+            " calibration inputs hold NaN or infinite values"
+        )
     return w.to(weight.dtype), mask
 
 
+def _unstructured_keep(scores: Tensor, sparsity: float, per_row: bool) -> Tensor:
+    """The keep-mask of one block's saliency ``scores`` [out, B]."""
+    if per_row:
+        columns = scores.shape[1]
+        return keep_largest_in_groups(scores, columns, count_to_prune(sparsity, columns))
+    if sparsity == 0:
+        return torch.ones_like(scores, dtype=torch.bool)
+    flat = scores.reshape(-1)
+    # The authors' rule: prune everything at or below the int(numel * sparsity)-th lowest.
+    threshold = torch.kthvalue(flat, int(flat.numel() * sparsity) + 1).values
+    return scores > threshold
+
+
 def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) -> Tensor:
-    """The upper Cholesky factor of the damped ``H^-1``; zeroes ``weight``'s dead columns."""
+    """The upper Cholesky factor of the damped ``H^-1``; zeroes ``weight``'s dead columns.
+
+    A damping that leaves ``H`` (or its inverse) without a Cholesky factor is raised tenfold, up
+    to :data:`DAMPING_RETRIES` times (none when it is 0), each retry logged."""
     h = hessian.to(torch.float64).clone()
     diagonal = h.diagonal()  # a view
     dead = diagonal == 0
     diagonal[dead] = 1.0
     weight[:, dead] = 0.0
-    diagonal += damping * diagonal.mean()
-    lower, info = torch.linalg.cholesky_ex(h)
-    if int(info) != 0:
-        raise ValueError(
-            f"the damped Hessian is not positive definite at damping {damping}; use a damping"
-            " > 0 (e.g. 0.01) or a symmetric positive semi-definite Hessian"
+    mean = diagonal.mean()
+    tries = [damping * 10**attempt for attempt in range(DAMPING_RETRIES + 1 if damping else 1)]
+    for attempt, current in enumerate(tries):
+        damped = h.clone()
+        damped.diagonal().add_(current * mean)
+        lower, info = torch.linalg.cholesky_ex(damped)
+        if int(info) == 0:
+            factor, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(lower), upper=True)
+            if int(info) == 0 and bool(torch.isfinite(factor).all()):
+                return factor
+        if attempt + 1 < len(tries):
+            logger.warning(
+                "SparseGPT: the Hessian damped at %g is not positive definite; retrying at"
+                " damping %g",
+                current,
+                tries[attempt + 1],
+            )
+    raise ValueError(
+        f"the Hessian is not positive definite even at damping {tries[-1]:g}"
+        + (f" (tried {', '.join(f'{t:g}' for t in tries)})" if len(tries) > 1 else "")
+        + "; its calibration inputs are degenerate or non-finite (pass more calibration"
+        " examples, or a damping > 0 such as 0.01)"
+    )
+
+
+@dataclass(frozen=True)
+class SparseGPT:
+    """SparseGPT behind the calibrated-pruner interface (:mod:`convergent.sparse.pruners`).
+
+    Attributes:
+        block_size: columns per block (the unstructured mask is chosen once per block).
+        damping: ``lambda / mean(diag H)``, >= 0.
+        per_row: choose the unstructured mask per row of each block (this library before
+            issue 48) instead of over the whole block (the authors' rule).
+    """
+
+    name: ClassVar[str] = "sparsegpt"
+    calibrated: ClassVar[bool] = True
+    block_size: int = 128
+    damping: float = 0.01
+    per_row: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.block_size, int) and self.block_size >= 1):
+            raise ValueError(f"block_size must be an integer >= 1, got {self.block_size}")
+        if not (math.isfinite(self.damping) and self.damping >= 0):
+            raise ValueError(f"damping must be a finite number >= 0, got {self.damping}")
+
+    def statistic(self, inputs: Tensor) -> Tensor:
+        """``X^T X`` over one batch's tokens (float64; batches add up)."""
+        return hessian(inputs)
+
+    def prune(
+        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+    ) -> tuple[Tensor, Tensor]:
+        """``(pruned and updated weight, keep mask)`` of ``rows`` [out, in]."""
+        return sparsegpt_prune(
+            rows, statistic, sparsity, n_m, self.block_size, self.damping, self.per_row
         )
-    return torch.linalg.cholesky(torch.cholesky_inverse(lower), upper=True)

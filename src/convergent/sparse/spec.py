@@ -12,6 +12,7 @@ option has one default, here:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from torch import nn
 
 from convergent.sparse.selection import Selection, select_prunable
 
-DISTRIBUTIONS = ("global", "uniform")
+DISTRIBUTIONS = ("global", "uniform", "owl")
 PATTERNS = ("unstructured", "n:m")
 
 
@@ -35,12 +36,23 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
     raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
 
 
-def check_n_m_fits(pattern: str, columns: int) -> tuple[int, int] | None:
-    """:func:`~convergent.sparse.parse_pattern`, and for N:M a check that M divides ``columns``."""
-    shape = parse_pattern(pattern)
+def as_n_m(pattern: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """A pattern as (N, M), or None for unstructured: a string is parsed
+    (:func:`parse_pattern`), an (N, M) pair checked, None passed through."""
+    if pattern is None or isinstance(pattern, str):
+        return None if pattern is None else parse_pattern(pattern)
+    n, m = pattern
+    if not (isinstance(n, int) and isinstance(m, int) and 1 <= n <= m):
+        raise ValueError(f"an N:M pattern needs integers 1 <= N <= M, got {pattern!r}")
+    return n, m
+
+
+def check_n_m_fits(pattern: str | tuple[int, int] | None, columns: int) -> tuple[int, int] | None:
+    """:func:`as_n_m`, and for N:M a check that M divides ``columns``."""
+    shape = as_n_m(pattern)
     if shape is not None and columns % shape[1] != 0:
         raise ValueError(
-            f"pattern {pattern!r} needs the number of inputs to be a multiple of"
+            f"pattern {shape[0]}:{shape[1]} needs the number of inputs to be a multiple of"
             f" M = {shape[1]}, got {columns}"
         )
     return shape
@@ -52,9 +64,12 @@ class MaskSpec:
 
     Attributes:
         distribution: ``"uniform"`` (every prunable matrix loses the same fraction: what
-            Wanda and SparseGPT do, and the usual choice for language models) or
+            Wanda and SparseGPT do, and the usual choice for language models),
             ``"global"`` (one magnitude threshold over all prunable weights, as in AC/DC's
-            paper). Wanda and SparseGPT take ``"uniform"`` only.
+            paper; magnitude only) or ``"owl"`` (one-shot pruning only, unstructured:
+            outlier-weighted layer-wise sparsity, Yin et al. 2024: each Transformer block
+            gets its own sparsity, lower where more of its Wanda scores are outliers; see
+            :mod:`convergent.sparse.owl`).
         pattern: ``"unstructured"`` or ``"N:M"`` (at most N nonzeros in every M consecutive
             inputs of a layer, e.g. ``"2:4"``; the sparsity is then 1 - N/M).
         include_embeddings: also prune embedding tables (and a weight tied to one, e.g.
@@ -64,6 +79,12 @@ class MaskSpec:
             projection, which AC/DC on vision models usually leaves dense: pass False).
         include_last: also prune the last layer (a classifier or an untied LM head).
         exclude: name substrings; a weight whose name contains any of them stays dense.
+        owl_m: OWL's outlier threshold M, as a multiple of a block's mean Wanda score
+            (llm-compressor's name; the paper's value).
+        owl_lmbda: OWL's lambda: the blocks' sparsities span 2 lambda around the target
+            (llm-compressor's name; the paper's value).
+
+    The pattern is parsed once, here: :attr:`n_m` holds (N, M), or None when unstructured.
     """
 
     distribution: str = "uniform"
@@ -72,18 +93,34 @@ class MaskSpec:
     include_first: bool = True
     include_last: bool = False
     exclude: tuple[str, ...] = ()
+    owl_m: float = 5.0
+    owl_lmbda: float = 0.08
 
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(
                 f"distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r}"
             )
-        parse_pattern(self.pattern)
+        object.__setattr__(self, "_n_m", parse_pattern(self.pattern))
+        if self.distribution == "owl" and self.n_m is not None:
+            raise ValueError(
+                f"distribution 'owl' allocates unstructured sparsity; it cannot be combined with"
+                f" the N:M pattern {self.pattern!r} (use pattern='unstructured')"
+            )
+        if not (math.isfinite(self.owl_m) and self.owl_m > 0):
+            raise ValueError(f"owl_m must be a finite number > 0, got {self.owl_m}")
+        if not (math.isfinite(self.owl_lmbda) and 0 <= self.owl_lmbda < 0.5):
+            raise ValueError(f"owl_lmbda must be in [0, 0.5), got {self.owl_lmbda}")
         if isinstance(self.exclude, str):  # a lone string would exclude by its characters
             raise ValueError(
                 f"exclude must be a tuple of name substrings, got the string {self.exclude!r}"
             )
         object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    @property
+    def n_m(self) -> tuple[int, int] | None:
+        """(N, M) for an N:M pattern, None when unstructured (parsed once, when made)."""
+        return self._n_m  # type: ignore[attr-defined]
 
     @classmethod
     def given(cls, spec: MaskSpec | None) -> MaskSpec:
@@ -95,11 +132,6 @@ class MaskSpec:
                 f"spec must be a MaskSpec (e.g. MaskSpec(distribution='global')), got {spec!r}"
             )
         return spec
-
-    @property
-    def n_m(self) -> tuple[int, int] | None:
-        """(N, M) for an N:M pattern, None when unstructured."""
-        return parse_pattern(self.pattern)
 
     def select(self, model: nn.Module) -> Selection:
         """The weights these masks cover (see :func:`~convergent.sparse.select_prunable`)."""

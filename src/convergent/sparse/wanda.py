@@ -6,18 +6,25 @@ inputs ``X`` [tokens, in], every weight is scored
 
     S_ij = |W_ij| * ||X_j||_2,
 
-and each output row keeps its largest scores: the ``round(sparsity * in)`` lowest of the row are
-pruned (unstructured), or the N largest of every M consecutive inputs are kept (N:M). The kept
-weights are not changed. Ties go as in :func:`~convergent.sparse.keep_largest`: of equal scores
-the earlier inputs are pruned first.
+and each output row keeps its largest scores: the ``int(in * sparsity)`` lowest of the row are
+pruned, as the authors' code counts them (unstructured; ``rounding="nearest"`` prunes
+``round(sparsity * in)``, this library's count before it followed the authors), or the N largest
+of every M consecutive inputs are kept (N:M). The kept weights are not changed. Ties go as in the
+authors' stable sort: of equal scores the earlier inputs are pruned first.
 
 The statistics are sums over tokens, so batches (and processes, through an all-reduce) add up::
 
     squared_norms = sum(input_squared_norms(batch) for batch in calibration)
     keep = wanda_mask(weight, squared_norms, 0.5, "unstructured")
+
+:class:`Wanda` is the same rule behind the calibrated-pruner interface
+(:mod:`convergent.sparse.pruners`) that the block-by-block driver runs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -25,6 +32,11 @@ from torch import Tensor
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.spec import check_n_m_fits
 from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
+
+# How many weights of a row of ``in`` inputs a sparsity prunes: "down" is the authors'
+# ``int(in * sparsity)``; "nearest" is ``round(sparsity * in)`` (this library before issue 48,
+# kept for the studies whose committed numbers were computed with it).
+ROUNDINGS = ("down", "nearest")
 
 
 def input_squared_norms(inputs: Tensor) -> Tensor:
@@ -70,10 +82,25 @@ def wanda_scores(weight: Tensor, squared_norms: Tensor) -> Tensor:
     return weight.detach().to(torch.float64).abs() * norms
 
 
-def wanda_mask(weight: Tensor, squared_norms: Tensor, sparsity: float, pattern: str) -> Tensor:
+def pruned_per_row(sparsity: float, columns: int, rounding: str = "down") -> int:
+    """How many of a row's ``columns`` weights Wanda prunes at ``sparsity`` (see
+    :data:`ROUNDINGS`)."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    check_sparsity(sparsity)
+    return int(columns * sparsity) if rounding == "down" else count_to_prune(sparsity, columns)
+
+
+def wanda_mask(
+    weight: Tensor,
+    squared_norms: Tensor,
+    sparsity: float,
+    pattern: str | tuple[int, int] | None = None,
+    rounding: str = "down",
+) -> Tensor:
     """Wanda's keep-mask (True = keep) for one weight matrix.
 
-    Update rule: ``S = |W| * ||X_j||_2``; per output row, prune the ``round(sparsity * in)``
+    Update rule: ``S = |W| * ||X_j||_2``; per output row, prune the ``int(in * sparsity)``
     lowest ``S`` (unstructured) or keep the N highest ``S`` of every M consecutive inputs (N:M).
 
     Args:
@@ -81,17 +108,47 @@ def wanda_mask(weight: Tensor, squared_norms: Tensor, sparsity: float, pattern: 
         squared_norms: the accumulated squares of the inputs, [in] (see :func:`input_squared_norms`).
         sparsity: the fraction of each row to prune, in [0, 1) (checked but not used for N:M,
             which prunes 1 - N/M).
-        pattern: ``"unstructured"`` or ``"N:M"`` (e.g. ``"2:4"``); N:M needs ``in`` to be a
-            multiple of M.
+        pattern: ``"unstructured"`` or None, or ``"N:M"`` / ``(N, M)`` (e.g. ``"2:4"``); N:M
+            needs ``in`` to be a multiple of M.
+        rounding: ``"down"`` (the authors' count) or ``"nearest"`` (see :data:`ROUNDINGS`).
 
     Returns:
         A bool tensor shaped like ``weight``.
     """
-    check_sparsity(sparsity)
+    columns = weight.shape[1] if weight.ndim == 2 else 0
+    prune = pruned_per_row(sparsity, columns, rounding)
     scores = wanda_scores(weight, squared_norms)
-    shape = check_n_m_fits(pattern, weight.shape[1])
+    shape = check_n_m_fits(pattern, columns)
     if shape is None:
-        columns = weight.shape[1]
-        return keep_largest_in_groups(scores, columns, count_to_prune(sparsity, columns))
+        return keep_largest_in_groups(scores, columns, prune)
     n, m = shape
     return keep_largest_in_groups(scores, m, m - n)
+
+
+@dataclass(frozen=True)
+class Wanda:
+    """Wanda behind the calibrated-pruner interface (:mod:`convergent.sparse.pruners`).
+
+    Attributes:
+        rounding: how many weights a row loses (see :data:`ROUNDINGS`): ``"down"``, the
+            authors' ``int(in * sparsity)``, or ``"nearest"``.
+    """
+
+    name: ClassVar[str] = "wanda"
+    calibrated: ClassVar[bool] = True
+    rounding: str = "down"
+
+    def __post_init__(self) -> None:
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
+
+    def statistic(self, inputs: Tensor) -> Tensor:
+        """The squared norm of every input feature over one batch's tokens (they add up)."""
+        return input_squared_norms(inputs)
+
+    def prune(
+        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+    ) -> tuple[Tensor, Tensor]:
+        """``(pruned weight, keep mask)`` of ``rows`` [out, in]; kept weights are unchanged."""
+        keep = wanda_mask(rows, statistic, sparsity, n_m, self.rounding)
+        return torch.where(keep, rows, torch.zeros_like(rows)), keep

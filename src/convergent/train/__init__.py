@@ -11,7 +11,14 @@ from convergent.train.checkpoint import (
     verify_checkpoint,
 )
 from convergent.train.checks import MethodChecks
-from convergent.train.loop import FitResult, TrainingDiverged, evaluate, fit, holds_a_run
+from convergent.train.loop import (
+    FitResult,
+    TrainingDiverged,
+    evaluate,
+    evaluate_block_by_block,
+    fit,
+    holds_a_run,
+)
 from convergent.train.masked import MaskedStep
 from convergent.train.metrics import MetricsLogger, read_metrics
 from convergent.train.primal_dual import PrimalDualStep, dataset_layer_losses, descent_step
@@ -37,6 +44,7 @@ __all__ = [
     "descent_step",
     "distributed",
     "evaluate",
+    "evaluate_block_by_block",
     "fit",
     "holds_a_run",
     "iterate_batches",

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from convergent.losses import SCORE_KEYS, summarize_scores, task_scores
 from convergent.models import unwrap_model
+from convergent.models.placement import BlockHost, forward_block_by_block
 from convergent.optim import Langevin, describe_temperature
 from convergent.train import distributed
 from convergent.train.batches import iterate_batches, take, trim_padding
@@ -98,6 +99,42 @@ def evaluate(
         totals = {key: torch.zeros((), device=device) for key in SCORE_KEYS[task]}
     totals = {key: distributed.all_reduce_sum(value) for key, value in totals.items()}
     model.train(was_training)
+    return summarize_scores(totals, task)
+
+
+def evaluate_block_by_block(
+    model: nn.Module,
+    prefix: str,
+    dataset: Dataset[Any],
+    task: str,
+    batch_size: int,
+    device: torch.device,
+    host: BlockHost | None = None,
+) -> dict[str, float]:
+    """:func:`evaluate`'s metrics, computed one Transformer block at a time over every batch
+    (:func:`~convergent.models.placement.forward_block_by_block`): for a model whose blocks
+    live elsewhere (another device, or its files). One process.
+
+    Args:
+        model: the model (its blocks at ``prefix`` may be empty: ``host`` brings them).
+        prefix: the name of its block list.
+        dataset: the examples (with ``labels``).
+        task: as for :func:`evaluate`.
+        batch_size: examples per batch.
+        device: where to compute.
+        host: brings each block to ``device`` (None: it is in memory).
+    """
+    size = len(dataset)  # type: ignore[arg-type]
+    batches = [
+        trim_padding(take(dataset, torch.arange(start, min(start + batch_size, size))))
+        for start in range(0, size, batch_size)
+    ]
+    inputs = [split_batch(batch)[0] for batch in batches]
+    totals: dict[str, torch.Tensor] = {}
+    outputs = forward_block_by_block(model, prefix, inputs, device, host)
+    for batch, output in zip(batches, outputs, strict=True):
+        for key, value in task_scores(output.logits, batch["labels"].to(device), task).items():
+            totals[key] = totals.get(key, torch.zeros((), device=device)) + value
     return summarize_scores(totals, task)
 
 

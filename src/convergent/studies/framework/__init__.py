@@ -7,7 +7,11 @@ nothing else.
 
 from __future__ import annotations
 
-from convergent.studies.framework.canary import numerics_fingerprint, tensors_digest
+from convergent.studies.framework.canary import (
+    STUDY_PRUNER_OPTIONS,
+    numerics_fingerprint,
+    tensors_digest,
+)
 from convergent.studies.framework.claims import (
     PREVIEW_BELOW,
     VERDICTS,
@@ -69,6 +73,7 @@ from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
 __all__ = [
     "MODES",
     "PREVIEW_BELOW",
+    "STUDY_PRUNER_OPTIONS",
     "VERDICTS",
     "VERDICT_LEGEND",
     "Check",

@@ -134,6 +134,14 @@ OPTIMIZER_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "langevin": ("langevin", {"lr": 1e-2, "s": 1e-3, "seed": 0}),
     "langevin-rmsprop": ("langevin", {"lr": 1e-2, "s": 1e-3, "seed": 0, "preconditioned": True}),
 }
+# The Wanda and SparseGPT mask rules the sparsity study's language model prunes with (its config
+# reads them from here, so that the canary runs exactly them): its committed numbers were
+# measured before the library followed the authors' code (Wanda pruned round(s * in) per row,
+# SparseGPT chose its mask per row of each column block); docs/design.md, "Pruners".
+STUDY_PRUNER_OPTIONS: dict[str, dict[str, Any]] = {
+    "wanda": {"rounding": "nearest"},
+    "sparsegpt": {"per_row": True},
+}
 # The studies train in float32, and some paths branch on the dtype: these runs repeat in it.
 FLOAT32_RUNS = ("horst-foreach", "ham", "langevin")
 # Packages whose numbers the canary cannot reach cheaply (importing them takes seconds) but
@@ -349,16 +357,27 @@ def _masks() -> Iterator[tuple[str, Tensor]]:
     generator = _generator(5)
     weight = torch.randn(4, 8, generator=generator, dtype=torch.float64)
     inputs = torch.randn(20, 8, generator=generator, dtype=torch.float64)
+    legacy_wanda = STUDY_PRUNER_OPTIONS["wanda"]
+    legacy_sparsegpt = STUDY_PRUNER_OPTIONS["sparsegpt"]
     for pattern in ("unstructured", "2:4"):
-        yield f"wanda/{pattern}", wanda_mask(weight, input_squared_norms(inputs), 0.5, pattern)
-        pruned, keep = sparsegpt_prune(weight, hessian(inputs), 0.5, pattern, block_size=4)
+        yield (
+            f"wanda/{pattern}",
+            wanda_mask(weight, input_squared_norms(inputs), 0.5, pattern, **legacy_wanda),
+        )
+        pruned, keep = sparsegpt_prune(
+            weight, hessian(inputs), 0.5, pattern, block_size=4, **legacy_sparsegpt
+        )
         yield f"sparsegpt/{pattern}", torch.cat([pruned.flatten(), keep.flatten().double()])
     calibration = [_batch(_language(6), 4), _batch(_language(7), 4)]
     for method in ("magnitude", "wanda", "sparsegpt"):
         model = _model(task="lm", causal=True)
         inputs_only = [{"input_ids": batch["input_ids"]} for batch in calibration]
         prune_one_shot(
-            model, 0.5, method=method, calibration=None if method == "magnitude" else inputs_only
+            model,
+            0.5,
+            method=method,
+            calibration=None if method == "magnitude" else inputs_only,
+            options=STUDY_PRUNER_OPTIONS.get(method),
         )
         yield f"one-shot/{method}", _weights(model)
 

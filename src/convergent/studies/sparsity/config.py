@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from convergent.sparse import MaskSpec
-from convergent.studies.framework import check_mode, grid_points
+from convergent.studies.framework import STUDY_PRUNER_OPTIONS, check_mode, grid_points
 
 OPTIMIZERS = ("adamw", "ham", "horst")
 # The language model's one-shot pruners; the selection reads magnitude pruning (it needs no
@@ -33,6 +33,8 @@ LM_SELECTION_PRUNER = "magnitude"
 # projection pruned.
 VISION_MASKS = MaskSpec(distribution="global", include_first=False)
 LANGUAGE_MODEL_MASKS = MaskSpec(distribution="uniform", include_first=True)
+# The LM's Wanda and SparseGPT mask rules, pinned likewise (the canary runs the same ones).
+LM_PRUNER_OPTIONS = STUDY_PRUNER_OPTIONS
 RMS_FRACTION = 0.01  # "near zero": |w| below 1 % of its tensor's RMS (scale-free)
 VISION_CRITERION = "validation accuracy at the selection sparsity"
 LM_DENSE_TOLERANCE = 1.1  # a selectable LM's dense validation perplexity: at most 1.1 x the best

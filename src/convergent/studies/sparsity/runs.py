@@ -43,6 +43,7 @@ from convergent.optim import (
 from convergent.sparse import ACDCSchedule, perplexity, prune_one_shot
 from convergent.studies.sparsity.config import (
     LANGUAGE_MODEL_MASKS,
+    LM_PRUNER_OPTIONS,
     RMS_FRACTION,
     VISION_MASKS,
     Config,
@@ -298,6 +299,7 @@ def pruned_perplexities(
                 spec=LANGUAGE_MODEL_MASKS,
                 method=pruner,
                 calibration=None if pruner == "magnitude" else calibration,
+                options=LM_PRUNER_OPTIONS.get(pruner),
             )
             scores[pruner][sparsity_key(target)] = dataset_perplexity(pruned, dataset)
     return scores

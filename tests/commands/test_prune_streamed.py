@@ -1,0 +1,156 @@
+"""``prune --low-memory``: blocks streamed from a folder's safetensors files, one in memory.
+
+The streamed run must prune exactly as the in-memory run does (same masks, same weights, same
+metrics), write a sharded folder that ``from_pretrained`` loads, and never hold two blocks'
+weights at once.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from convergent.cli import main
+from convergent.commands import prune_hf_folder
+from convergent.models.streamed import StreamedBlocks
+from tests.commands.conftest import EXAMPLES, MAX_LENGTH
+
+SMALL = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+
+def _save(model, tokenizer, folder, shard: str | None = None):
+    model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), **SMALL, tie_word_embeddings=False,
+                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    # several shards, as a large model's folder has them
+    return _save(LlamaForCausalLM(config), tokenizer, tmp_path_factory.mktemp("llama"), "2MB")
+
+
+@pytest.fixture(scope="module")
+def opt_folder(tmp_path_factory, tokenizer):
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(0)
+    config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, ffn_dim=64,
+                       num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                       word_embed_proj_dim=32, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    return _save(OPTForCausalLM(config), tokenizer, tmp_path_factory.mktemp("opt"))
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(file))
+    return tensors
+
+
+def _loaded_state(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).state_dict()
+
+
+OPTIONS = {"data": "rt-sentences", "examples": EXAMPLES, "max_length": MAX_LENGTH,
+           "calibration_examples": 8}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["sparsegpt", "wanda", "magnitude"])
+def test_streaming_prunes_exactly_as_in_memory(llama_folder, tmp_path, method):
+    in_memory = prune_hf_folder(llama_folder, (0.6,), method=method, save_to=tmp_path / "a",
+                                **OPTIONS)  # fmt: skip
+    streamed = prune_hf_folder(llama_folder, (0.6,), method=method, save_to=tmp_path / "b",
+                               low_memory=True, **OPTIONS)  # fmt: skip
+    assert streamed["dense"]["perplexity"] == pytest.approx(
+        in_memory["dense"]["perplexity"], rel=1e-6
+    )
+    assert streamed["rows"][0]["perplexity"] == pytest.approx(
+        in_memory["rows"][0]["perplexity"], rel=1e-6
+    )
+    assert streamed["rows"][0]["sparsity"] == in_memory["rows"][0]["sparsity"]
+    # one shard per block and one for the rest, then the index
+    shards = sorted(path.name for path in (tmp_path / "b").glob("model-*.safetensors"))
+    assert shards == [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
+    expected, got = _loaded_state(tmp_path / "a"), _loaded_state(tmp_path / "b")
+    assert list(expected) == list(got)
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), name
+    assert "low memory" in (tmp_path / "b" / "pruning.md").read_text()
+
+
+def test_only_one_block_holds_weights_at_a_time(llama_folder, tmp_path, monkeypatch):
+    peaks = []
+    enter, leave = StreamedBlocks.enter, StreamedBlocks.leave
+
+    def loaded_blocks(host) -> int:
+        blocks = host.streamed.model.get_submodule(host.prefix)
+        return sum(any(p.device.type != "meta" for p in block.parameters()) for block in blocks)
+
+    def recording_enter(self, index, block, device):
+        enter(self, index, block, device)
+        peaks.append(loaded_blocks(self))
+
+    def recording_leave(self, index, block, pruned):
+        leave(self, index, block, pruned)
+        assert loaded_blocks(self) == 0
+
+    monkeypatch.setattr(StreamedBlocks, "enter", recording_enter)
+    monkeypatch.setattr(StreamedBlocks, "leave", recording_leave)
+    prune_hf_folder(llama_folder, (0.5,), method="sparsegpt", save_to=tmp_path / "out",
+                    low_memory=True, **OPTIONS)  # fmt: skip
+    # dense evaluation, pruning, pruned evaluation: 3 passes over 3 blocks
+    assert peaks == [1] * 9
+
+
+@pytest.mark.parametrize("folder", ["llama_folder", "gpt2_folder", "opt_folder", "bert_folder"])
+def test_the_command_prunes_in_bfloat16_one_block_at_a_time(folder, request, tmp_path, capsys):
+    from transformers import AutoConfig
+
+    path = request.getfixturevalue(folder)
+    out = tmp_path / "pruned"
+    data = ["--data", "rt-sentences", "--examples", str(EXAMPLES), "--max-length",
+            str(MAX_LENGTH), "--calibration-examples", "8"]  # fmt: skip
+    code = main(["prune", str(path), "--method", "sparsegpt", "--sparsity", "0.5",
+                 "--device", "cpu", "--dtype", "bfloat16", "--low-memory", "--save", str(out),
+                 *data])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    config = AutoConfig.from_pretrained(out, local_files_only=True)
+    assert str(config.dtype).removeprefix("torch.") == "bfloat16"
+    weights = _weights(out)
+    assert all(t.dtype == torch.bfloat16 for t in weights.values() if t.is_floating_point())
+    import json
+
+    summary = json.loads((out / "pruning.json").read_text())
+    for layer in summary["layers"]:
+        assert abs(layer["sparsity"] - 0.5) <= 1 / layer["shape"][-1] + 0.01, layer["name"]
+        name = layer["name"]
+        if name in weights:
+            zeros = float((weights[name] == 0).float().mean())
+            assert zeros == pytest.approx(layer["sparsity"], abs=1e-6), name
+    assert summary["dtype"] == "bfloat16" and summary["low_memory"] is True
+
+
+def test_low_memory_refusals_are_one_sentence(llama_folder, tmp_path):
+    with pytest.raises(ValueError, match="one target per call"):
+        prune_hf_folder(llama_folder, (0.5, 0.7), save_to=tmp_path / "x", low_memory=True,
+                        **OPTIONS)  # fmt: skip
+    with pytest.raises(ValueError, match="name the folder to write it to"):
+        prune_hf_folder(llama_folder, (0.5,), low_memory=True, **OPTIONS)
+    assert not (tmp_path / "x").exists()

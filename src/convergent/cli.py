@@ -825,14 +825,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Options whose flag is not their keyword name with dashes, for messages (see wording.option).
-_FLAG_NAMES = {"save_to": "--save"}
+_FLAG_NAMES = {"save_to": "--save", "run_dir": "--out"}
 
 
 def _command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
-    """The keyword names of the options of ``command`` (its subparser's destinations)."""
+    """The keyword names of the options of ``command``: its subparser's destinations, and the
+    names that ``_FLAG_NAMES`` spells as one of its flags."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return {option.dest for option in action.choices[command]._actions}
+            dests = {option.dest for option in action.choices[command]._actions}
+            aliases = {
+                name
+                for name, flag in _FLAG_NAMES.items()
+                if flag.removeprefix("--").replace("-", "_") in dests
+            }
+            return dests | aliases
     return set()
 
 

@@ -165,7 +165,7 @@ class TrainConfig:
                 raise ValueError(
                     f"{option(name)} must be a non-negative integer, got {getattr(self, name)}"
                 )
-        if not self.lr > 0:
+        if not float(self.lr or 0) > 0:
             raise ValueError(f"{option('lr')} must be positive, got {self.lr}")
         for name in (
             "weight_decay",

@@ -45,7 +45,7 @@ def _additive_mask() -> torch.Tensor:
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
-def _gpt2_attention(block, x: torch.Tensor) -> torch.Tensor:
+def _gpt2_attention(model, block, x: torch.Tensor) -> torch.Tensor:
     """GPT-2's attention output written out: split the fused projection, attend per head,
     merge and project."""
     heads, width = block.attn.num_heads, x.shape[-1]
@@ -82,28 +82,30 @@ def _assert_spectra(spectra, index: int, x: torch.Tensor, attention: torch.Tenso
     )
 
 
-def test_gpt2_spectra_split_the_fused_projection():
-    model = _gpt2()
-    input_ids = torch.randint(0, 50, (3, TOKENS))
-    spectra = attention_spectra(model, {"input_ids": input_ids, "attention_mask": MASK})
-    assert spectra.layer_names == ("transformer.h.0.attn", "transformer.h.1.attn")
-    with torch.no_grad():
-        hidden = model(input_ids=input_ids, attention_mask=MASK, output_hidden_states=True)
-        for index, block in enumerate(model.transformer.h):
-            x = hidden.hidden_states[index]
-            _assert_spectra(spectra, index, x, _gpt2_attention(block, x))
+# (model, its layers, the attention output of one layer given its input X, the layers' names)
+DECODERS = {
+    "gpt2": (_gpt2, lambda model: model.transformer.h, _gpt2_attention, "transformer.h.{}.attn"),
+    "llama": (
+        _llama,
+        lambda model: model.model.layers,
+        _llama_attention,
+        "model.layers.{}.self_attn",
+    ),
+}
 
 
-def test_llama_spectra_read_the_residual_stream():
-    model = _llama()
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_decoder_spectra_read_the_residual_stream(decoder):
+    build, layers, attend, name = DECODERS[decoder]
+    model = build()
     input_ids = torch.randint(0, 50, (3, TOKENS))
     spectra = attention_spectra(model, {"input_ids": input_ids, "attention_mask": MASK})
-    assert spectra.layer_names == ("model.layers.0.self_attn", "model.layers.1.self_attn")
+    assert spectra.layer_names == (name.format(0), name.format(1))
     with torch.no_grad():
         hidden = model(input_ids=input_ids, attention_mask=MASK, output_hidden_states=True)
-        for index, layer in enumerate(model.model.layers):
+        for index, layer in enumerate(layers(model)):
             x = hidden.hidden_states[index]
-            _assert_spectra(spectra, index, x, _llama_attention(model, layer, x))
+            _assert_spectra(spectra, index, x, attend(model, layer, x))
 
 
 def _spectral(matrix: torch.Tensor) -> float:

@@ -56,11 +56,11 @@ def test_help_imports_no_heavy_module():
     script = (
         "import sys\n"
         "from convergent.cli import main\n"
-        "for argv in (['--help'], ['train', '--help'], ['prune', '--help'], ['--version']):\n"
+        "for argv in (['--help'], ['train', '--help'], ['prune', '--help'], ['--version'], []):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit as exited:\n"
-        "        assert exited.code == 0, argv\n"
+        "        assert exited.code == (0 if argv else 2), argv\n"
         "print(sorted(name for name in ('torch', 'transformers', 'numpy') if name in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -71,7 +71,7 @@ def test_help_imports_no_heavy_module():
 def test_help_is_asked_for_before_a_double_dash_only():
     assert asks_for_help(["train", "--help"]) and asks_for_help(["-h"])
     assert asks_for_help(["--version"]) and not asks_for_help(["train", "--", "--help"])
-    assert not asks_for_help(["train", "--data", "digits"])
+    assert not asks_for_help(["train", "--data", "digits"]) and asks_for_help([])
 
 
 def _entries(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:

@@ -102,8 +102,11 @@ def replay(
 
 
 def asks_for_help(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` asks for help or the version (before any ``--``)."""
+    """Whether ``argv`` asks for help or the version (before any ``--``), or is empty (then
+    argparse prints the usage and what is missing)."""
     words = list(argv)
+    if not words:
+        return True
     if "--" in words:
         words = words[: words.index("--")]
     return any(word in HELP_FLAGS for word in words)
@@ -112,9 +115,9 @@ def asks_for_help(argv: Sequence[str]) -> bool:
 def print_recorded_help(
     new_parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str]
 ) -> bool:
-    """Parse ``argv`` with the recorded parser, which prints the help (or the version) and
-    exits; False when there is no record or the record's parser does not exit (then the real
-    parser must parse ``argv``)."""
+    """Parse ``argv`` with the recorded parser, which prints the help (or the version, or the
+    usage error of an empty command line) and exits; False when there is no record or the
+    record's parser does not exit (then the real parser must parse ``argv``)."""
     if not RECORD.is_file():
         return False
     parser = replay(new_parser, json.loads(RECORD.read_text())["calls"])

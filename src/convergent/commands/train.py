@@ -112,9 +112,9 @@ def run_training(
     """Train, evaluate on validation data (and test data when asked), and fill ``run_dir``.
 
     SIGINT (Ctrl-C) or SIGTERM while training stops the run after the step under way: it
-    writes a checkpoint there and returns ``{"interrupted": {"signal", "step",
-    "checkpoint"}}`` instead of a summary; ``resume=True`` continues it. A second signal
-    stops at once, as usual.
+    writes a checkpoint there and returns ``{"interrupted": {"signal", "step", "steps",
+    "checkpoint"}}`` instead of a summary (no ``summary.json`` is written); ``resume=True``
+    continues it. A second signal stops at once, as usual.
 
     Args:
         config: the run's settings (on resume, see :func:`~convergent.commands.resume_config`).

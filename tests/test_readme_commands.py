@@ -114,9 +114,12 @@ def read_paths(words: list[str]) -> list[str]:
 
 
 def _cut_splits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every module's ``load_splits`` returns validation and test splits of ``EXAMPLES``."""
+    """The commands' ``load_splits`` returns validation and test splits of ``EXAMPLES``
+    (the commands are imported first, so that the patch reaches each one and is undone after
+    the test)."""
     import dataclasses
 
+    import convergent.commands
     import convergent.data
     from convergent.data import DictDataset
 
@@ -130,9 +133,12 @@ def _cut_splits(monkeypatch: pytest.MonkeyPatch) -> None:
         }
         return dataclasses.replace(splits, **short)
 
+    patched = []
     for name, module in list(sys.modules.items()):
-        if name.startswith("convergent") and getattr(module, "load_splits", None) is load:
+        if name.startswith("convergent.commands") and getattr(module, "load_splits", None) is load:
             monkeypatch.setattr(module, "load_splits", cut)
+            patched.append(name)
+    assert "convergent.commands.train" in patched, patched
 
 
 def _runner(words: list[str], monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:

@@ -234,6 +234,9 @@ def test_resume_refuses_conflicts_and_an_empty_folder_in_one_line(tmp_path, caps
     assert _tree(run) == before
     assert main(["train", "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "nothing to resume in" in _one_line_error(capsys)
+    # The run's own config.json (notes included) is a config file resume accepts.
+    own = ["train", "--config", str(run / "config.json"), "--out", str(run), "--resume"]
+    assert main([*own, "--no-progress"]) == 0
     # Extending a run is allowed: only the new steps are trained.
     assert main(["train", "--out", str(run), "--resume", "--steps", "5", "--no-progress"]) == 0
     assert json.loads((run / "config.json").read_text())["steps"] == 5

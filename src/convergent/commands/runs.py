@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from convergent.commands.config import TrainConfig, build_model, split_options
+from convergent.commands.config import NOTES, TrainConfig, build_model, split_options
 from convergent.data import Splits, load_splits
 from convergent.train import CheckpointError, holds_a_run, load_checkpoint, resolve_checkpoint
 from convergent.wording import has_option, option
@@ -103,7 +103,7 @@ def resume_config(folder: str | Path, requested: dict[str, Any]) -> TrainConfig:
             "start the run again"
         ) from None
     for name, value in requested.items():
-        if name not in RESUMABLE and value != getattr(stored, name):
+        if name not in RESUMABLE and name != NOTES and value != getattr(stored, name):
             raise RunFolderError(
                 f"{option(name, value)} conflicts with the run's own {name} "
                 f"({getattr(stored, name)}); on resume only "

@@ -326,7 +326,7 @@ def chosen_defaults(config: TrainConfig, given: Iterable[str]) -> list[str]:
         notes.append(
             f"lr {config.lr:g}: the default for {kind} {config.model} model (the defaults: "
             + ", ".join(f"{model} {rate:g}" for model, rate in DEFAULT_LEARNING_RATES.items())
-            + "); pass --lr to choose another"
+            + ")"
         )
     if "checkpoint_every" not in given:
         notes.append(

@@ -327,3 +327,29 @@ def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, caps
     bad = ["train", "--data", "digits", "--optimizer", "langevin", "--out", str(tmp_path / "x")]
     assert main(bad) == 2
     assert "--optimizer langevin needs exactly one of --langevin-s" in capsys.readouterr().err
+
+
+def test_train_defaults_fit_the_model_kind_and_are_noted(tmp_path, capsys):
+    from convergent.commands import TrainConfig
+
+    # A pretrained model fine-tunes at MiniLM's usual rate; ours trains from scratch at the
+    # rate measured on the README's runs (benchmarks/train_learning_rate.py).
+    assert TrainConfig(model="minilm").lr == 5e-5
+    assert TrainConfig(data="digits", model="transformer").lr == 1e-3
+    assert TrainConfig(model="transformer", lr=3e-4).lr == 3e-4
+    # A checkpoint about every tenth of the run, every step in a short one; 0 keeps "at the end".
+    assert [TrainConfig(steps=n).checkpoint_every for n in (250, 25, 7)] == [25, 3, 1]
+    assert TrainConfig(checkpoint_every=0).checkpoint_every == 0
+    run = tmp_path / "run"
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "20"]
+    assert main([*argv, "--d-model", "16", "--no-progress", "--out", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "validation accuracy" in printed and "test accuracy" not in printed
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["lr"] == 1e-3 and saved["checkpoint_every"] == 2
+    assert saved["notes"][0].startswith("lr 0.001: the default for training a transformer")
+    assert sorted(path.name for path in (run / "checkpoints").glob("step-*")) == [
+        "step-00000018",
+        "step-00000020",
+    ]
+    assert "test" not in json.loads((run / "summary.json").read_text())

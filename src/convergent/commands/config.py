@@ -26,8 +26,8 @@ MODELS = ("transformer", "minilm")
 # Models that start from pretrained weights (the others train from scratch).
 PRETRAINED = ("minilm",)
 # The peak learning rate of a run that names none: MiniLM's usual fine-tuning rate, and for
-# our Transformer from scratch the rate that trained the README's models best in 250 steps of
-# a grid 3e-4, 1e-3, 3e-3 (benchmarks/train_learning_rate.py).
+# our Transformer from scratch the best of 3e-4, 1e-3 and 3e-3 on the README's fashion-mnist
+# runs in 250 steps (AdamW and HORST; benchmarks/README.md, benchmarks/train_learning_rate.py).
 DEFAULT_LEARNING_RATES = {"transformer": 1e-3, "minilm": 5e-5}
 # A run that names no checkpoint interval checkpoints about this many times.
 CHECKPOINTS_PER_RUN = 10

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from convergent.sparse import METHODS, MaskSpec, prune_one_shot
-from convergent.sparse.blockwise import find_blocks
+from convergent.sparse.calibration import find_blocks
 
 VOCAB = 64
 SMALL = {
@@ -117,8 +117,13 @@ def outputs(model: nn.Module) -> torch.Tensor:
         return model(**batches(1)[0]).logits
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("architecture", list(ARCHITECTURES))
+# SparseGPT (the method with the most machinery) on every architecture, the others on two.
+CASES = [(name, "sparsegpt") for name in ARCHITECTURES] + [
+    (name, method) for name in ("llama", "gpt2") for method in METHODS if method != "sparsegpt"
+]
+
+
+@pytest.mark.parametrize(("architecture", "method"), CASES)
 def test_every_prunable_matrix_reaches_its_target_and_outputs_stay_finite(architecture, method):
     model = built(architecture)
     _, prefix, per_block = ARCHITECTURES[architecture]
@@ -142,7 +147,7 @@ def test_every_prunable_matrix_reaches_its_target_and_outputs_stay_finite(archit
 
 
 @pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
-@pytest.mark.parametrize("architecture", ["llama", "qwen3", "opt", "gpt2", "bert"])
+@pytest.mark.parametrize("architecture", ["qwen3", "opt", "bert"])
 def test_two_four_holds_along_every_layers_inputs(architecture, method):
     model = built(architecture)
     prune_one_shot(model, 0.5, spec=MaskSpec(pattern="2:4"), method=method,

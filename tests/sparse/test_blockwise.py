@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from convergent.models import Transformer, TransformerConfig
 from convergent.sparse import MaskSpec, prune_one_shot
-from convergent.sparse.blockwise import find_blocks
+from convergent.sparse.calibration import find_blocks
 from convergent.sparse.sparsegpt import sparsegpt_prune
 
 VOCAB = 64

@@ -54,7 +54,8 @@ from convergent.commands.runs import find_run_folder, load_run, prepare_new_run
 from convergent.io import write_text_atomically
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
-from convergent.sparse.blockwise import BLOCK_EXAMPLES, find_blocks
+from convergent.sparse.blockwise import BLOCK_EXAMPLES
+from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
 from convergent.train import (

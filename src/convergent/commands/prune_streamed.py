@@ -30,7 +30,8 @@ from convergent.commands.hf_folders import (
 )
 from convergent.models.streamed import StreamedBlocks, weight_files
 from convergent.sparse import MaskSpec, prune_one_shot
-from convergent.sparse.blockwise import BLOCK_EXAMPLES, find_blocks
+from convergent.sparse.blockwise import BLOCK_EXAMPLES
+from convergent.sparse.calibration import find_blocks
 from convergent.train import calibration_batches, evaluate_block_by_block
 
 logger = logging.getLogger(__name__)

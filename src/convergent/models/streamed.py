@@ -121,13 +121,19 @@ class StreamedModel:
         return tensors
 
     def load(self, prefix: str, module: nn.Module, device: torch.device | str) -> None:
-        """Read ``module``'s (at ``prefix``) stored parameters onto ``device``."""
+        """Read ``module``'s (at ``prefix``) stored parameters (and stored buffers) onto
+        ``device``; its other buffers (rotary tables, masks) move there."""
         from accelerate.utils import set_module_tensor_to_device
 
         names = [name for name, _ in module.named_parameters()]
-        stored = self.read([_joined(prefix, name) for name in names])
-        for name in names:
-            set_module_tensor_to_device(module, name, device, value=stored[_joined(prefix, name)])
+        buffers = [name for name, _ in module.named_buffers()]
+        stored = self.read(
+            [_joined(prefix, name) for name in names]
+            + [_joined(prefix, name) for name in buffers if _joined(prefix, name) in self.files]
+        )
+        for name in names + buffers:
+            value = stored.get(_joined(prefix, name))
+            set_module_tensor_to_device(module, name, device, value=value)
 
     def load_outside(self, block_prefix: str) -> None:
         """Read every parameter outside the block list at ``block_prefix`` (CPU), then tie the
@@ -174,8 +180,12 @@ def _tied_names(model: nn.Module) -> set[str]:
 
 
 def to_meta(module: nn.Module) -> None:
-    """Drop ``module``'s parameters back to the ``meta`` device (their memory is freed)."""
-    module.to("meta")
+    """Drop ``module``'s parameters back to the ``meta`` device (their memory is freed); its
+    buffers stay (the next :meth:`StreamedModel.load` moves them where they are needed)."""
+    from accelerate.utils import set_module_tensor_to_device
+
+    for name, _ in list(module.named_parameters()):
+        set_module_tensor_to_device(module, name, "meta")
 
 
 class StreamedBlocks:

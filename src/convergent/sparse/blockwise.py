@@ -35,7 +35,6 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,10 +54,19 @@ from convergent.models.placement import (
     run_batches,
     stop_before,
 )
+from convergent.sparse.calibration import (
+    LayerPruned,
+    Statistics,
+    as_rows,
+    calibratable,
+    find_blocks,
+    from_rank_zero,
+    owner_of,
+)
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
 from convergent.sparse.owl import outlier_ratio, owl_sparsities
 from convergent.sparse.pruners import Pruner
-from convergent.sparse.selection import Selection, is_conv1d
+from convergent.sparse.selection import Selection
 from convergent.sparse.spec import MaskSpec
 from convergent.sparse.wanda import input_squared_norms, norms_from_squares
 
@@ -66,118 +74,6 @@ logger = logging.getLogger(__name__)
 
 # Where the driver looks for the blocks, named in the error when none is found.
 BLOCK_EXAMPLES = "model.layers, transformer.h, model.decoder.layers, encoder.layer, blocks"
-
-
-@dataclass
-class LayerPruned:
-    """How one weight matrix was pruned.
-
-    Attributes:
-        name: the parameter name.
-        method: the pruner's name (``"magnitude"`` for layers without an input matrix).
-        stage: the block index, ``"before"`` or ``"after"`` the blocks, or ``"model"``.
-        target: the sparsity asked of this layer (OWL's block sparsity, or the target).
-        entries: the weight's number of entries.
-        zeros: its entries that are zero after pruning.
-        seconds: time spent computing this layer's mask (and SparseGPT's update).
-    """
-
-    name: str
-    method: str
-    stage: str
-    target: float
-    entries: int
-    zeros: int
-    seconds: float
-
-
-def find_blocks(model: nn.Module, names: Iterable[str]) -> tuple[str, nn.ModuleList] | None:
-    """The ``nn.ModuleList`` (name, module) holding the most of ``names``, or None."""
-    wanted = list(names)
-    best: tuple[int, str, nn.ModuleList] | None = None
-    for module_name, module in model.named_modules():
-        if not isinstance(module, nn.ModuleList) or len(module) < 1:
-            continue
-        prefix = f"{module_name}." if module_name else ""
-        count = sum(name.startswith(prefix) for name in wanted)
-        if count and (best is None or count > best[0]):
-            best = (count, module_name, module)
-    return None if best is None else (best[1], best[2])
-
-
-def _owner(name: str) -> str:
-    return name.rsplit(".", 1)[0] if "." in name else ""
-
-
-def calibratable(module: nn.Module) -> bool:
-    """A layer with an input matrix: ``nn.Linear`` or GPT-2's ``Conv1D``."""
-    return isinstance(module, nn.Linear) or is_conv1d(module)
-
-
-def as_rows(module: nn.Module, weight: Tensor) -> Tensor:
-    """The weight as [out, in] (GPT-2's ``Conv1D`` stores [in, out])."""
-    return weight.T if is_conv1d(module) else weight
-
-
-class _Statistics:
-    """Input statistics of the layers being calibrated, summed over batches.
-
-    Layers whose inputs are the same tensor object in the first batch (q, k and v reading one
-    normalized input) share one accumulator.
-    """
-
-    def __init__(self, layers: Mapping[str, nn.Module], statistic: Any) -> None:
-        self.statistic = statistic
-        self.sums: dict[str, Tensor] = {}
-        self.tokens: dict[str, int] = {}
-        self.alias: dict[str, str] = {}
-        # (reader, input) of each layer's first call; the tensors are held so that their
-        # memory cannot be reused by a later input that would then look like the same one
-        self._first_inputs: list[tuple[str, Tensor]] = []
-        self._handles = [
-            module.register_forward_hook(self._hook(name)) for name, module in layers.items()
-        ]
-
-    def _hook(self, name: str) -> Any:
-        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            x = inputs[0]
-            if name not in self.alias:
-                shared = [reader for reader, seen in self._first_inputs if seen is x]
-                self.alias[name] = shared[0] if shared else name
-                self._first_inputs.append((name, x))
-            owner = self.alias[name]
-            if owner != name:
-                return  # the same input was counted by its first reader
-            value = self.statistic(x)
-            self.tokens[owner] = self.tokens.get(owner, 0) + x.numel() // max(x.shape[-1], 1)
-            if owner in self.sums:
-                self.sums[owner] += value
-            else:
-                self.sums[owner] = value
-
-        return hook
-
-    def of(self, name: str) -> Tensor:
-        """The summed statistic of ``name`` (over ranks too, under torchrun)."""
-        owner = self.alias.get(name)
-        if owner is None or owner not in self.sums:
-            raise ValueError(
-                f"{name} saw no calibration input: the calibration batches never reached it"
-            )
-        return self.sums[owner]
-
-    def tokens_of(self, name: str) -> int:
-        return self.tokens.get(self.alias.get(name, name), 0)
-
-    def all_reduce(self) -> None:
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for value in self.sums.values():
-                dist.all_reduce(value)
-
-    def close(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._first_inputs.clear()
 
 
 class BlockwisePruner:
@@ -228,7 +124,7 @@ class BlockwisePruner:
         self.keep_masks = keep_masks
         self.progress = progress
         modules = dict(model.named_modules())
-        self.layers = {name: modules[_owner(name)] for name in selection.names}
+        self.layers = {name: modules[owner_of(name)] for name in selection.names}
         self.records: list[LayerPruned] = []
         self.masks: dict[str, Tensor] = {}
         self.block_sparsities: dict[int, float] = {}
@@ -347,7 +243,7 @@ class BlockwisePruner:
             if names:
                 statistics = None
                 if self.pruner.calibrated:
-                    statistics = _Statistics(
+                    statistics = Statistics(
                         {n: self.layers[n] for n in names}, self.pruner.statistic
                     )
                     try:
@@ -394,7 +290,7 @@ class BlockwisePruner:
         for index, block in enumerate(blocks):
             names = [n for n in inside if n.startswith(f"{prefix}.{index}.")]
             self.host.enter(index, block, self.device)
-            statistics = _Statistics({n: self.layers[n] for n in names}, input_squared_norms)
+            statistics = Statistics({n: self.layers[n] for n in names}, input_squared_norms)
             try:
                 results = [block(*args, **kwargs) for args, kwargs in inputs]
             finally:
@@ -468,7 +364,7 @@ class BlockwisePruner:
         if not self.pruner.calibrated:
             self._prune_layers(names, None, stage, self.sparsity)
             return
-        statistics = _Statistics({name: self.layers[name] for name in names}, self.pruner.statistic)
+        statistics = Statistics({name: self.layers[name] for name in names}, self.pruner.statistic)
         try:
             with stop_before(stop_at) if stop_at is not None else nullcontext():
                 for index, batch in enumerate(calibration):
@@ -482,7 +378,7 @@ class BlockwisePruner:
     # ---- one layer -------------------------------------------------------------------------
 
     def _prune_layers(
-        self, names: list[str], statistics: _Statistics | None, stage: str, sparsity: float
+        self, names: list[str], statistics: Statistics | None, stage: str, sparsity: float
     ) -> None:
         if statistics is not None:
             statistics.all_reduce()
@@ -499,8 +395,8 @@ class BlockwisePruner:
             except ValueError as error:
                 raise ValueError(f"{self.pruner.name} could not prune {name}: {error}") from None
             mask, new = as_rows(module, mask).contiguous(), as_rows(module, new)
-            new = _from_rank_zero(new.contiguous())
-            mask = _from_rank_zero(mask.to(torch.uint8)).bool()
+            new = from_rank_zero(new.contiguous())
+            mask = from_rank_zero(mask.to(torch.uint8)).bool()
             weight.data.copy_(new)
             if self.keep_masks:
                 self.masks[name] = mask.to(self.home)
@@ -540,10 +436,3 @@ class BlockwisePruner:
         if self.keep_masks:
             self.masks[name] = masks[name]
         self._record(name, "magnitude", "no input matrix", self.sparsity, masks[name], start)
-
-
-def _from_rank_zero(tensor: Tensor) -> Tensor:
-    """``tensor`` as rank 0 holds it (under torchrun; itself otherwise)."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast(tensor, 0)
-    return tensor

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from convergent.models.placement import BlockHost, check_device, home_device
-from convergent.sparse.blockwise import BlockwisePruner, LayerPruned
+from convergent.sparse.blockwise import BlockwisePruner
+from convergent.sparse.calibration import LayerPruned
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
 from convergent.sparse.pruners import Pruner, make_pruner, pruner_options
 from convergent.sparse.spec import MaskSpec

@@ -128,7 +128,8 @@ def main() -> None:
     parser.add_argument(
         "--until-flat",
         action="store_true",
-        help=f"train until validation perplexity gains < {FLAT_GAIN:.0%} over the last"
+        # argparse formats help with %: the percent sign is written %%
+        help=f"train until validation perplexity gains < {FLAT_GAIN:.0%}% over the last"
         f" {FLAT_EVALUATIONS} evaluations, --steps or {UNTIL_FLAT_SECONDS:.0f} s; write"
         " training_curve.json beside the model",
     )

@@ -16,7 +16,10 @@ def torchrun(module: str, *arguments: str, processes: int) -> str:
     Returns:
         What the ranks printed (stdout).
     """
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # The checkout's own code (src), not whichever install the interpreter finds first, and
+    # the tests' worker modules (ROOT).
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    environment = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,
         "-m",

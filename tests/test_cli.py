@@ -60,7 +60,7 @@ def test_train_writes_a_run_folder(tmp_path, capsys):
     )
     run = tmp_path / "run"
     argv = ["train", "--config", str(config), "--batch-size", "32", "--lr", "0.003"]
-    status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress"])
+    status = main([*argv, "--out", str(run), "--eval-every", "2", "--no-progress", "--test"])
     assert status == 0
     assert "test accuracy" in capsys.readouterr().out
     for name in (
@@ -207,7 +207,7 @@ def test_train_with_the_sparsity_optimizers(optimizer, tmp_path, capsys):
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["optimizer"] == optimizer and saved[f"{optimizer}_alpha"] == 2.0
     assert main([*argv, f"--{optimizer}-beta", "-1", "--out", str(tmp_path / "bad")]) == 2
-    assert f"{optimizer}_beta must be non-negative, got -1.0" in capsys.readouterr().err
+    assert f"--{optimizer}-beta must be non-negative, got -1.0" in capsys.readouterr().err
 
 
 def test_small_command_line_promises(tmp_path, capsys):
@@ -239,9 +239,12 @@ def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(t
     capsys.readouterr()
     assert main(["prune", str(pruned), "--sparsity", "0.6"]) == 0
     assert "| 0.6000 |" in capsys.readouterr().out
-    # A second save into the same folder would replace a run: refused in one line.
+    # A second save into the same folder would replace a run: refused in one line, before
+    # pruning, naming prune's own flag (prune has no --overwrite to suggest).
     assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 2
-    assert "already holds a run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the --save folder {pruned} already exists and is not empty" in err
+    assert "--overwrite" not in err
 
 
 def test_seeds_skip_a_studys_selection_seed():
@@ -299,7 +302,7 @@ def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["prune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "tokens per example (default 77)" in text and "split seed (default 5)" in text
+    assert "tokens per example (default 77)" in text and "and test (default 5)" in text
 
 
 def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, capsys):
@@ -323,4 +326,30 @@ def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, caps
     capsys.readouterr()
     bad = ["train", "--data", "digits", "--optimizer", "langevin", "--out", str(tmp_path / "x")]
     assert main(bad) == 2
-    assert "needs exactly one of langevin_s" in capsys.readouterr().err
+    assert "--optimizer langevin needs exactly one of --langevin-s" in capsys.readouterr().err
+
+
+def test_train_defaults_fit_the_model_kind_and_are_noted(tmp_path, capsys):
+    from convergent.commands import TrainConfig
+
+    # A pretrained model fine-tunes at MiniLM's usual rate; ours trains from scratch at the
+    # rate measured on the README's runs (benchmarks/train_learning_rate.py).
+    assert TrainConfig(model="minilm").lr == 5e-5
+    assert TrainConfig(data="digits", model="transformer").lr == 1e-3
+    assert TrainConfig(model="transformer", lr=3e-4).lr == 3e-4
+    # A checkpoint about every tenth of the run, every step in a short one; 0 keeps "at the end".
+    assert [TrainConfig(steps=n).checkpoint_every for n in (250, 25, 7)] == [25, 3, 1]
+    assert TrainConfig(checkpoint_every=0).checkpoint_every == 0
+    run = tmp_path / "run"
+    argv = ["train", "--data", "digits", "--model", "transformer", "--steps", "20"]
+    assert main([*argv, "--d-model", "16", "--no-progress", "--out", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "validation accuracy" in printed and "test accuracy" not in printed
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["lr"] == 1e-3 and saved["checkpoint_every"] == 2
+    assert saved["notes"][0].startswith("lr 0.001: the default for training a transformer")
+    assert sorted(path.name for path in (run / "checkpoints").glob("step-*")) == [
+        "step-00000018",
+        "step-00000020",
+    ]
+    assert "test" not in json.loads((run / "summary.json").read_text())

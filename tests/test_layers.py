@@ -15,7 +15,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "convergent"
 # Bottom to top. Packages in one layer may not import each other: the algorithm packages meet
 # only in train/ and studies/; commands and studies are separate entry points.
 LAYERS: list[set[str]] = [
-    {"report", "io"},
+    {"report", "io", "wording", "cli_help"},
     {"models"},
     {"data"},
     {"losses"},

@@ -45,10 +45,14 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
         help="train a model on a data source and write a run folder",
-        description="Train a model on a data source. Values come from the defaults, then "
-        "--config FILE.json, then the flags below.",
+        description="Train a model on a data source and score it on the validation split. "
+        "Values come from the defaults, then --config FILE.json, then the flags below. "
+        "Ctrl-C (or SIGTERM) stops after the step under way with a checkpoint; --resume "
+        "continues.",
     )
-    parser.add_argument("--config", type=Path, help="a JSON file of TrainConfig fields")
+    parser.add_argument(
+        "--config", type=Path, help="a JSON file of settings: the flags' names with underscores"
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="the run folder (default runs/DATA-MODEL)"
     )
@@ -62,6 +66,11 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     folder.add_argument(
         "--overwrite", action="store_true", help="replace a run already in the folder"
     )
+    parser.add_argument(
+        "--test",
+        action="store_true",
+        help="also score the test split at the end (leave it unread while you tune)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     choices = _train_choices()
     for field in dataclasses.fields(TrainConfig):
@@ -69,11 +78,15 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
             continue
         flag = "--" + field.name.replace("_", "-")
         kind = {"int": int, "float": float, "str": str}[str(field.type).split(" | ")[0]]
-        help_text = _train_default(field)
+        help_text = f"{_field_help(TrainConfig, field.name).rstrip('.')} {_train_default(field)}"
         if field.name in choices:
-            help_text = f"one of {', '.join(choices[field.name])} {help_text}"
+            help_text = f"one of {', '.join(choices[field.name])}: {help_text}"
         parser.add_argument(
-            flag, type=kind, default=None, metavar=kind.__name__.upper(), help=help_text
+            flag,
+            type=kind,
+            default=None,
+            metavar=kind.__name__.upper(),
+            help=help_text.replace("%", "%%"),
         )
     add_mask_spec_arguments(
         parser.add_argument_group(
@@ -85,51 +98,54 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 def _train_choices() -> dict[str, tuple[str, ...]]:
     """The values a train flag accepts, for --help (the config checks them too)."""
-    from convergent.commands.config import MODELS, OPTIMIZER_CHOICES, SPARSITY_SCHEDULES
+    from convergent.commands.config import (
+        MODELS,
+        OPTIMIZER_CHOICES,
+        PENALTY_CHOICES,
+        SPARSITY_SCHEDULES,
+    )
     from convergent.data import SPLIT_SOURCES
+    from convergent.models.config import NORMS
+    from convergent.train.loop import PRECISIONS
     from convergent.train.schedules import SCHEDULES
 
     return {
         "data": (*SPLIT_SOURCES, "hf:NAME"),
         "model": MODELS,
         "optimizer": OPTIMIZER_CHOICES,
-        "schedule": tuple(SCHEDULES),
+        "villani_penalty": PENALTY_CHOICES,
+        "schedule": SCHEDULES,
+        "norm": NORMS,
+        "precision": PRECISIONS,
         "device": ("auto", "cpu", "cuda"),
-        "precision": ("fp32", "bf16", "fp16"),
         "sparsity_schedule": tuple(SPARSITY_SCHEDULES),
     }
 
 
-_OPTIONAL_HELP = {
-    "langevin_s": "Langevin's diffusion coefficient s (or give --langevin-temperature)",
-    "langevin_temperature": "s as a multiple of the training set's posterior: 2/N for "
-    "cross-entropy tasks, 4 sigma^2/(N K) for regression (with --langevin-noise-variance)",
-    "langevin_noise_variance": "sigma^2 of a regression posterior, in the loss's units",
-    "villani_target": "add a Villani regularizer on these weights: query_key, lora or a pattern",
-    "sparsity": "train sparse: the share of prunable weights held at zero, in [0, 1)"
-    " (default: dense); with --sparsity-schedule and the flags of the sparse training group",
-}
-
-
 def _train_default(field: dataclasses.Field[Any]) -> str:
-    """The help text of a train flag: its default, or the optimizer default it falls back to."""
+    """The default of a train flag, as its help states it: the field's own, a default that
+    depends on the run, or the optimizer's own it falls back to."""
+    if field.name == "lr":
+        from convergent.commands.config import DEFAULT_LEARNING_RATES
+
+        rates = ", ".join(f"{rate:g} for {model}" for model, rate in DEFAULT_LEARNING_RATES.items())
+        return f"(default {rates})"
+    if field.name == "checkpoint_every":
+        from convergent.commands.config import CHECKPOINTS_PER_RUN
+
+        return f"(default: steps / {CHECKPOINTS_PER_RUN}, rounded up)"
     if field.default is not None:
         return f"(default {field.default})"
     if field.name in ("horst_strength", "horst_alpha"):
         from convergent.optim import DEFAULT_STRENGTH
 
-        what = (
-            "the first step's mirror/Adam move ratio (alpha = strength / mean |theta|)"
-            if field.name == "horst_strength"
-            else "the paper's alpha (its effect scales with |theta|)"
-        )
-        return f"{what}; give at most one of the two (neither: strength {DEFAULT_STRENGTH})"
-    if field.name in _OPTIONAL_HELP:
-        return _OPTIONAL_HELP[field.name]
-    from convergent.optim import optimizer_default
+        return f"(neither given: strength {DEFAULT_STRENGTH})"
+    if field.name in ("horst_beta", "ham_alpha", "ham_beta"):
+        from convergent.optim import optimizer_default
 
-    optimizer, option = field.name.split("_", 1)
-    return f"(default: {optimizer.upper()}'s own, {optimizer_default(optimizer, option)})"
+        optimizer, option = field.name.split("_", 1)
+        return f"(default: {optimizer.upper()}'s own, {optimizer_default(optimizer, option)})"
+    return "(default: none)"
 
 
 def _train(arguments: argparse.Namespace) -> int:
@@ -172,14 +188,22 @@ def _train(arguments: argparse.Namespace) -> int:
         resume=arguments.resume,
         overwrite=arguments.overwrite,
         progress=not arguments.no_progress,
+        score_test=arguments.test,
+        given=values,
     )
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports for all ranks
+    reports = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 reports for all
+    if "interrupted" in summary:
+        return _report_interrupted(summary["interrupted"], run_dir, reports)
+    if not reports:
         return 0
-    validation, test = summary["validation"], summary["test"]
-    score = "accuracy" if "accuracy" in test else "rmse"
+    validation = summary["validation"]
+    score = "accuracy" if "accuracy" in validation else "rmse"
+    scores = [f"validation {score} {validation[score]:.4f}", f"loss {validation['loss']:.4f}"]
+    if "test" in summary:
+        test = summary["test"]
+        scores += [f"test {score} {test[score]:.4f}", f"test loss {test['loss']:.4f}"]
     print(
-        f"{config.model} on {config.data}: validation {score} {validation.get(score, float('nan')):.4f},"
-        f" test {score} {test[score]:.4f}, test loss {test['loss']:.4f}"
+        f"{config.model} on {config.data}: {', '.join(scores)}"
         f" ({summary['steps']} steps, {summary['seconds']} s)"
     )
     sparsity = summary.get("sparsity")
@@ -192,6 +216,33 @@ def _train(arguments: argparse.Namespace) -> int:
         )
     print(f"run folder: {run_dir}")
     return 0
+
+
+# The exit status of a run stopped by a signal: 128 + its number, as a shell reports it.
+_INTERRUPTED_STATUS = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def _report_interrupted(interrupted: dict[str, Any], run_dir: Path, reports: bool) -> int:
+    """Say (if this process ``reports``) where a stopped run's work is and the exact command
+    that continues it; returns the exit status."""
+    import shlex
+
+    if not reports:
+        return _INTERRUPTED_STATUS[interrupted["signal"]]
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    launcher = (
+        f"torchrun --standalone --nproc_per_node {world} -m convergent"
+        if world > 1
+        else "convergent"
+    )
+    print(
+        f"stopped by {interrupted['signal']} at step {interrupted['step']} of"
+        f" {interrupted['steps']}; checkpoint: {interrupted['checkpoint']}\n"
+        f"continue with: {launcher} train --out {shlex.quote(str(run_dir))} --resume",
+        file=sys.stderr,
+    )
+    return _INTERRUPTED_STATUS[interrupted["signal"]]
 
 
 def _sparse_training_flags(arguments: argparse.Namespace) -> list[str]:
@@ -232,7 +283,9 @@ def _add_data(commands: argparse._SubParsersAction) -> None:
         handler=_data_list
     )
     fetch = actions.add_parser("fetch", help="fetch sources into the cache")
-    fetch.add_argument("names", nargs="+", metavar="NAME")
+    fetch.add_argument(
+        "names", nargs="+", metavar="NAME", help="the sources to fetch ('convergent data list')"
+    )
     fetch.add_argument("--force", action="store_true", help="fetch again even if cached")
     fetch.set_defaults(handler=_data_fetch)
 
@@ -282,7 +335,8 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
         "--mode",
         choices=MODES,
         default="quick",
-        help="study size (default quick; full takes hours)",
+        help="how big a study runs: smoke (seconds: it runs), quick (minutes, one seed) or full"
+        " (hours) (default quick)",
     )
     for mode in MODES:
         size.add_argument(
@@ -292,7 +346,12 @@ def _add_reproduce(commands: argparse._SubParsersAction) -> None:
             const=mode,
             help=f"same as --mode {mode}",
         )
-    parser.add_argument("--out", type=Path, default=Path("runs/studies"), help="where reports go")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/studies"),
+        help="where reports go: OUT/NAME (default runs/studies)",
+    )
     parser.add_argument(
         "--seeds",
         type=int,
@@ -317,8 +376,11 @@ def _reproduce(arguments: argparse.Namespace) -> int:
     names = sorted(STUDIES) if arguments.names == ["all"] else list(arguments.names)
     for name in names:
         if name not in STUDIES:
+            from convergent.wording import did_you_mean
+
             raise UserError(
-                f"unknown study {name!r}; the studies are: {', '.join(sorted(STUDIES))}, all"
+                f"unknown study {name!r}{did_you_mean(name, [*STUDIES, 'all'])}; the studies are:"
+                f" {', '.join(sorted(STUDIES))}, all"
             )
     if arguments.seeds is not None and arguments.seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
@@ -452,7 +514,9 @@ def add_mask_spec_arguments(group: Any, one_shot: bool = False) -> None:
         if field.name in ONE_SHOT_FIELDS and not one_shot:
             continue
         flag = "--" + field.name.replace("_", "-")
-        help_text = f"{_field_help(MaskSpec, field.name)} (default {field.default!r})"
+        help_text = (
+            f"{_field_help(MaskSpec, field.name).rstrip('.')} {_spec_default(field.default)}"
+        )
         if isinstance(field.default, bool):
             group.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
@@ -468,6 +532,13 @@ def add_mask_spec_arguments(group: Any, one_shot: bool = False) -> None:
                     DISTRIBUTIONS if one_shot else tuple(d for d in DISTRIBUTIONS if d != "owl")
                 )
             group.add_argument(flag, choices=choices, default=None, help=help_text)
+
+
+def _spec_default(value: Any) -> str:
+    """A mask option's default as its flag's help says it."""
+    if isinstance(value, bool):
+        return f"(default: {'on' if value else 'off'})"
+    return f"(default {value})" if value else "(default: none)"
 
 
 def mask_spec_from_arguments(arguments: argparse.Namespace) -> Any:
@@ -579,7 +650,10 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         " classifier; also hf:NAME)",
     )
     hugging_face.add_argument(
-        "--examples", type=int, default=None, help="evaluate on this many validation examples"
+        "--examples",
+        type=int,
+        default=None,
+        help="evaluate on the first this many validation examples (default: all)",
     )
     defaults = _keyword_defaults(prune_hf_folder)
     hugging_face.add_argument(
@@ -589,7 +663,10 @@ def _add_prune(commands: argparse._SubParsersAction) -> None:
         help=f"tokens per example (default {defaults['max_length']})",
     )
     hugging_face.add_argument(
-        "--seed", type=int, default=None, help=f"split seed (default {defaults['seed']})"
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seeds the data's split into train, validation and test (default {defaults['seed']})",
     )
     parser.set_defaults(handler=_prune)
 
@@ -723,12 +800,23 @@ def _add_diagnose(commands: argparse._SubParsersAction) -> None:
         help="a run folder, its checkpoints folder, a checkpoint, a save_pretrained folder,"
         " or 'minilm'",
     )
-    parser.add_argument("--data", required=True, help="the data source to diagnose on")
     parser.add_argument(
-        "--out", type=Path, default=None, help="report folder (default RUN/diagnostics)"
+        "--data",
+        default=None,
+        help="the data source to diagnose on (default: a run's own; for a Hugging Face folder "
+        "the data prune scored it on, else austen for a causal LM, rt-sentences for a "
+        "classifier; minilm needs one)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the report folder to write (default RUN/diagnostics)",
     )
     parser.add_argument("--examples", type=int, default=64, help="examples in the diagnostic batch")
-    parser.add_argument("--seed", type=int, default=None, help="split seed (default: the run's)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seeds the data's split (default: the run's own)"
+    )
     parser.add_argument("--max-length", type=int, default=64, help="tokens per text example")
     parser.set_defaults(handler=_diagnose)
 
@@ -738,7 +826,7 @@ def _diagnose(arguments: argparse.Namespace) -> int:
 
     out = arguments.out
     if out is None:
-        name = arguments.data.replace(":", "-").replace("/", "_")
+        name = (arguments.data or "").replace(":", "-").replace("/", "_")
         out = (
             Path(f"diagnostics-minilm-{name}")
             if arguments.path == "minilm"
@@ -756,47 +844,98 @@ def _diagnose(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``convergent`` command."""
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which also says "did you mean ...?" for a misspelled choice."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            from convergent.wording import did_you_mean
+
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(
+                action,
+                f"invalid choice: {value!r} (choose from {choices})"
+                f"{did_you_mean(value, map(str, action.choices))}",
+            )
+
+
+def new_parser() -> argparse.ArgumentParser:
+    """The top parser of the ``convergent`` command, without its commands."""
+    parser = _Parser(
         prog="convergent",
         description="Train Transformers whose training dynamics you can trust.",
     )
     parser.add_argument("--version", action="version", version=f"convergent {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    return parser
+
+
+def add_commands(parser: Any) -> None:
+    """Add every command to ``parser`` (a :func:`new_parser`, or a recording of one, see
+    :mod:`convergent.cli_help`)."""
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
     _add_data(commands)
     _add_prune(commands)
     _add_bench(commands)
     _add_diagnose(commands)
-    from convergent.studies import STUDIES
+    _add_reproduce(commands)
+    _add_report(commands)
 
-    if STUDIES:  # the command appears once there is a study to run
-        _add_reproduce(commands)
-        _add_report(commands)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``convergent`` command."""
+    parser = new_parser()
+    add_commands(parser)
     return parser
+
+
+# Options whose flag is not their keyword name with dashes, for messages (see wording.option).
+_FLAG_NAMES = {"save_to": "--save", "run_dir": "--out"}
+
+
+def _command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
+    """The keyword names of the options of ``command``: its subparser's destinations, and the
+    names that ``_FLAG_NAMES`` spells as one of its flags."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            dests = {option.dest for option in action.choices[command]._actions}
+            aliases = {
+                name
+                for name, flag in _FLAG_NAMES.items()
+                if flag.removeprefix("--").replace("-", "_") in dests
+            }
+            return dests | aliases
+    return set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    from convergent.cli_help import asks_for_help, print_recorded_help
+    from convergent.wording import command_line
+
+    words = sys.argv[1:] if argv is None else list(argv)
+    if asks_for_help(words):
+        print_recorded_help(new_parser, words)  # exits, unless there is no record to replay
     parser = build_parser()
-    arguments = parser.parse_args(argv)
+    arguments = parser.parse_args(words)
     logging.basicConfig(
         level=logging.INFO if arguments.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if os.environ.get("CONVERGENT_DEBUG"):
-        return int(arguments.handler(arguments))
-    try:
-        return int(arguments.handler(arguments))
-    except _user_error_types() as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"convergent: error: {message}", file=sys.stderr)
-        return USER_ERROR_STATUS
-    except KeyboardInterrupt:
-        print("convergent: interrupted", file=sys.stderr)
-        return 130
+    with command_line(_command_options(parser, arguments.command), _FLAG_NAMES):
+        if os.environ.get("CONVERGENT_DEBUG"):
+            return int(arguments.handler(arguments))
+        try:
+            return int(arguments.handler(arguments))
+        except _user_error_types() as error:
+            text = str(error).strip()
+            message = text.splitlines()[0] if text else type(error).__name__
+            print(f"convergent: error: {message}", file=sys.stderr)
+            return USER_ERROR_STATUS
+        except KeyboardInterrupt:
+            print("convergent: interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -43,6 +43,17 @@ def test_diagnose_writes_the_report_folder(digits_run, tmp_path):
     assert again.is_file()
 
 
+def test_diagnose_without_data_uses_the_runs_own(digits_run, tmp_path, capsys):
+    from convergent.cli import main
+
+    assert main(["diagnose", str(digits_run), "--examples", "8", "--out", str(tmp_path)]) == 0
+    payload = json.loads((tmp_path / "diagnostics.json").read_text())
+    assert payload["data"] == "digits" and payload["notes"] == []
+    capsys.readouterr()
+    assert main(["diagnose", "minilm", "--out", str(tmp_path / "m")]) == 2
+    assert "diagnosing pretrained MiniLM needs --data" in capsys.readouterr().err
+
+
 def test_missing_or_foreign_checkpoints_give_a_clear_error(digits_run, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         diagnose(tmp_path / "nowhere", "digits", tmp_path / "out")

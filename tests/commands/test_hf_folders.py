@@ -147,9 +147,13 @@ def test_diagnose_a_causal_lm_folder(pruned_gpt2, validation, tmp_path):
     summary = diagnose(out, "rt-sentences", tmp_path / "report", examples=8, max_length=MAX_LENGTH)
     payload = json.loads((tmp_path / "report" / "diagnostics.json").read_text())
     assert len(payload["layerwise_losses"]) == 3 and len(payload["rank_collapse"]) == 3
-    # GPT-2 fuses Q, K and V: no spectra or W_Q/W_K norms, and the report says why.
-    assert payload["spectra"] == [] and payload["query_key_norms"] == []
-    assert "spectra.png" not in payload["figures"] and "skipped" in summary.read_text()
+    # GPT-2 fuses Q, K and V in c_attn: split, they give each layer's spectra and norms.
+    assert [row["layer"] for row in payload["spectra"]] == [
+        "transformer.h.0.attn",
+        "transformer.h.1.attn",
+    ]
+    assert len(payload["query_key_norms"]) == 2 and "skipped" not in summary.read_text()
+    assert {"spectra.png", "query_key_norms.png"} <= set(payload["figures"])
     matrices = {row["name"]: row["sparsity"] for row in payload["weights"]["matrices"]}
     assert matrices["transformer.h.0.attn.c_attn.weight"] == pytest.approx(0.5, abs=1e-3)
     # The last layer-wise loss is the model's own loss: the final norm is applied once.
@@ -157,6 +161,16 @@ def test_diagnose_a_causal_lm_folder(pruned_gpt2, validation, tmp_path):
     batch = {key: value[:8] for key, value in validation.items()}
     assert math.exp(payload["layerwise_losses"][-1]) == pytest.approx(
         _perplexity(model, batch), rel=1e-4
+    )
+
+
+def test_diagnose_without_data_takes_what_the_folder_was_pruned_on(pruned_gpt2, tmp_path):
+    _, out = pruned_gpt2  # pruned and scored on rt-sentences, not the causal LM default austen
+    diagnose(out, None, tmp_path, examples=4, max_length=MAX_LENGTH)
+    payload = json.loads((tmp_path / "diagnostics.json").read_text())
+    assert payload["data"] == "rt-sentences"
+    assert (
+        "diagnosed on 'rt-sentences': the data it was scored on when pruned" in payload["notes"][0]
     )
 
 

@@ -19,7 +19,7 @@ def _train(folder: Path, processes: int, steps: int = 6, *extra: str) -> tuple[s
         *("--steps", str(steps), "--batch-size", "32", "--lr", "0.003", "--eval-every", "3"),
         *extra,
         *("--dropout", "0"),  # dropout masks are drawn per rank: no equality with them
-        *("--device", "cpu", "--no-progress", "--out", str(folder)),
+        *("--device", "cpu", "--no-progress", "--test", "--out", str(folder)),
         processes=processes,
     )
     summary = json.loads((folder / "summary.json").read_text())

@@ -164,7 +164,7 @@ def test_a_resumed_sparse_run_continues_with_its_masks(tmp_path, monkeypatch, ca
         (["--sparsity", "1.5"], "sparsity must be in [0, 1) (0 or None: dense), got 1.5"),
         (
             ["--sparsity", "0.5", "--sparsity-schedule", "foo"],
-            "sparsity_schedule must be one of acdc, gmp, fixed, got 'foo'",
+            "--sparsity-schedule must be one of acdc, gmp, fixed, got 'foo'",
         ),
         (
             ["--pattern", "2:4"],
@@ -177,11 +177,11 @@ def test_a_resumed_sparse_run_continues_with_its_masks(tmp_path, monkeypatch, ca
         ),
         (
             ["--sparsity", "0.8", "--pattern", "2:4"],
-            "pattern '2:4' prunes 1 - N/M = 0.5 of the weights, so sparsity must be 0.5, got 0.8",
+            "--pattern 2:4 prunes 1 - N/M = 0.5 of the weights, so --sparsity must be 0.5, got 0.8",
         ),
         (
             ["--sparsity", "0.5", "--pattern", "2:4", "--sparsity-schedule", "gmp"],
-            "sparsity_schedule 'gmp' ramps an unstructured sparsity; pattern '2:4' takes acdc",
+            "--sparsity-schedule gmp ramps an unstructured sparsity; --pattern 2:4 takes acdc",
         ),
     ],
 )

@@ -147,6 +147,53 @@ def test_a_killed_run_resumes_to_the_same_weights(point, step, tmp_path, referen
     assert steps == list(range(1, STEPS + 1)), "each step logged once after the resume"
 
 
+# The child: the same CLI run, sending itself a signal once a chosen step is logged, as a
+# Ctrl-C (SIGINT) or a scheduler's kill (SIGTERM) would arrive in the middle of training.
+SIGNALLED = r"""
+import os, signal, sys
+import torch
+from convergent.train import loop
+
+torch.set_num_threads(1)
+name, step = sys.argv[1], int(sys.argv[2])
+real_log = loop.MetricsLogger.log
+
+def log(self, at, split, values):
+    real_log(self, at, split, values)
+    if at == step and split == "train":
+        os.kill(os.getpid(), getattr(signal, name))
+
+loop.MetricsLogger.log = log
+from convergent.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize(("name", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_the_run_with_a_checkpoint_that_resumes_to_the_same_weights(
+    name, status, tmp_path, reference
+):
+    run, step = tmp_path / "run", 3
+    # Checkpoints every 5 steps: the one at step 3 is written because of the signal.
+    argv = [*TRAIN, "--checkpoint-every", "5", "--out", str(run)]
+    child = subprocess.run(
+        [sys.executable, "-c", SIGNALLED, name, str(step), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert child.returncode == status, child.stderr[-2000:]
+    assert f"stopped by {name} at step {step} of {STEPS}" in child.stderr
+    assert f"continue with: convergent train --out {run} --resume" in child.stderr
+    assert "Traceback" not in child.stderr and not (run / "summary.json").exists()
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
+    assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
+    resumed = _final_weights(run)
+    for tensor_name, tensor in reference.items():
+        assert torch.equal(resumed[tensor_name], tensor), tensor_name
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -187,6 +234,9 @@ def test_resume_refuses_conflicts_and_an_empty_folder_in_one_line(tmp_path, caps
     assert _tree(run) == before
     assert main(["train", "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "nothing to resume in" in _one_line_error(capsys)
+    # The run's own config.json (notes included) is a config file resume accepts.
+    own = ["train", "--config", str(run / "config.json"), "--out", str(run), "--resume"]
+    assert main([*own, "--no-progress"]) == 0
     # Extending a run is allowed: only the new steps are trained.
     assert main(["train", "--out", str(run), "--resume", "--steps", "5", "--no-progress"]) == 0
     assert json.loads((run / "config.json").read_text())["steps"] == 5

@@ -10,7 +10,7 @@ from convergent.train.batches import iterate_batches
 from tests.conftest import TinyClassifier, make_classification
 
 
-def _train(run_dir, max_steps, resume=False, checkpoint_every=0):
+def _train(run_dir, max_steps, resume=False, checkpoint_every=0, should_stop=None):
     torch.manual_seed(0)
     model = TinyClassifier()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
@@ -29,6 +29,7 @@ def _train(run_dir, max_steps, resume=False, checkpoint_every=0):
         progress=False,
         tensorboard=False,
         seed=7,
+        should_stop=should_stop,
     )
     return model, optimizer, result
 
@@ -44,6 +45,24 @@ def test_resume_continues_the_exact_trajectory(tmp_path):
     state_b = resumed_optimizer.state_dict()["state"]
     for key in state_a:
         assert torch.equal(state_a[key]["exp_avg_sq"], state_b[key]["exp_avg_sq"])
+
+
+@pytest.mark.parametrize("asked", [0, 5])  # before the first step, and after the fifth
+def test_a_stop_request_checkpoints_the_last_step_and_resume_finishes_the_same(tmp_path, asked):
+    straight, _, _ = _train(tmp_path / "straight", 12)
+    questions = []
+
+    def should_stop() -> bool:
+        questions.append(len(questions))
+        return len(questions) > asked
+
+    _, _, stopped = _train(tmp_path / "split", 12, checkpoint_every=4, should_stop=should_stop)
+    assert stopped.stopped and stopped.step == asked
+    assert stopped.checkpoint.name == f"step-{asked:08d}" and stopped.evaluation == {}
+    resumed, _, result = _train(tmp_path / "split", 12, resume=True)
+    assert result.step == 12 and not result.stopped
+    for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_resume_without_checkpoint_differs_from_a_fresh_run(tmp_path):

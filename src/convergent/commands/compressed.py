@@ -49,6 +49,7 @@ from convergent.sparse.storage import (
     write_compressed_file,
 )
 from convergent.train import holds_a_run, resolve_checkpoint, save_checkpoint
+from convergent.wording import option
 
 MIB = 2**20
 
@@ -65,13 +66,14 @@ def check_save_folder(folder: str | Path) -> None:
         ValueError: the folder is a file, or a folder that is not empty.
     """
     path = Path(folder)
+    flag = option("save_to")
     if path.exists() and not path.is_dir():
-        raise ValueError(f"the --save folder {path} is a file; name a new folder")
+        raise ValueError(f"the {flag} folder {path} is a file; name a new folder")
     if holds_a_run(path):
-        raise ValueError(f"the --save folder {path} already holds a run; name a new folder")
+        raise ValueError(f"the {flag} folder {path} already holds a run; name a new folder")
     if path.exists() and any(path.iterdir()):
         raise ValueError(
-            f"the --save folder {path} already exists and is not empty; name a new folder"
+            f"the {flag} folder {path} already exists and is not empty; name a new folder"
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,19 @@ from convergent.sparse import ACDCSchedule, GradualSchedule, MaskSpec
 from convergent.train.masked import MaskedStep
 from convergent.train.schedules import SCHEDULES
 from convergent.train.steps import TrainingStep
+from convergent.wording import did_you_mean, option, unknown_choice
 
 MODELS = ("transformer", "minilm")
+# Models that start from pretrained weights (the others train from scratch).
+PRETRAINED = ("minilm",)
+# The peak learning rate of a run that names none: MiniLM's usual fine-tuning rate, and for
+# our Transformer from scratch the best of 3e-4, 1e-3 and 3e-3 on the README's fashion-mnist
+# runs in 250 steps (AdamW and HORST; benchmarks/README.md, benchmarks/train_learning_rate.py).
+DEFAULT_LEARNING_RATES = {"transformer": 1e-3, "minilm": 5e-5}
+# A run that names no checkpoint interval checkpoints about this many times.
+CHECKPOINTS_PER_RUN = 10
+# The key of config.json that holds sentences about the defaults a run chose (not a field).
+NOTES = "notes"
 OPTIMIZER_CHOICES = ("adamw", "sgd", "horst", "ham", "langevin")
 PENALTY_CHOICES = ("log", "power")
 # Sparse training's schedules, and the names the summary and the checks give them.
@@ -31,47 +43,65 @@ SPARSITY_SCHEDULES = {"acdc": "AC/DC", "gmp": "GMP", "fixed": "fixed masks"}
 class TrainConfig:
     """Everything ``convergent train`` needs; each field can come from a JSON file or a flag.
 
+    Each attribute's text below is also its flag's ``--help`` (``lr`` is ``--lr``). ``lr``
+    and ``checkpoint_every`` left None are set from the run: ``DEFAULT_LEARNING_RATES[model]``
+    and ``default_checkpoint_every(steps)``.
+
     Attributes:
-        data: a data source name (``convergent data list``) or ``hf:NAME``.
-        model: ``"transformer"`` (ours, from scratch) or ``"minilm"`` (MiniLM-L6 fine-tuned;
-            token data only).
-        steps: optimizer steps.
-        batch_size: global batch size.
-        lr: peak learning rate.
-        weight_decay: decoupled weight decay.
-        optimizer: ``"adamw"``, ``"sgd"`` (momentum 0.9), ``"horst"`` (AdamW step, then the
-            hyperbolic mirror step), ``"ham"`` (AdamW wrapped by HAM) or ``"langevin"``
-            (gradient steps plus Gaussian noise on every trained weight).
+        data: the data source to train on: a name from ``convergent data list``, or
+            ``hf:NAME``
+        model: ``transformer`` is ours, trained from scratch; ``minilm`` is pretrained
+            MiniLM-L6, fine-tuned (text data only).
+        steps: optimizer steps to train for.
+        batch_size: examples per optimizer step, over all processes.
+        lr: peak learning rate; by default a fine-tuning rate for a pretrained model and a
+            from-scratch rate for ours.
+        weight_decay: decoupled weight decay of the weight matrices.
+        optimizer: ``sgd`` has momentum 0.9; ``horst`` takes an AdamW step, then HORST's
+            hyperbolic mirror step; ``ham`` wraps AdamW; ``langevin`` takes gradient steps plus
+            Gaussian noise on every trained weight.
         horst_strength: HORST's first-step mirror/Adam move ratio, > 0 (alpha = strength /
-            mean |theta| per group); horst_alpha: the paper's alpha instead; give at most one
-            (neither: :class:`~convergent.optim.HORST`'s default strength).
-        horst_beta: HORST's L1 shrinkage, >= 0 (None: HORST's default).
-        ham_alpha, ham_beta: HAM's mirror strength and decay, >= 0 (None: the defaults of
-            :class:`~convergent.optim.HAM`).
-        langevin_s: Langevin's diffusion coefficient s, >= 0; or langevin_temperature: s as a
-            multiple T of the training set's posterior (`convergent.optim.posterior_s`: 2 / N
-            for cross-entropy tasks, 4 sigma^2 / (N K) for regression with sigma^2 =
-            langevin_noise_variance). Give one of the two with ``optimizer="langevin"``.
+            mean |theta| per group); give this or HORST's alpha, not both.
+        horst_alpha: HORST's alpha as in the paper (its effect scales with |theta|); give
+            this or HORST's strength, not both.
+        horst_beta: HORST's L1 shrinkage, >= 0.
+        ham_alpha: HAM's mirror strength, >= 0.
+        ham_beta: HAM's decay, >= 0.
+        langevin_s: Langevin's diffusion coefficient s, >= 0; the langevin optimizer takes
+            this or Langevin's temperature.
+        langevin_temperature: Langevin's s as a multiple of the training set's posterior: 2 / N
+            for cross-entropy tasks, 4 sigma^2 / (N K) for regression (with Langevin's noise
+            variance).
         langevin_noise_variance: sigma^2 of a regression posterior, in the loss's units.
-        villani_target: add a Villani regularizer on these weights (a preset of
-            :func:`~convergent.regularize.select_parameters`, e.g. ``"query_key"``, or a
-            pattern); villani_penalty ``"log"`` or ``"power"``; villani_lam its strength.
-        schedule: ``"constant"``, ``"linear"`` or ``"cosine"`` decay after warm-up.
-        warmup_fraction: fraction of ``steps`` spent warming up, in [0, 1].
-        grad_clip: max gradient norm (0 turns clipping off).
-        seed: seeds the model, the data order and the split.
+        villani_target: add a Villani regularizer on these weights: ``query_key``, ``lora``
+            or a name pattern.
+        villani_penalty: the Villani regularizer's penalty.
+        villani_lam: the Villani regularizer's strength, >= 0.
+        schedule: how the learning rate decays after warm-up.
+        warmup_fraction: the fraction of the steps spent warming the learning rate up, in
+            [0, 1].
+        grad_clip: the largest gradient norm a step takes (0 turns clipping off).
+        seed: seeds the model's initialization, the data order and the split.
         max_length: tokens per text example.
-        d_model, n_layers, n_heads, d_ff, dropout, beta, norm: our Transformer's shape.
-        pooling: ``"cls"`` or ``"mean"`` for classification and regression heads.
-        precision: ``"fp32"`` or ``"bf16"`` (or ``"fp16"`` on CUDA).
-        eval_every: validation every this many steps (0: only at the end).
-        checkpoint_every: checkpoint every this many steps (0: only at the end).
-        device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        d_model: our Transformer's width.
+        n_layers: our Transformer's number of layers.
+        n_heads: our Transformer's attention heads per layer.
+        d_ff: our Transformer's feed-forward width.
+        dropout: our Transformer's dropout rate.
+        beta: our Transformer's residual weight (x + attention becomes beta * x + attention).
+        norm: where our Transformer's LayerNorms sit (``none``: no LayerNorm).
+        pooling: how a classification or regression head reads a sequence: ``cls`` or
+            ``mean`` (its first token, or the mean of its tokens).
+        precision: the number format of the forward pass (``fp16``: CUDA only).
+        eval_every: score the validation split every this many steps (0: only at the end).
+        checkpoint_every: write a checkpoint every this many steps, and at the end (0: only
+            at the end); by default about every tenth of the run.
+        device: where to train (``auto``: CUDA when there is one).
         sparsity: train sparse: the share of the prunable weights held at zero, in [0, 1)
-            (None or 0: dense).
-        sparsity_schedule: ``"acdc"`` (AC/DC's phases over ``steps``), ``"gmp"`` (gradual
-            magnitude pruning, :meth:`~convergent.sparse.GradualSchedule.over_run`) or
-            ``"fixed"`` (magnitude masks of the initial weights, kept throughout).
+            (0: dense).
+        sparsity_schedule: how sparse training reaches its sparsity: ``acdc`` alternates
+            AC/DC's dense and sparse phases over the run, ``gmp`` prunes gradually by
+            magnitude, ``fixed`` keeps the initial weights' magnitude masks throughout.
         mask_spec: which weights are prunable and how the masks are laid out
             (:class:`~convergent.sparse.MaskSpec`; a dict of its fields in JSON). An N:M
             pattern prunes 1 - N/M, so ``sparsity`` must be that.
@@ -81,7 +111,7 @@ class TrainConfig:
     model: str = "minilm"
     steps: int = 250
     batch_size: int = 32
-    lr: float = 5e-5
+    lr: float | None = None
     weight_decay: float = 0.01
     optimizer: str = "adamw"
     horst_strength: float | None = None
@@ -110,7 +140,7 @@ class TrainConfig:
     pooling: str = "mean"
     precision: str = "fp32"
     eval_every: int = 50
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None
     device: str = "auto"
     sparsity: float | None = None
     sparsity_schedule: str = "acdc"
@@ -123,14 +153,20 @@ class TrainConfig:
         _choice("device", self.device, ("auto", "cpu", "cuda"))
         for name in ("steps", "batch_size", "max_length"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise ValueError(
+                    f"{option(name)} must be a positive integer, got {getattr(self, name)}"
+                )
+        if self.lr is None:
+            object.__setattr__(self, "lr", DEFAULT_LEARNING_RATES[self.model])
+        if self.checkpoint_every is None:
+            object.__setattr__(self, "checkpoint_every", default_checkpoint_every(self.steps))
         for name in ("eval_every", "checkpoint_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(
-                    f"{name} must be a non-negative integer, got {getattr(self, name)}"
+                    f"{option(name)} must be a non-negative integer, got {getattr(self, name)}"
                 )
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not float(self.lr or 0) > 0:
+            raise ValueError(f"{option('lr')} must be positive, got {self.lr}")
         for name in (
             "weight_decay",
             "horst_alpha",
@@ -142,32 +178,37 @@ class TrainConfig:
             "villani_lam",
         ):
             if (getattr(self, name) or 0.0) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+                raise ValueError(f"{option(name)} must be non-negative, got {getattr(self, name)}")
         if self.horst_strength is not None and not self.horst_strength > 0:
-            raise ValueError(f"horst_strength must be positive, got {self.horst_strength}")
+            raise ValueError(
+                f"{option('horst_strength')} must be positive, got {self.horst_strength}"
+            )
         if self.horst_strength is not None and self.horst_alpha is not None:
             raise ValueError(
-                f"give horst_strength or horst_alpha, not both; got {self.horst_strength} and "
-                f"{self.horst_alpha}"
+                f"give {option('horst_strength')} or {option('horst_alpha')}, not both; got "
+                f"{self.horst_strength} and {self.horst_alpha}"
             )
         if self.langevin_noise_variance is not None and not self.langevin_noise_variance > 0:
             raise ValueError(
-                f"langevin_noise_variance must be positive, got {self.langevin_noise_variance}"
+                f"{option('langevin_noise_variance')} must be positive, got "
+                f"{self.langevin_noise_variance}"
             )
         if self.optimizer == "langevin" and (self.langevin_s is None) == (
             self.langevin_temperature is None
         ):
             raise ValueError(
-                "optimizer 'langevin' needs exactly one of langevin_s (the diffusion "
-                "coefficient) and langevin_temperature (a multiple of the posterior's s), got "
-                f"langevin_s={self.langevin_s} and langevin_temperature={self.langevin_temperature}"
+                f"{option('optimizer', 'langevin')} needs exactly one of {option('langevin_s')}"
+                f" (the diffusion coefficient) and {option('langevin_temperature')} (a multiple"
+                f" of the posterior's s), got {'neither' if self.langevin_s is None else 'both'}"
             )
         _choice("villani_penalty", self.villani_penalty, PENALTY_CHOICES)
         if not 0 <= self.warmup_fraction <= 1:
-            raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
+            raise ValueError(
+                f"{option('warmup_fraction')} must be in [0, 1], got {self.warmup_fraction}"
+            )
         if self.grad_clip < 0:
             raise ValueError(
-                f"grad_clip must be non-negative (0 turns it off), got {self.grad_clip}"
+                f"{option('grad_clip')} must be non-negative (0 turns it off), got {self.grad_clip}"
             )
         self._check_sparsity()
 
@@ -181,13 +222,15 @@ class TrainConfig:
             object.__setattr__(self, "mask_spec", MaskSpec.from_dict(self.mask_spec or {}))
         _choice("sparsity_schedule", self.sparsity_schedule, tuple(SPARSITY_SCHEDULES))
         if self.sparsity is not None and not 0 <= self.sparsity < 1:
-            raise ValueError(f"sparsity must be in [0, 1) (0 or None: dense), got {self.sparsity}")
+            raise ValueError(
+                f"{option('sparsity')} must be in [0, 1) (0 or None: dense), got {self.sparsity}"
+            )
         if not self.sparse:
             changed = _changed_sparsity_settings(self)
             if changed:
                 raise ValueError(
                     f"{', '.join(changed)} {'apply' if len(changed) > 1 else 'applies'} to sparse"
-                    f" training only; set sparsity in (0, 1), got {self.sparsity}"
+                    f" training only; set {option('sparsity')} in (0, 1), got {self.sparsity}"
                 )
             return
         shape = self.mask_spec.n_m
@@ -195,39 +238,43 @@ class TrainConfig:
             pattern = self.mask_spec.pattern
             if self.sparsity_schedule == "gmp":
                 raise ValueError(
-                    f"sparsity_schedule 'gmp' ramps an unstructured sparsity; pattern {pattern!r}"
-                    " takes acdc or fixed"
+                    f"{option('sparsity_schedule', 'gmp')} ramps an unstructured sparsity; "
+                    f"{option('pattern', pattern)} takes acdc or fixed"
                 )
             implied = 1 - shape[0] / shape[1]
             if not math.isclose(float(self.sparsity or 0), implied, abs_tol=1e-9):
                 raise ValueError(
-                    f"pattern {pattern!r} prunes 1 - N/M = {implied:g} of the weights, so "
-                    f"sparsity must be {implied:g}, got {self.sparsity}"
+                    f"{option('pattern', pattern)} prunes 1 - N/M = {implied:g} of the weights,"
+                    f" so {option('sparsity')} must be {implied:g}, got {self.sparsity}"
                 )
         mask_schedule(self)  # its own checks (GMP needs a run of 2 steps or more)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        """Build from a dict (e.g. a JSON file), rejecting keys that are not fields."""
+        """Build from a dict (e.g. a JSON file), rejecting keys that are not fields (a run's
+        ``config.json`` also holds ``notes``, sentences for the reader, which are skipped)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known - {NOTES})
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown}; the keys are {sorted(known)}")
-        return cls(**values)
+            close = "".join(did_you_mean(key, known) for key in unknown)
+            raise ValueError(
+                f"unknown config key(s) {unknown}{close}; the keys are {sorted(known)}"
+            )
+        return cls(**{key: value for key, value in values.items() if key != NOTES})
 
 
 def _changed_sparsity_settings(config: TrainConfig) -> list[str]:
-    """The sparse-training settings of ``config`` that differ from their defaults, as
-    ``"name value"``."""
+    """The sparse-training settings of ``config`` that differ from their defaults, each as the
+    user gives it (:func:`~convergent.wording.option`)."""
     changed = []
     default_schedule = TrainConfig.__dataclass_fields__["sparsity_schedule"].default
     if config.sparsity_schedule != default_schedule:
-        changed.append(f"sparsity_schedule {config.sparsity_schedule!r}")
+        changed.append(option("sparsity_schedule", config.sparsity_schedule))
     default_spec = MaskSpec()
     for field in dataclasses.fields(MaskSpec):
         value = getattr(config.mask_spec, field.name)
         if value != getattr(default_spec, field.name):
-            changed.append(f"mask_spec {field.name} {value!r}")
+            changed.append(option(field.name, value))
     return changed
 
 
@@ -260,7 +307,33 @@ def build_masked_step(
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        raise ValueError(unknown_choice(name, value, choices))
+
+
+def default_checkpoint_every(steps: int) -> int:
+    """Checkpoint about every tenth of a run of ``steps`` steps (every step in a run of 10 or
+    fewer), so that a crash or a kill loses at most a tenth of the work."""
+    return max(1, math.ceil(steps / CHECKPOINTS_PER_RUN))
+
+
+def chosen_defaults(config: TrainConfig, given: Iterable[str]) -> list[str]:
+    """Sentences for ``config.json``'s notes: the defaults that depend on the run (the
+    learning rate, how often it checkpoints) and were not in ``given`` (the settings the user
+    gave)."""
+    notes = []
+    if "lr" not in given:
+        kind = "fine-tuning a pretrained" if config.model in PRETRAINED else "training a"
+        notes.append(
+            f"lr {config.lr:g}: the default for {kind} {config.model} model (the defaults: "
+            + ", ".join(f"{model} {rate:g}" for model, rate in DEFAULT_LEARNING_RATES.items())
+            + ")"
+        )
+    if "checkpoint_every" not in given:
+        notes.append(
+            f"checkpoint_every {config.checkpoint_every}: a checkpoint about every "
+            f"1/{CHECKPOINTS_PER_RUN} of the {config.steps} steps, so a kill loses little"
+        )
+    return notes
 
 
 def split_options(data_name: str, max_length: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``convergent diagnose RUN_OR_CHECKPOINT --data NAME``: a report folder for a trained model.
+"""``convergent diagnose RUN_OR_CHECKPOINT [--data NAME]``: a report folder for a trained model.
 
 An entry point: it rebuilds the model of one of our run folders (``config.json`` + the
 newest checkpoint), loads a Hugging Face ``save_pretrained`` folder (a causal LM or a
@@ -7,9 +7,14 @@ MiniLM encoder (``"minilm"``), draws a batch of validation examples of ``NAME``,
 ``summary.md``, ``diagnostics.json`` and PNGs of the layer-wise loss, the attention-output
 spectra per layer, rank collapse, weight histograms and sparsity, and the norms of W_Q/W_K.
 
-A Hugging Face model's layer-wise losses read each hidden state through its own head; the
-spectra and W_Q/W_K norms are skipped, with a note, where its attention modules are not a
-layout the hooks know (GPT-2 fuses Q, K and V into one ``c_attn``).
+A Hugging Face model's layer-wise losses read each hidden state through its own head. The
+spectra and W_Q/W_K norms cover BERT-family, Llama-style and GPT-2 attention (GPT-2's fused
+``c_attn`` split into Q, K and V); they are skipped, with a note, where a model's attention
+modules are a layout the hooks do not know.
+
+Without a data source, a run is diagnosed on its own data (its ``config.json``), a folder that
+``convergent prune --save`` wrote on the data it was scored on, another Hugging Face folder on
+the default of its kind (as ``prune``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from torch import nn
 
 from convergent.commands.config import split_options
 from convergent.commands.hf_folders import (
+    DEFAULT_DATA,
     HUGGING_FACE,
     evaluation_data,
     folder_kind,
@@ -48,6 +54,7 @@ from convergent.losses import layerwise_readout_losses, losses_from_hidden_state
 from convergent.models import HFEncoder
 from convergent.report import markdown_table
 from convergent.train.batches import take, trim_padding
+from convergent.wording import option
 
 MINILM = "minilm"
 # (hidden_states, labels, attention_mask) -> [L + 1] layer-wise losses.
@@ -67,6 +74,7 @@ class LoadedModel:
             models without our ``readout`` (None: ``model.readout``).
         attention_optional: skip, with a note, the spectra and W_Q/W_K norms of a model
             whose attention modules are not recognised, instead of raising.
+        data: the data source it is diagnosed on.
     """
 
     model: nn.Module
@@ -75,17 +83,21 @@ class LoadedModel:
     notes: list[str]
     layer_losses: LayerLosses | None = None
     attention_optional: bool = False
+    data: str = ""
 
 
 def load_run_for_diagnosis(
-    path: str | Path, data_name: str, seed: int | None = None
+    path: str | Path, data_name: str | None, seed: int | None = None
 ) -> LoadedModel:
-    """A run folder's (or checkpoint's) model with its newest weights, on ``data_name``."""
+    """A run folder's (or checkpoint's) model with its newest weights, on ``data_name``
+    (None: the run's own data)."""
     run = load_run(path, data_name, seed)
+    data = data_name or run.config.data
     notes = []
-    if data_name != run.config.data:
-        notes.append(f"the run was trained on {run.config.data!r}; diagnosed on {data_name!r}")
-    return LoadedModel(run.model, run.splits, f"{run.checkpoint} ({run.config.model})", notes)
+    if data != run.config.data:
+        notes.append(f"the run was trained on {run.config.data!r}; diagnosed on {data!r}")
+    source = f"{run.checkpoint} ({run.config.model})"
+    return LoadedModel(run.model, run.splits, source, notes, data=data)
 
 
 def _fit_head(model: Any, batch: dict[str, torch.Tensor], task: str) -> None:
@@ -124,15 +136,31 @@ def load_minilm(data_name: str, seed: int, max_length: int, head_examples: int) 
         f"MiniLM has no head of its own: the shared linear readout (mean pooling) was fitted "
         f"by L-BFGS on the last layer of {count} training examples, then applied to every layer"
     )
-    return LoadedModel(model, splits, "pretrained MiniLM-L6", [note])
+    return LoadedModel(model, splits, "pretrained MiniLM-L6", [note], data=data_name)
+
+
+def hf_folder_data(path: str | Path, kind: str) -> tuple[str, str]:
+    """The data a Hugging Face folder is diagnosed on when none is named, and why: the data
+    ``convergent prune --save`` scored it on (its ``pruning.json``), else its kind's default."""
+    try:
+        pruned_on = json.loads((Path(path) / "pruning.json").read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        pruned_on = None
+    if isinstance(pruned_on, str):
+        return pruned_on, "the data it was scored on when pruned (pruning.json)"
+    return DEFAULT_DATA[kind], f"the default for a {kind} model"
 
 
 def load_hf_for_diagnosis(
-    path: str | Path, data_name: str, seed: int, max_length: int, examples: int
+    path: str | Path, data_name: str | None, seed: int, max_length: int, examples: int
 ) -> LoadedModel:
     """A ``save_pretrained`` folder's model on the first ``examples`` validation examples of
-    ``data_name``, tokenized with its own tokenizer."""
+    ``data_name`` (None: :func:`hf_folder_data`), tokenized with its own tokenizer."""
     loaded = load_hf_folder(path)
+    notes = []
+    if data_name is None:
+        data_name, why = hf_folder_data(path, loaded.kind)
+        notes.append(f"diagnosed on {data_name!r}: {why}")
     data = evaluation_data(loaded, data_name, seed=seed, max_length=max_length, examples=examples)
     splits = Splits(
         train=data.dataset,  # unused: diagnose measures the validation split
@@ -149,9 +177,10 @@ def load_hf_for_diagnosis(
         loaded.model,
         splits,
         f"{loaded.path} ({loaded.architecture})",
-        [note],
+        [*notes, note],
         layer_losses=functools.partial(layerwise_readout_losses, loaded),
         attention_optional=True,
+        data=data_name,
     )
 
 
@@ -175,7 +204,7 @@ def _finite(value: float) -> float | str:
 
 def diagnose(
     path: str | Path,
-    data_name: str,
+    data_name: str | None,
     out_dir: str | Path,
     *,
     examples: int = 64,
@@ -189,7 +218,9 @@ def diagnose(
         path: a run folder of ``convergent train``, its ``checkpoints/`` folder, one
             checkpoint, a Hugging Face model folder, or the literal ``"minilm"``.
         data_name: a data source (``convergent data list``) or ``hf:NAME``; for a Hugging
-            Face folder, text its tokenizer cuts (``austen`` too for a causal LM).
+            Face folder, text its tokenizer cuts (``austen`` too for a causal LM). None: a
+            run's own data, a Hugging Face folder's (:func:`hf_folder_data`); MiniLM needs
+            one.
         out_dir: where the report folder is written.
         examples: validation examples to measure on.
         seed: the split seed (default: the run's own; 0 for MiniLM and Hugging Face folders).
@@ -205,8 +236,13 @@ def diagnose(
         ValueError: bad arguments, or a model of ours whose attention modules cannot be found.
     """
     if examples < 1:
-        raise ValueError(f"examples={examples} is out of range; it must be >= 1.")
+        raise ValueError(f"{option('examples', examples)} is out of range; it must be >= 1.")
     if str(path) == MINILM:
+        if data_name is None:
+            raise ValueError(
+                f"diagnosing pretrained MiniLM needs {option('data')}: a text source, e.g. "
+                "rt-sentences or hf:NAME"
+            )
         loaded = load_minilm(data_name, 0 if seed is None else seed, max_length, head_examples)
     elif folder_kind(path) == HUGGING_FACE:
         split_seed = 0 if seed is None else seed
@@ -258,7 +294,7 @@ def diagnose(
     zeros = sum(int((w == 0).sum()) for w in weights.values())
     payload = {
         "source": loaded.source,
-        "data": data_name,
+        "data": loaded.data,
         "examples": count,
         "task": splits.task,
         "notes": notes,

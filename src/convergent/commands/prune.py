@@ -453,19 +453,12 @@ def prune_hf_folder(
     return summary
 
 
-def _check_empty_folder(folder: Path) -> None:
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise ValueError(
-            f"the --save folder {folder} already exists and is not empty; name a new folder"
-        )
-
-
 def _move_into_place(staging: Path, folder: Path, summary: dict[str, Any]) -> None:
     """Add the report to ``staging`` (a finished model folder), then rename it to ``folder``:
     a reader sees the whole pruned folder or none of it."""
     try:
         write_pruning_report(staging, summary)
-        _check_empty_folder(folder)
+        check_save_folder(folder)
         if folder.exists():
             folder.rmdir()  # empty, checked above; os.replace cannot replace a folder
         os.replace(staging, folder)

@@ -16,9 +16,10 @@ from typing import Any
 
 from torch import nn
 
-from convergent.commands.config import TrainConfig, build_model, split_options
+from convergent.commands.config import NOTES, TrainConfig, build_model, split_options
 from convergent.data import Splits, load_splits
 from convergent.train import CheckpointError, holds_a_run, load_checkpoint, resolve_checkpoint
+from convergent.wording import has_option, option
 
 __all__ = [
     "RESUMABLE",
@@ -49,10 +50,6 @@ class RunFolderError(ValueError):
     """A run folder cannot be used as asked (occupied, empty, or a resume that conflicts)."""
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def prepare_new_run(folder: str | Path, *, overwrite: bool = False) -> None:
     """Make ``folder`` ready for a new run: refuse one that holds a run, unless ``overwrite``
     (then the earlier run's files are removed; other files in the folder are left alone)."""
@@ -63,8 +60,16 @@ def prepare_new_run(folder: str | Path, *, overwrite: bool = False) -> None:
         return
     if not overwrite:
         raise RunFolderError(
-            f"{path} already holds a run; pass --resume to continue it, --overwrite to replace"
-            " it, or --out to choose another folder"
+            f"{path} already holds a run; pass "
+            + ", ".join(
+                f"{option(name, *value)} {what}"
+                for name, value, what in (
+                    ("resume", (True,), "to continue it"),
+                    ("overwrite", (True,), "to replace it"),
+                    ("run_dir", (), "to choose another folder"),
+                )
+                if has_option(name)
+            )
         )
     for name in RUN_CONTENTS:
         target = path / name
@@ -85,28 +90,30 @@ def resume_config(folder: str | Path, requested: dict[str, Any]) -> TrainConfig:
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise RunFolderError(
-            f"nothing to resume in {path}: it holds no run (no config.json); train without --resume"
+            f"nothing to resume in {path}: it holds no run (no config.json); train without "
+            f"{option('resume', True)}"
         )
     stored = read_run_config(path)
     try:
         step = int(load_checkpoint(path)["step"])
     except CheckpointError:
         raise RunFolderError(
-            f"{path} has no checkpoint to resume from; pass --overwrite instead of --resume to "
+            f"{path} has no checkpoint to resume from; pass {option('overwrite', True)} instead"
+            f" of {option('resume', True)} to "
             "start the run again"
         ) from None
     for name, value in requested.items():
-        if name not in RESUMABLE and value != getattr(stored, name):
+        if name not in RESUMABLE and name != NOTES and value != getattr(stored, name):
             raise RunFolderError(
-                f"{_flag(name)} {value} conflicts with the run's own {name} "
+                f"{option(name, value)} conflicts with the run's own {name} "
                 f"({getattr(stored, name)}); on resume only "
-                f"{', '.join(_flag(n) for n in RESUMABLE)} may change"
+                f"{', '.join(option(n) for n in RESUMABLE)} may change"
             )
     steps = requested.get("steps", stored.steps)
     if steps < step:
         raise RunFolderError(
-            f"--steps {steps} is below the step of the run's checkpoint ({step}); "
-            f"pass --steps {step} or more"
+            f"{option('steps', steps)} is below the step of the run's checkpoint ({step}); "
+            f"pass {option('steps', step)} or more"
         )
     return dataclasses.replace(stored, **{n: v for n, v in requested.items() if n in RESUMABLE})
 

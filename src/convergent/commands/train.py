@@ -12,19 +12,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
 import transformers
 
 from convergent.commands.config import (
+    NOTES,
     SPARSITY_SCHEDULES,
     TrainConfig,
     build_masked_step,
     build_model,
     check_device,
+    chosen_defaults,
     optimizer_options,
     split_options,
 )
@@ -49,6 +56,47 @@ from convergent.train import (
 from convergent.train.callbacks import HorstStrengthLog
 
 logger = logging.getLogger(__name__)
+# The signals that stop a run with a checkpoint instead of killing it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopOnSignal:
+    """While the ``with`` block runs, SIGINT and SIGTERM ask training to stop after the step
+    under way (call the object to ask whether one arrived); the first one restores the usual
+    handlers, so a second signal stops the process at once. Outside the main thread, where
+    Python cannot take signals, it does nothing."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.received is not None
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+            for number in STOP_SIGNALS:
+                signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        self.received = signal.Signals(number).name
+        self._restore()
+        print(
+            f"convergent: {self.received} received: stopping after this step with a checkpoint"
+            f" (send it again to stop at once, without one)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_training(
@@ -58,8 +106,15 @@ def run_training(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    score_test: bool = False,
+    given: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """Train, evaluate on validation and test data, and fill ``run_dir``.
+    """Train, evaluate on validation data (and test data when asked), and fill ``run_dir``.
+
+    SIGINT (Ctrl-C) or SIGTERM while training stops the run after the step under way: it
+    writes a checkpoint there and returns ``{"interrupted": {"signal", "step", "steps",
+    "checkpoint"}}`` instead of a summary (no ``summary.json`` is written); ``resume=True``
+    continues it. A second signal stops at once, as usual.
 
     Args:
         config: the run's settings (on resume, see :func:`~convergent.commands.resume_config`).
@@ -68,6 +123,9 @@ def run_training(
         resume: continue the run in ``run_dir``; its checkpoint must exist.
         overwrite: remove an earlier run's files from ``run_dir`` first.
         progress: show progress bars.
+        score_test: also score the test split at the end (leave it unread while you tune).
+        given: the settings the user gave; ``config.json`` notes the run-dependent defaults
+            chosen for the others (None: every field counts as given).
 
     Returns:
         The summary also written to ``summary.json``.
@@ -96,7 +154,14 @@ def run_training(
     if not progress:
         transformers.utils.logging.disable_progress_bar()  # the weight-loading bar
     try:
-        summary = _train_and_report(config, folder, resume=resume, progress=progress)
+        summary = _train_and_report(
+            config,
+            folder,
+            resume=resume,
+            progress=progress,
+            score_test=score_test,
+            notes=None if given is None else chosen_defaults(config, given),
+        )
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
@@ -116,7 +181,13 @@ def _check_sparse_resume(config: TrainConfig, stored: TrainConfig) -> None:
 
 
 def _train_and_report(
-    config: TrainConfig, folder: Path, *, resume: bool, progress: bool
+    config: TrainConfig,
+    folder: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    score_test: bool,
+    notes: list[str] | None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     device = torch.device(
@@ -160,9 +231,12 @@ def _train_and_report(
     )
     if distributed.is_main_process():
         folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(
-            folder / "config.json", json.dumps(dataclasses.asdict(config), indent=2) + "\n"
-        )
+        written = dataclasses.asdict(config)
+        if resume:  # the run's own notes stay: they tell how it was started
+            written[NOTES] = json.loads((folder / "config.json").read_text()).get(NOTES, [])
+        elif notes:
+            written[NOTES] = notes
+        write_text_atomically(folder / "config.json", json.dumps(written, indent=2) + "\n")
     parameters = sum(p.numel() for p in model.parameters())
     logger.info(
         "training %s (%.2f M parameters) on %s for %d steps",
@@ -171,27 +245,38 @@ def _train_and_report(
         config.data,
         config.steps,
     )
-    result = fit(
-        model,
-        optimizer,
-        splits.train,
-        max_steps=config.steps,
-        batch_size=config.batch_size,
-        task=splits.task,
-        training_step=training_step,
-        scheduler=scheduler,
-        eval_data=splits.validation,
-        eval_every=config.eval_every,
-        grad_clip=config.grad_clip or None,
-        precision=config.precision,
-        seed=config.seed,
-        run_dir=folder,
-        checkpoint_every=config.checkpoint_every or config.steps,
-        resume=resume,
-        progress=progress,
-        callbacks=[HorstStrengthLog(optimizer)] if isinstance(optimizer, HORST) else [],
-    )
-    test = evaluate(model, splits.test, splits.task, precision=config.precision)
+    stop = StopOnSignal()
+    with stop:
+        result = fit(
+            model,
+            optimizer,
+            splits.train,
+            max_steps=config.steps,
+            batch_size=config.batch_size,
+            task=splits.task,
+            training_step=training_step,
+            scheduler=scheduler,
+            eval_data=splits.validation,
+            eval_every=config.eval_every,
+            grad_clip=config.grad_clip or None,
+            precision=config.precision,
+            seed=config.seed,
+            run_dir=folder,
+            checkpoint_every=config.checkpoint_every or config.steps,
+            resume=resume,
+            progress=progress,
+            callbacks=[HorstStrengthLog(optimizer)] if isinstance(optimizer, HORST) else [],
+            should_stop=stop,
+        )
+    if result.stopped:
+        return {
+            "interrupted": {
+                "signal": stop.received,
+                "step": result.step,
+                "steps": config.steps,
+                "checkpoint": str(result.checkpoint),
+            }
+        }
     summary = {
         "data": config.data,
         "model": config.model,
@@ -200,7 +285,6 @@ def _train_and_report(
         "steps": result.step,
         "train_loss": result.train_loss,
         "validation": result.evaluation,
-        "test": test,
         "warnings": result.warnings,
         "acting": result.acting,
         "seconds": round(time.perf_counter() - started, 1),
@@ -210,6 +294,8 @@ def _train_and_report(
             "test": len(splits.test),
         },
     }
+    if score_test:
+        summary["test"] = evaluate(model, splits.test, splits.task, precision=config.precision)
     if isinstance(training_step, MaskedStep):
         summary["sparsity"] = {
             "achieved": training_step.achieved_sparsity(model),

@@ -32,6 +32,7 @@ from convergent.data.cache import (
 )
 from convergent.data.kinds import REGISTERED, handlers_for, name_patterns, parse_source
 from convergent.data.recipes import BundledFile, DebianPackage, Member, PypiArchive, Recipe
+from convergent.wording import did_you_mean
 
 logger = logging.getLogger("convergent.data")
 
@@ -210,7 +211,10 @@ def get_source(name: str) -> DataSource:
         )
     if name not in SOURCES:
         known = ", ".join([*sorted(SOURCES), *name_patterns()])
-        raise UnknownDataSourceError(f"Unknown data source {name!r}; known sources: {known}.")
+        close = did_you_mean(name, [*SOURCES, *GENERATED_SOURCES])
+        raise UnknownDataSourceError(
+            f"Unknown data source {name!r}{close}; known sources: {known}."
+        )
     return SOURCES[name]
 
 

@@ -11,9 +11,12 @@ that the rate of gradient descent on a one-layer Transformer is set by
 sigma_min^2 / sigma_max^2, and that beta > 0 keeps sigma_min away from zero where softmax
 collapses rank.
 
-Hooks work on our `Transformer` (`SelfAttention` under `blocks[i].attention`) and on Hugging
+Hooks work on our `Transformer` (`SelfAttention` under `blocks[i].attention`), on Hugging
 Face BERT-family encoders (`BertAttention`-like modules: a `self` child owning the
-query/key projections and an `output` child with `dense`). They never change train/eval mode.
+query/key projections and an `output` child with `dense`), on Llama-style decoders
+(`q_proj`/`k_proj`/`o_proj`) and on GPT-2 (`c_attn`, Q, K and V fused, and `c_proj`). X is
+read where the layer (block) takes it, so that under pre-norm it is the residual stream, not
+its normalized copy. They never change train/eval mode.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ import torch
 from torch import nn
 
 # (query, key, output) leaf names of attention modules that apply their own output projection.
-_DIRECT_FAMILIES: tuple[tuple[str, str, str], ...] = (
+_DIRECT_FAMILIES: tuple[tuple[str, ...], ...] = (
     ("q_proj", "k_proj", "o_proj"),  # ours, LLaMA-style
     ("q_proj", "k_proj", "out_proj"),
     ("q_lin", "k_lin", "out_lin"),  # DistilBERT
+    ("c_attn", "c_proj"),  # GPT-2: Q, K and V in one fused projection
 )
+# Modules that only hold layers: never the layer whose input is the residual stream.
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
 # (query, key) leaf names inside the `self` child of BERT-family attention modules.
 _BERT_FAMILIES: tuple[tuple[str, str], ...] = (("query", "key"), ("q_proj", "k_proj"))
 
@@ -62,6 +68,29 @@ def _has_children(module: nn.Module, names: tuple[str, ...]) -> bool:
     return all(name in children for name in names)
 
 
+def _first_argument(module: nn.Module) -> str:
+    """The name of the first argument of ``module``'s forward (where it takes X)."""
+    parameters = list(inspect.signature(module.forward).parameters)
+    return parameters[0] if parameters else "hidden_states"
+
+
+def _direct_site(name: str, parent: nn.Module, child: nn.Module) -> AttentionSite:
+    """The site of an attention module ``child`` that projects its own output: X is what its
+    layer ``parent`` takes (our Block also holds beta), or the attention's own input when it
+    sits directly in a container."""
+    # GPT-2's cross-attention (q_attn) attends to another sequence: its own input is X.
+    own = isinstance(parent, _CONTAINERS) or _has_children(child, ("q_attn",))
+    layer = child if own else parent
+    return AttentionSite(
+        name=name,
+        input_module=layer,
+        input_position=0,
+        input_keyword=_first_argument(layer),
+        output_module=child,
+        beta=float(getattr(parent, "beta", 1.0)),
+    )
+
+
 def find_attention_sites(model: nn.Module) -> list[AttentionSite]:
     """The attention layers of ``model``, in forward order.
 
@@ -77,18 +106,7 @@ def find_attention_sites(model: nn.Module) -> list[AttentionSite]:
             if id(child) in claimed:
                 continue
             if any(_has_children(child, family) for family in _DIRECT_FAMILIES):
-                # Our Block holds `beta` and sees the residual stream even under pre-norm.
-                owner_has_beta = hasattr(parent, "beta")
-                sites.append(
-                    AttentionSite(
-                        name=name,
-                        input_module=parent if owner_has_beta else child,
-                        input_position=0,
-                        input_keyword="x" if owner_has_beta else "hidden_states",
-                        output_module=child,
-                        beta=float(getattr(parent, "beta", 1.0)),
-                    )
-                )
+                sites.append(_direct_site(name, parent, child))
                 claimed.add(id(child))
                 claimed.update(id(m) for m in child.modules())
             elif _has_children(child, ("self", "output")) and hasattr(child.output, "dense"):
@@ -111,8 +129,9 @@ def find_attention_sites(model: nn.Module) -> list[AttentionSite]:
         seen = sorted({type(m).__name__ for m in model.modules()})
         raise ValueError(
             f"no attention modules found in {type(model).__name__}; expected modules owning "
-            f"q_proj/k_proj/o_proj (ours) or a BERT-style attention with self.query/self.key "
-            f"and output.dense; module types seen: {', '.join(seen)}"
+            f"q_proj/k_proj/o_proj (ours, Llama-style), c_attn/c_proj (GPT-2) or a BERT-style "
+            f"attention with self.query/self.key and output.dense; module types seen: "
+            f"{', '.join(seen)}"
         )
     return sites
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from convergent.wording import option
+
 NORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,
     nn.GroupNorm,
@@ -109,17 +111,14 @@ def select_prunable(
             reason = "normalization weights are never pruned"
         elif any(isinstance(module, nn.Embedding) for module in modules):
             if not include_embeddings:
-                reason = (
-                    "tied input/output embedding; pass include_embeddings=True to prune it"
-                    if others
-                    else "embedding; pass include_embeddings=True to prune it"
-                )
+                what = "tied input/output embedding" if others else "embedding"
+                reason = f"{what}; pass {option('include_embeddings', True)} to prune it"
         elif not any(is_layer(module) for module in modules):
             reason = "not the weight of a linear or convolution layer"
         elif id(parameter) == first and not include_first:
-            reason = "first layer; pass include_first=True to prune it"
+            reason = f"first layer; pass {option('include_first', True)} to prune it"
         elif id(parameter) == last and not include_last:
-            reason = "last layer; pass include_last=True to prune it"
+            reason = f"last layer; pass {option('include_last', True)} to prune it"
         if reason is None and any(pattern in name for pattern in exclude):
             reason = "excluded by name"
         if reason is not None:

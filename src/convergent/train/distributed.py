@@ -104,3 +104,13 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if is_distributed():
         dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
     return reduced
+
+
+def any_rank(flag: bool, device: torch.device | None = None) -> bool:
+    """Whether ``flag`` is True on any process (one small all-reduce under DDP), so that every
+    rank takes the same branch; ``device`` holds the reduced tensor (the model's, for NCCL)."""
+    if not is_distributed():
+        return bool(flag)
+    value = torch.tensor(float(flag), device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())

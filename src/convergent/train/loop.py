@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from convergent.models.placement import BlockHost, forward_block_by_block
 from convergent.optim import Langevin, describe_temperature
 from convergent.train import distributed
 from convergent.train.batches import iterate_batches, take, trim_padding
-from convergent.train.checkpoint import load_checkpoint, save_checkpoint
+from convergent.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from convergent.train.checks import MethodChecks, log_failures
 from convergent.train.metrics import MetricsLogger
 from convergent.train.reproducibility import rng_state, set_rng_state
@@ -44,6 +44,8 @@ class FitResult:
 
     ``warnings`` holds each failed manipulation check once (step, check, method, value,
     threshold, message); ``acting`` the line of each check that passed (``"HORST acts: ..."``).
+    ``stopped`` is True when ``should_stop`` ended the run before ``max_steps`` (``step`` is
+    the last step taken, ``checkpoint`` the checkpoint written there).
     """
 
     step: int
@@ -53,6 +55,7 @@ class FitResult:
     checkpoint: Path | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
     acting: list[str] = field(default_factory=list)
+    stopped: bool = False
 
 
 def autocast_context(
@@ -200,6 +203,7 @@ def fit(
     log_every: int = 1,
     tensorboard: bool = True,
     checks: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> FitResult:
     """Train ``model`` for ``max_steps`` optimizer steps.
 
@@ -240,6 +244,10 @@ def fit(
             target acting?): their readings join the train metrics of their steps
             (``mirror_move_ratio``, ``noise_displacement_ratio``), and each failed check once to the Python log, the metrics (``"split": "warning"``),
             TensorBoard and ``FitResult.warnings``.
+        should_stop: asked before every step (under DDP, any rank's True stops every rank):
+            True ends the run there, with a checkpoint of the last step taken (given a
+            ``run_dir``), no final evaluation and ``FitResult.stopped`` set; ``convergent
+            train`` asks whether SIGINT or SIGTERM arrived.
     """
     if max_steps < 0:
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps}")
@@ -310,8 +318,12 @@ def fit(
             result.warnings.append({"step": step, **check.as_record()})
 
     wrapped.train()
+    checkpointed = start_step if resume and start_step > 0 else None  # loaded from there
     try:
         for step in range(start_step + 1, max_steps + 1):
+            if should_stop is not None and distributed.any_rank(should_stop(), device):
+                result.stopped = True
+                break
             batch = next(batches)
             optimizer.zero_grad(set_to_none=True)
             with autocast_context(precision, device):
@@ -370,14 +382,18 @@ def fit(
                     keep_checkpoints,
                     method_checks,
                 )
-        if eval_data is not None:
-            result.evaluation = evaluate(model, eval_data, task, precision=precision)
-            logger.log(result.step, "validation", result.evaluation)
-            _call(callbacks, "on_evaluate", result.step, result.evaluation)
-        if method_checks is not None:
-            report(result.step, method_checks.finish(result.step, wrapped))
-            result.acting = list(method_checks.confirmed.values())
-        if checkpoints is not None and checkpoint_every > 0 and result.step % checkpoint_every:
+                checkpointed = step
+        if not result.stopped:
+            if eval_data is not None:
+                result.evaluation = evaluate(model, eval_data, task, precision=precision)
+                logger.log(result.step, "validation", result.evaluation)
+                _call(callbacks, "on_evaluate", result.step, result.evaluation)
+            if method_checks is not None:
+                report(result.step, method_checks.finish(result.step, wrapped))
+                result.acting = list(method_checks.confirmed.values())
+        # A stopped run always keeps its last step; a finished one as checkpoint_every asks.
+        wanted = result.stopped or (checkpoint_every > 0 and result.step > 0)
+        if checkpoints is not None and wanted and checkpointed != result.step:
             result.checkpoint = _checkpoint(
                 checkpoints,
                 result.step,
@@ -389,6 +405,8 @@ def fit(
                 keep_checkpoints,
                 method_checks,
             )
+        elif checkpoints is not None and result.stopped and result.checkpoint is None:
+            result.checkpoint = resolve_checkpoint(checkpoints)  # stopped before any step
     finally:
         bar.close()
         logger.close()

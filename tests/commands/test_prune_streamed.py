@@ -7,11 +7,14 @@ weights at once.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from convergent.cli import main
 from convergent.commands import load_sparse, prune_hf_folder
+from convergent.commands.pruned_folder import SaveOptions
 from convergent.models.streamed import StreamedBlocks
 from tests.commands.conftest import EXAMPLES, MAX_LENGTH
 
@@ -53,15 +56,6 @@ def opt_folder(tmp_path_factory, tokenizer):
     return _save(OPTForCausalLM(config), tokenizer, tmp_path_factory.mktemp("opt"))
 
 
-def _weights(folder):
-    from safetensors.torch import load_file
-
-    tensors = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        tensors.update(load_file(file))
-    return tensors
-
-
 def _loaded_state(folder):
     from transformers import AutoModelForCausalLM
 
@@ -72,12 +66,13 @@ OPTIONS = {"data": "rt-sentences", "examples": EXAMPLES, "max_length": MAX_LENGT
            "calibration_examples": 8}  # fmt: skip
 
 
-@pytest.mark.parametrize("method", ["sparsegpt", "magnitude"])
-def test_streaming_prunes_exactly_as_in_memory(llama_folder, tmp_path, method):
+@pytest.mark.parametrize(("method", "dense"), [("sparsegpt", False), ("magnitude", True)])
+def test_streaming_prunes_exactly_as_in_memory(llama_folder, tmp_path, method, dense):
+    save = SaveOptions(dense=dense)
     in_memory = prune_hf_folder(llama_folder, (0.6,), method=method, save_to=tmp_path / "a",
-                                **OPTIONS)  # fmt: skip
+                                save=save, **OPTIONS)  # fmt: skip
     streamed = prune_hf_folder(llama_folder, (0.6,), method=method, save_to=tmp_path / "b",
-                               low_memory=True, **OPTIONS)  # fmt: skip
+                               save=save, low_memory=True, **OPTIONS)  # fmt: skip
     assert streamed["dense"]["perplexity"] == pytest.approx(
         in_memory["dense"]["perplexity"], rel=1e-6
     )
@@ -86,14 +81,19 @@ def test_streaming_prunes_exactly_as_in_memory(llama_folder, tmp_path, method):
     )
     assert streamed["rows"][0]["sparsity"] == in_memory["rows"][0]["sparsity"]
     # one shard per block and one for the rest, then the index
-    shards = sorted(path.name for path in (tmp_path / "b").glob("model-*.safetensors"))
-    assert shards == [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
-    expected = load_sparse(tmp_path / "a").state_dict()  # written compressed
-    got = _loaded_state(tmp_path / "b")  # low memory writes ordinary shards
+    stem = "model" if dense else "sparse_model"
+    shards = sorted(path.name for path in (tmp_path / "b").glob(f"{stem}-*.safetensors"))
+    assert shards == [f"{stem}-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
+    read = _loaded_state if dense else (lambda folder: load_sparse(folder).state_dict())
+    expected, got = read(tmp_path / "a"), read(tmp_path / "b")
     assert list(expected) == list(got)
     for name, value in expected.items():
         assert torch.equal(got[name], value), name
     assert "low memory" in (tmp_path / "b" / "pruning.md").read_text()
+    sizes = streamed["sizes"]
+    assert sizes["compressed"] is not dense
+    if not dense:  # the shards' headers give the same sizes as the in-memory file's
+        assert sizes["compressed_bytes"] == in_memory["sizes"]["compressed_bytes"]
 
 
 def test_only_one_block_holds_weights_at_a_time(llama_folder, tmp_path, monkeypatch):
@@ -134,18 +134,16 @@ def test_the_command_prunes_in_bfloat16_one_block_at_a_time(folder, request, tmp
     assert code == 0, capsys.readouterr().err
     config = AutoConfig.from_pretrained(out, local_files_only=True)
     assert str(config.dtype).removeprefix("torch.") == "bfloat16"
-    weights = _weights(out)
+    weights = load_sparse(out).state_dict()  # written compressed, read bit for bit
     assert all(t.dtype == torch.bfloat16 for t in weights.values() if t.is_floating_point())
-    import json
-
     summary = json.loads((out / "pruning.json").read_text())
-    for layer in summary["layers"]:
-        assert abs(layer["sparsity"] - 0.5) <= 1 / layer["shape"][-1] + 0.01, layer["name"]
-        name = layer["name"]
-        if name in weights:
-            zeros = float((weights[name] == 0).float().mean())
-            assert zeros == pytest.approx(layer["sparsity"], abs=1e-6), name
     assert summary["dtype"] == "bfloat16" and summary["low_memory"] is True
+    assert summary["sizes"]["compressed"] and summary["layers"]
+    for layer in summary["layers"]:
+        name = layer["name"]
+        assert abs(layer["sparsity"] - 0.5) <= 1 / layer["shape"][-1] + 0.01, name
+        zeros = float((weights[name] == 0).float().mean())
+        assert zeros == pytest.approx(layer["sparsity"], abs=1e-6), name
 
 
 def test_low_memory_refusals_are_one_sentence(llama_folder, tmp_path):

@@ -31,8 +31,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -272,14 +270,6 @@ def _calibration_entry(
     return {"data": source, "examples": examples, "method": method}
 
 
-def _calibration_count(
-    method: str, spec: MaskSpec, source: str, examples: int
-) -> dict[str, Any] | None:
-    if method == "magnitude" and spec.distribution != "owl":
-        return None
-    return {"data": source, "examples": examples, "method": method}
-
-
 def prune_hf_folder(
     path: str | Path,
     sparsities: tuple[float, ...] | None = None,
@@ -321,8 +311,8 @@ def prune_hf_folder(
         calibration_examples: how many training examples they calibrate on.
         save_to: a new (or empty) folder for the model pruned at the last sparsity, written
             with the tokenizer, ``pruning.json``, ``pruning.md`` and ``pruning.png``.
-        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`);
-            ``low_memory`` writes dense shards for now.
+        save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`; with
+            ``low_memory``, one shard per block, and no speed figures).
         device: where blocks are calibrated, pruned and evaluated (None: the model's device,
             the CPU); the model stays in CPU memory.
         dtype: the dtype to load, prune and save in (None: the folder's).
@@ -343,19 +333,9 @@ def prune_hf_folder(
     if save_to is not None:
         check_save_folder(save_to)
     if low_memory:
-        if save_to is None:
-            raise ValueError(
-                "low_memory writes the pruned model one block at a time; name the folder to"
-                " write it to (save_to, --save)"
-            )
-        if len(sparsities) != 1:
-            raise ValueError(
-                "low_memory prunes to one target per call (it never copies the model), got"
-                f" {len(sparsities)}: {', '.join(f'{t:g}' for t in sparsities)}"
-            )
-        streamed, staging = prune_hf_folder_streamed(
+        return prune_hf_folder_streamed(
             path,
-            sparsities[0],
+            sparsities,
             save_to=save_to,
             data=data,
             examples=examples,
@@ -368,41 +348,9 @@ def prune_hf_folder(
             calibration_batch_size=CALIBRATION_BATCH_SIZE,
             device=compute,
             dtype=dtype,
+            dense=(save or SaveOptions()).dense,
             progress=progress,
         )
-        report = streamed.pop("report")
-        summary: dict[str, Any] = {
-            "checkpoint": str(path),
-            **{key: streamed[key] for key in ("kind", "architecture", "data", "examples")},
-            "split": "validation",
-            "max_length": max_length,
-            "seed": seed,
-            "task": streamed["task"],
-            "metric": "perplexity" if streamed["task"] == "lm" else "accuracy",
-            "method": method,
-            "spec": spec.as_dict(),
-            "calibration": _calibration_count(
-                method,
-                spec,
-                f"train split of {calibration_data or streamed['data']}",
-                streamed["calibration_examples"],
-            ),
-            "dense": streamed["dense"],
-            "rows": [
-                {**streamed["rows"][0], "model_sparsity": report.pruned / max(report.total, 1)}
-            ],
-            "layers": report.layers,
-            "block_sparsities": report.summary()["block_sparsities"],
-            "options": report.options,
-            "excluded": report.excluded,
-            "notes": report.notes,
-            "device": str(compute or "cpu"),
-            "dtype": str(streamed["dtype"]).removeprefix("torch."),
-            "low_memory": True,
-            "saved": str(save_to),
-        }
-        _move_into_place(staging, Path(save_to), summary)
-        return summary
     loaded = load_hf_folder(path, dtype)
     data = data or DEFAULT_DATA[loaded.kind]
     evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
@@ -451,16 +399,3 @@ def prune_hf_folder(
         )
         logger.info("pruned model written to %s", save_to)
     return summary
-
-
-def _move_into_place(staging: Path, folder: Path, summary: dict[str, Any]) -> None:
-    """Add the report to ``staging`` (a finished model folder), then rename it to ``folder``:
-    a reader sees the whole pruned folder or none of it."""
-    try:
-        write_pruning_report(staging, summary)
-        check_save_folder(folder)
-        if folder.exists():
-            folder.rmdir()  # empty, checked above; os.replace cannot replace a folder
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -3,11 +3,11 @@
 For a model larger than memory. Its weights stay in its safetensors files
 (:class:`~convergent.models.streamed.StreamedModel`): the modules outside the Transformer
 blocks are read once, and each block is read when it is calibrated and pruned, written to the
-``--save`` folder as one shard, and dropped. The evaluation streams block by block too
+``--save`` folder as one shard (compressed, as ``prune --save`` writes, or ordinary with
+``--dense``), and dropped. The evaluation streams block by block too
 (:func:`~convergent.train.evaluate_block_by_block`): the dense model from the folder's files,
 the pruned one from the shards just written. The model is never whole in memory and never
-copied. One target per call; the result is a sharded ``save_pretrained`` folder that
-``from_pretrained`` loads.
+copied. One target per call. ``convergent bench`` (which loads the whole model) is not run.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from convergent.commands.compressed import check_save_folder
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     HFFolderError,
@@ -28,10 +29,13 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
     quiet_progress,
 )
-from convergent.models.streamed import StreamedBlocks, weight_files
-from convergent.sparse import MaskSpec, prune_one_shot
+from convergent.commands.pruned_folder import size_summary
+from convergent.commands.pruning_report import write_pruning_report
+from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
+from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
+from convergent.sparse.storage import CompressedReader, CompressedShards, group_dims
 from convergent.train import calibration_batches, evaluate_block_by_block
 
 logger = logging.getLogger(__name__)
@@ -39,9 +43,9 @@ logger = logging.getLogger(__name__)
 
 def prune_hf_folder_streamed(
     path: str | Path,
-    sparsity: float,
+    sparsities: tuple[float, ...],
     *,
-    save_to: str | Path,
+    save_to: str | Path | None,
     data: str | None,
     examples: int | None,
     max_length: int,
@@ -51,37 +55,36 @@ def prune_hf_folder_streamed(
     calibration_data: str | None,
     calibration_examples: int,
     calibration_batch_size: int,
-    device: str | torch.device | None,
+    device: torch.device | None,
     dtype: torch.dtype | None,
+    dense: bool,
     progress: bool,
-) -> tuple[dict[str, Any], Path]:
-    """Prune the folder at ``path`` to ``sparsity``, streaming its blocks, into a staging
-    folder beside ``save_to`` (the caller adds the report and moves it into place).
-    ``device`` is checked by the caller (None: the CPU).
+) -> dict[str, Any]:
+    """Prune the folder at ``path`` to its one target, streaming its blocks into ``save_to``.
 
-    Args:
-        path: a ``save_pretrained`` folder with safetensors weights.
-        sparsity: the one target.
-        save_to: the folder the pruned model is for.
-        data, examples, max_length, seed: the evaluation data (see
-            :func:`~convergent.commands.prune.prune_hf_folder`).
-        spec, method: the masks and the pruner.
-        calibration_data, calibration_examples, calibration_batch_size: the calibration.
-        device: where blocks are calibrated, pruned and evaluated (None: the CPU).
-        dtype: the dtype to compute and save in (None: the folder's).
-        progress: progress bars over the blocks.
+    The arguments are :func:`~convergent.commands.prune.prune_hf_folder`'s (checked there);
+    ``device`` None is the CPU, ``dense`` writes ordinary shards.
 
     Returns:
-        (the summary entries: dense and pruned metrics, the pruning report; the staging
-        folder holding the pruned weights, config and tokenizer).
+        The summary, as :func:`~convergent.commands.prune.prune_hf_folder` returns it, with
+        ``low_memory`` set.
     """
-    compute = torch.device(device or "cpu")
+    if save_to is None:
+        raise ValueError(
+            "low_memory writes the pruned model one block at a time; name the folder to write"
+            " it to (save_to, --save)"
+        )
+    if len(sparsities) != 1:
+        raise ValueError(
+            "low_memory prunes to one target per call (it never copies the model), got"
+            f" {len(sparsities)}: {', '.join(f'{t:g}' for t in sparsities)}"
+        )
+    compute = device or torch.device("cpu")
     loaded = load_hf_folder(path, dtype, streamed=True)
     streamed = loaded.streamed
     assert streamed is not None
     model = loaded.model
-    names = spec.select(model).names
-    found = find_blocks(model, names)
+    found = find_blocks(model, spec.select(model).names)
     if found is None:
         raise HFFolderError(
             f"--low-memory streams a model one Transformer block at a time, but found no block"
@@ -91,7 +94,7 @@ def prune_hf_folder_streamed(
     data = data or DEFAULT_DATA[loaded.kind]
     evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
     batch_size = evaluation_batch_size(loaded, max_length)
-    calibration = None
+    calibration, calibrated = None, None
     if method != "magnitude" or spec.distribution == "owl":
         source = evaluation_data(loaded, calibration_data or data, seed=seed,
                                  max_length=max_length, examples=calibration_examples,
@@ -99,46 +102,94 @@ def prune_hf_folder_streamed(
         calibration = calibration_batches(
             source.dataset, len(source.dataset), calibration_batch_size, seed
         )
+        calibrated = {
+            "data": f"train split of {calibration_data or data}",
+            "examples": len(source.dataset),
+            "method": method,
+        }
     streamed.load_outside(prefix)
     reading = StreamedBlocks(streamed, prefix)
 
-    def measure(host: StreamedBlocks) -> dict[str, float]:
+    def measure() -> dict[str, float]:
         return evaluate_block_by_block(
-            model, prefix, evaluation.dataset, evaluation.task, batch_size, compute, host
+            model, prefix, evaluation.dataset, evaluation.task, batch_size, compute, reading
         )
 
-    dense = measure(reading)
+    dense_metrics = measure()
     staging = Path(save_to).parent / f".{Path(save_to).name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        writing = StreamedBlocks(streamed, prefix, write_to=staging)
-        report = prune_one_shot(model, sparsity, spec=spec, method=method,
+        writer = DenseShards(staging) if dense else CompressedShards(staging, group_dims(model))
+        writing = StreamedBlocks(streamed, prefix, writer)
+        report = prune_one_shot(model, sparsities[0], spec=spec, method=method,
                                 calibration=calibration, device=compute, host=writing,
                                 keep_masks=False, progress=progress)  # fmt: skip
         writing.finish()
-        streamed.files = weight_files(staging)  # the pruned blocks, for the evaluation
-        pruned = measure(reading)
+        # the evaluation reads the pruned blocks from the shards just written
+        streamed.reader = SafetensorsReader(staging) if dense else CompressedReader(staging)
+        pruned = measure()
         with quiet_progress():
             model.config.save_pretrained(staging)
             loaded.tokenizer.save_pretrained(staging)
-            generation = getattr(model, "generation_config", None)
-            if generation is not None and (Path(path) / "generation_config.json").is_file():
-                generation.save_pretrained(staging)
-    except BaseException:
+        summary = _summary(path, loaded, evaluation, report, dense_metrics, pruned, max_length,
+                           seed, calibrated, compute, streamed.dtype)  # fmt: skip
+        summary["sizes"] = size_summary(staging, model, [row["name"] for row in report.layers])
+        summary["saved"] = str(save_to)
+        write_pruning_report(staging, summary)
+        check_save_folder(save_to)
+        if Path(save_to).exists():
+            Path(save_to).rmdir()  # empty, checked above; os.replace cannot replace a folder
+        os.replace(staging, save_to)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    summary = {
+    logger.info("pruned %s block by block (%s), written to %s", path, prefix, save_to)
+    return summary
+
+
+def _summary(
+    path: str | Path,
+    loaded: Any,
+    evaluation: Any,
+    report: PruningReport,
+    dense: dict[str, float],
+    pruned: dict[str, float],
+    max_length: int,
+    seed: int,
+    calibrated: dict[str, Any] | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict[str, Any]:
+    """The summary entries of :func:`~convergent.commands.prune.prune_hf_folder`."""
+    return {
+        "checkpoint": str(path),
         "kind": loaded.kind,
         "architecture": loaded.architecture,
         "data": evaluation.data,
+        "split": "validation",
         "examples": len(evaluation.dataset),
+        "max_length": max_length,
+        "seed": seed,
         "task": evaluation.task,
+        "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
+        "method": report.method,
+        "spec": report.spec.as_dict(),
+        "calibration": calibrated,
         "dense": dense,
-        "rows": [{"target": sparsity, "sparsity": report.sparsity, **pruned}],
-        "report": report,
-        "calibration_examples": 0 if calibration is None else len(source.dataset),
-        "dtype": streamed.dtype,
+        "rows": [
+            {
+                "target": report.target,
+                "sparsity": report.sparsity,
+                "model_sparsity": report.pruned / max(report.total, 1),
+                **pruned,
+            }
+        ],
+        "layers": report.layers,
+        "block_sparsities": report.summary()["block_sparsities"],
+        "options": report.options,
+        "excluded": report.excluded,
+        "notes": report.notes,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "low_memory": True,
     }
-    logger.info("pruned %s block by block (%s), written to %s", path, prefix, save_to)
-    return summary, staging

@@ -24,7 +24,7 @@ from convergent.commands.compressed import (
 )
 from convergent.report import markdown_table
 from convergent.sparse.storage import (
-    COMPRESSED_WEIGHTS,
+    compressed_files,
     encode_state_dict,
     group_dims,
     read_header,
@@ -59,21 +59,23 @@ def size_summary(folder: Path, model: nn.Module, layers: list[str]) -> dict[str,
         layers: the pruned matrices, listed per layer.
     """
     files = weights_files(folder)
-    header = (
-        read_header(files[0])
-        if len(files) == 1 and files[0].name == COMPRESSED_WEIGHTS
-        else encode_state_dict(model.state_dict(), group_dims(model))[1]
-    )
+    compressed = bool(compressed_files(files[0].parent))
+    if compressed:  # one file, or a streamed model's shards
+        header = {"tensors": {k: v for f in files for k, v in read_header(f)["tensors"].items()}}
+    elif any(parameter.is_meta for parameter in model.parameters()):
+        # a dense folder streamed block by block: the model is not in memory to be encoded
+        header = {"tensors": {}}
+    else:
+        header = encode_state_dict(model.state_dict(), group_dims(model))[1]
     rows = size_rows(header)
-    dense = sum(row["dense_bytes"] for row in rows)
-    stored = sum(row["stored_bytes"] for row in rows)
+    file_bytes = sum(file.stat().st_size for file in files)
     wanted = set(layers)
     return {
         "file": files[0].name if len(files) == 1 else f"{len(files)} files",
-        "file_bytes": sum(file.stat().st_size for file in files),
-        "compressed": files[0].name == COMPRESSED_WEIGHTS,
-        "dense_bytes": dense,
-        "compressed_bytes": stored,
+        "file_bytes": file_bytes,
+        "compressed": compressed,
+        "dense_bytes": sum(row["dense_bytes"] for row in rows) if rows else file_bytes,
+        "compressed_bytes": sum(row["stored_bytes"] for row in rows) if rows else None,
         "layers": [row for row in rows if row["name"] in wanted],
     }
 
@@ -155,6 +157,14 @@ def saved_markdown(summary: dict[str, Any]) -> list[str]:
             'folder; in Python, `convergent.commands.load_sparse("FOLDER")` returns the model '
             "bit for bit (a plain `from_pretrained` finds no weights here and refuses it)."
         )
+    elif stored is None:
+        return [
+            "",
+            "## Size on disk",
+            "",
+            f"`{sizes['file']}` hold the weights dense ({sizes['file_bytes'] / MIB:.2f} MiB),"
+            " readable by any tool.",
+        ]
     else:
         loading = (
             f"`{sizes['file']}` holds the weights dense ({sizes['file_bytes'] / MIB:.2f} MiB), "

@@ -1,22 +1,24 @@
-"""A Hugging Face model whose weights stay in its safetensors files until a block needs them.
+"""A Hugging Face model whose weights stay in its files until a block needs them.
 
 For models larger than memory. The model is built from its config with accelerate's
 ``init_empty_weights`` (every parameter on the ``meta`` device, so nothing is allocated); the
 modules outside the Transformer blocks (embeddings, final norm, head) are then read from the
-folder's safetensors files, and each block is read, with safetensors' lazy ``safe_open``, only
-when :meth:`StreamedBlocks.enter` asks for it, and dropped again by :meth:`StreamedBlocks.leave`
-(after writing it to an output folder, when one is given). So memory holds the outside modules
-and one block, whatever the model's size::
+folder's files, and each block is read only when :meth:`StreamedBlocks.enter` asks for it, and
+dropped again by :meth:`StreamedBlocks.leave` (after it is written out, when a writer is given).
+So memory holds the outside modules and one block, whatever the model's size::
 
     streamed = StreamedModel(folder, AutoModelForCausalLM, dtype=torch.bfloat16)
     streamed.load_outside("model.layers")                  # embeddings, final norm, head
-    host = StreamedBlocks(streamed, "model.layers", write_to=staging)  # a BlockHost
+    host = StreamedBlocks(streamed, "model.layers", DenseShards(staging))  # a BlockHost
     prune_one_shot(streamed.model, 0.5, method="sparsegpt", calibration=batches, host=host,
                    keep_masks=False)
     host.finish()                                          # the outside modules, the index
 
-The files written are a sharded ``save_pretrained`` folder's (``model-00001-of-000NN.safetensors``
-and ``model.safetensors.index.json``): one shard per block, and one for the rest.
+Tensors come from a reader (:class:`SafetensorsReader`: safetensors' lazy ``safe_open``, one
+tensor at a time) and go to a shard writer, one shard per block and one for the rest
+(:class:`DenseShards` writes a sharded ``save_pretrained`` folder;
+:class:`convergent.sparse.storage.CompressedShards` compressed shards, with
+:class:`~convergent.sparse.storage.CompressedReader` to read them back).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -46,7 +48,70 @@ class StreamedModelError(ValueError):
     """A folder that cannot be streamed as asked."""
 
 
-def weight_files(folder: Path) -> dict[str, Path]:
+class TensorReader(Protocol):
+    """Where a streamed model's stored tensors come from."""
+
+    def names(self) -> set[str]:
+        """Every stored tensor's name."""
+        ...
+
+    def read(self, names: list[str]) -> dict[str, Tensor]:
+        """The stored tensors ``names``, on the CPU, in their stored dtypes."""
+        ...
+
+
+class ShardWriter(Protocol):
+    """Where a streamed model's pruned tensors go, one shard at a time."""
+
+    def write(self, shard: int, shards: int, state: dict[str, Tensor]) -> None:
+        """Write shard number ``shard`` (from 1) of ``shards``."""
+        ...
+
+    def close(self) -> None:
+        """Write what ties the shards together (an index), after the last one."""
+        ...
+
+
+class SafetensorsReader:
+    """A ``save_pretrained`` folder's safetensors weights (one file, or shards and an index),
+    read lazily with ``safe_open``."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.files = _weight_files(self.folder)
+
+    def names(self) -> set[str]:
+        return set(self.files)
+
+    def read(self, names: list[str]) -> dict[str, Tensor]:
+        from safetensors import safe_open
+
+        by_file: dict[Path, list[str]] = {}
+        for name in names:
+            by_file.setdefault(self.files[name], []).append(name)
+        tensors: dict[str, Tensor] = {}
+        for path, group in by_file.items():
+            with safe_open(str(path), framework="pt") as handle:
+                for name in group:
+                    tensors[name] = handle.get_tensor(name)
+        return tensors
+
+    def stored_dtype(self) -> torch.dtype:
+        """The dtype of the first stored tensor (the folder's dtype)."""
+        from safetensors import safe_open
+
+        name, path = next(iter(self.files.items()))
+        with safe_open(str(path), framework="pt") as handle:
+            code = handle.get_slice(name).get_dtype()
+        if code not in SAFETENSORS_DTYPES:
+            raise StreamedModelError(
+                f"{self.folder} stores {name} as {code}; pass a dtype (float32, bfloat16 or"
+                " float16) to load it in"
+            )
+        return SAFETENSORS_DTYPES[code]
+
+
+def _weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it, from a folder's index or single file."""
     index = folder / INDEX_FILE
     if index.is_file():
@@ -72,6 +137,10 @@ class StreamedModel:
         auto_class: the ``transformers`` auto class to build it with (e.g.
             ``AutoModelForCausalLM``).
         dtype: the dtype to compute in (None: the folder's own, as ``from_pretrained``).
+
+    Attributes:
+        reader: where tensors are read from (a :class:`SafetensorsReader` of ``folder``; point
+            it elsewhere, e.g. at the pruned shards, to read those).
     """
 
     def __init__(self, folder: str | Path, auto_class: Any, dtype: torch.dtype | None = None):
@@ -79,46 +148,27 @@ class StreamedModel:
         from transformers import AutoConfig
 
         self.folder = Path(folder)
-        self.files = weight_files(self.folder)
+        files = SafetensorsReader(self.folder)
+        self.reader: TensorReader = files
         config = AutoConfig.from_pretrained(self.folder, local_files_only=True)
-        self.dtype = dtype or self._stored_dtype()
+        self.dtype = dtype or files.stored_dtype()
         with init_empty_weights():
             self.model: nn.Module = auto_class.from_config(config, dtype=self.dtype)
         self.model.eval()
 
-    def _stored_dtype(self) -> torch.dtype:
-        from safetensors import safe_open
-
-        name, path = next(iter(self.files.items()))
-        with safe_open(str(path), framework="pt") as handle:
-            code = handle.get_slice(name).get_dtype()
-        if code not in SAFETENSORS_DTYPES:
-            raise StreamedModelError(
-                f"{self.folder} stores {name} as {code}; pass a dtype (float32, bfloat16 or"
-                " float16) to load it in"
-            )
-        return SAFETENSORS_DTYPES[code]
-
     def read(self, names: list[str]) -> dict[str, Tensor]:
         """The stored tensors ``names``, in :attr:`dtype` (floating ones), on the CPU."""
-        from safetensors import safe_open
-
-        missing = [name for name in names if name not in self.files]
+        stored = self.reader.names()
+        missing = [name for name in names if name not in stored]
         if missing:
             raise StreamedModelError(
                 f"the weights of {self.folder} have no tensor {missing[0]!r}"
                 f" ({len(missing)} missing): the files do not match the config's model"
             )
-        by_file: dict[Path, list[str]] = {}
-        for name in names:
-            by_file.setdefault(self.files[name], []).append(name)
-        tensors: dict[str, Tensor] = {}
-        for path, group in by_file.items():
-            with safe_open(str(path), framework="pt") as handle:
-                for name in group:
-                    tensor = handle.get_tensor(name)
-                    tensors[name] = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
-        return tensors
+        return {
+            name: tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+            for name, tensor in self.reader.read(names).items()
+        }
 
     def load(self, prefix: str, module: nn.Module, device: torch.device | str) -> None:
         """Read ``module``'s (at ``prefix``) stored parameters (and stored buffers) onto
@@ -127,9 +177,10 @@ class StreamedModel:
 
         names = [name for name, _ in module.named_parameters()]
         buffers = [name for name, _ in module.named_buffers()]
+        stored_names = self.reader.names()
         stored = self.read(
             [_joined(prefix, name) for name in names]
-            + [_joined(prefix, name) for name in buffers if _joined(prefix, name) in self.files]
+            + [_joined(prefix, name) for name in buffers if _joined(prefix, name) in stored_names]
         )
         for name in names + buffers:
             value = stored.get(_joined(prefix, name))
@@ -146,7 +197,8 @@ class StreamedModel:
             if not name.startswith(f"{block_prefix}.")
         ]
         # A tied weight (GPT-2's LM head) is stored once, under its other name.
-        stored = self.read([name for name in outside if name in self.files])
+        stored_names = self.reader.names()
+        stored = self.read([name for name in outside if name in stored_names])
         for name, value in stored.items():
             set_module_tensor_to_device(self.model, name, "cpu", value=value)
         tie = getattr(self.model, "tie_weights", None)
@@ -168,17 +220,6 @@ def _joined(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _tied_names(model: nn.Module) -> set[str]:
-    """Names of parameters that are a second name of an earlier one (a tied LM head)."""
-    seen: set[int] = set()
-    tied: set[str] = set()
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in seen:
-            tied.add(name)
-        seen.add(id(parameter))
-    return tied
-
-
 def to_meta(module: nn.Module) -> None:
     """Drop ``module``'s parameters back to the ``meta`` device (their memory is freed); its
     buffers stay (the next :meth:`StreamedModel.load` moves them where they are needed)."""
@@ -188,31 +229,54 @@ def to_meta(module: nn.Module) -> None:
         set_module_tensor_to_device(module, name, "meta")
 
 
+class DenseShards:
+    """Writes a sharded ``save_pretrained`` folder: ``model-0000i-of-0000N.safetensors`` and
+    ``model.safetensors.index.json``, each file written atomically."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.weight_map: dict[str, str] = {}
+
+    def write(self, shard: int, shards: int, state: dict[str, Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        file = f"model-{shard:05d}-of-{shards:05d}.safetensors"
+        tensors: dict[str, Tensor] = {}
+        storages: set[int] = set()
+        for name, tensor in state.items():  # a tied weight once, as save_pretrained does
+            storage = tensor.untyped_storage().data_ptr()
+            if storage not in storages:
+                storages.add(storage)
+                tensors[name] = tensor.to("cpu").contiguous()
+        partial = self.folder / f".{file}.partial"
+        save_file(tensors, str(partial), metadata={"format": "pt"})
+        os.replace(partial, self.folder / file)
+        self.weight_map.update(dict.fromkeys(tensors, file))
+
+    def close(self) -> None:
+        index = {"metadata": {}, "weight_map": dict(sorted(self.weight_map.items()))}
+        partial = self.folder / f".{INDEX_FILE}.partial"
+        partial.write_text(json.dumps(index, indent=2) + "\n")
+        os.replace(partial, self.folder / INDEX_FILE)
+
+
 class StreamedBlocks:
-    """A block host (:class:`convergent.sparse.placement.BlockHost`) over a
-    :class:`StreamedModel`: each block is read from the files when it is needed and dropped
-    after; with ``write_to``, each pruned block is first written there as one shard.
+    """A block host (:class:`convergent.models.placement.BlockHost`) over a
+    :class:`StreamedModel`: each block is read when it is needed and dropped after; with a
+    ``writer``, each pruned block is first written as one shard.
 
     Args:
-        streamed: the model.
+        streamed: the model (its modules outside the blocks already loaded).
         prefix: the name of its block list (e.g. ``model.layers``).
-        write_to: a folder for the pruned model's weights (None: nothing is written).
-        encode: turns a shard's tensors into what is stored (e.g. a compressed encoding);
-            returns (tensors, metadata); None stores them as they are.
+        writer: where the pruned blocks go (None: nothing is written).
     """
 
     def __init__(
-        self,
-        streamed: StreamedModel,
-        prefix: str,
-        write_to: str | Path | None = None,
-        encode: Any = None,
+        self, streamed: StreamedModel, prefix: str, writer: ShardWriter | None = None
     ) -> None:
         self.streamed = streamed
         self.prefix = prefix
-        self.write_to = None if write_to is None else Path(write_to)
-        self.encode = encode
-        self.shards: dict[str, str] = {}  # tensor name -> shard file
+        self.writer = writer
         blocks = streamed.model.get_submodule(prefix)
         self.count = len(blocks)  # type: ignore[arg-type]
 
@@ -220,48 +284,23 @@ class StreamedBlocks:
         self.streamed.load(f"{self.prefix}.{index}", block, device)
 
     def leave(self, index: int, block: nn.Module, pruned: bool) -> None:
-        if pruned and self.write_to is not None:
-            state = {
-                f"{self.prefix}.{index}.{name}": parameter.detach()
-                for name, parameter in block.named_parameters()
-            }
-            self._write(self._shard_name(index), state)
+        if pruned and self.writer is not None:
+            prefix = f"{self.prefix}.{index}."
+            state = block.state_dict(prefix=prefix)  # parameters and persistent buffers
+            self.writer.write(index + 1, self.count + 1, {k: v.to("cpu") for k, v in state.items()})
         to_meta(block)
 
     def outside(self, model: nn.Module, prefix: str, device: torch.device) -> Any:
         return outside_on(model, prefix, device)
 
-    def _shard_name(self, index: int) -> str:
-        return f"model-{index + 1:05d}-of-{self.count + 1:05d}.safetensors"
-
-    def _write(self, file: str, state: dict[str, Tensor]) -> None:
-        from safetensors.torch import save_file
-
-        assert self.write_to is not None
-        tensors = {name: tensor.to("cpu").contiguous() for name, tensor in state.items()}
-        metadata: dict[str, str] = {"format": "pt"}
-        if self.encode is not None:
-            tensors, extra = self.encode(tensors)
-            metadata.update(extra)
-        partial = self.write_to / f".{file}.partial"
-        save_file(tensors, str(partial), metadata=metadata)
-        os.replace(partial, self.write_to / file)
-        for name in state:
-            self.shards[name] = file
-
     def finish(self) -> None:
-        """Write the modules outside the blocks and the index (after the last block)."""
-        if self.write_to is None:
+        """Write the modules outside the blocks as the last shard, then the index."""
+        if self.writer is None:
             return
-        model = self.streamed.model
-        tied = _tied_names(model)
         state = {
-            name: parameter.detach()
-            for name, parameter in model.named_parameters(remove_duplicate=False)
-            if not name.startswith(f"{self.prefix}.") and name not in tied
-        }
-        self._write(f"model-{self.count + 1:05d}-of-{self.count + 1:05d}.safetensors", state)
-        index = {"metadata": {}, "weight_map": dict(sorted(self.shards.items()))}
-        partial = self.write_to / f".{INDEX_FILE}.partial"
-        partial.write_text(json.dumps(index, indent=2) + "\n")
-        os.replace(partial, self.write_to / INDEX_FILE)
+            name: value
+            for name, value in self.streamed.model.state_dict().items()
+            if not name.startswith(f"{self.prefix}.")
+        }  # a tied weight under each of its names: the writer stores it once
+        self.writer.write(self.count + 1, self.count + 1, state)
+        self.writer.close()

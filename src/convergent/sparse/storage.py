@@ -383,3 +383,54 @@ def size_rows(header: Mapping[str, Any]) -> list[dict[str, Any]]:
         for name, entry in header["tensors"].items()
         if entry.get("kind") != ALIAS
     ]
+
+
+# --- shard by shard (a model streamed one block at a time) -----------------------------------
+
+
+class CompressedShards:
+    """Writes compressed shards, ``sparse_model-0000i-of-0000N.safetensors``, and their index
+    (a :class:`convergent.models.streamed.ShardWriter`).
+
+    Args:
+        folder: where to write.
+        dims: name -> the dimension N:M groups run along (see :func:`group_dims`).
+    """
+
+    def __init__(self, folder: str | Path, dims: Mapping[str, int] | None = None) -> None:
+        self.folder = Path(folder)
+        self.dims = dict(dims or {})
+        self.headers: dict[str, dict[str, Any]] = {}
+
+    def write(self, shard: int, shards: int, state: dict[str, Tensor]) -> None:
+        file = f"sparse_model-{shard:05d}-of-{shards:05d}.safetensors"
+        self.headers[file] = write_compressed_file(self.folder / file, state, self.dims)
+
+    def close(self) -> None:
+        write_compressed_index(self.folder, self.headers)
+
+
+class CompressedReader:
+    """A compressed folder's tensors, decoded file by file as they are asked for (a
+    :class:`convergent.models.streamed.TensorReader`); every checksum is verified first."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.headers = _verified_headers(folder)
+        self.aliases = _aliases(self.headers)
+        self.files = {
+            name: path for path, header in self.headers.items() for name in header["tensors"]
+        }
+
+    def names(self) -> set[str]:
+        return set(self.files)
+
+    def read(self, names: list[str]) -> dict[str, Tensor]:
+        wanted = {name: self.aliases.get(name, name) for name in names}
+        by_file: dict[Path, dict[str, Any]] = {}
+        for stored in set(wanted.values()):
+            path = self.files[stored]
+            by_file.setdefault(path, {})[stored] = self.headers[path]["tensors"][stored]
+        decoded: dict[str, Tensor] = {}
+        for path, entries in by_file.items():
+            decoded.update(iter_decoded(path, {"tensors": entries}))
+        return {name: decoded[stored] for name, stored in wanted.items()}

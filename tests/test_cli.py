@@ -243,7 +243,7 @@ def test_a_pruned_run_saved_by_prune_is_a_run_folder_diagnose_and_prune_accept(t
     # pruning, naming prune's own flag (prune has no --overwrite to suggest).
     assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 2
     err = capsys.readouterr().err
-    assert f"the --save folder {pruned} already exists and is not empty" in err
+    assert f"the --save folder {pruned} already holds a run; name a new folder" in err
     assert "--overwrite" not in err
 
 

@@ -754,9 +754,17 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         " (compressed or not)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own)"
+        "--threads",
+        type=int,
+        default=None,
+        help="the torch threads every variant is timed with (default: torch's own setting)",
     )
-    parser.add_argument("--device", choices=DEVICES, default="cpu", help="default cpu")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="where the dense and sparse forwards are timed (default cpu)",
+    )
     parser.add_argument(
         "--lengths",
         type=int,

@@ -115,6 +115,7 @@ def write_model_folder(
     compressed: bool = True,
     tokenizer: Any = None,
     run_config: TrainConfig | None = None,
+    config_text: str | None = None,
     step: int = 0,
     state: dict[str, Any] | None = None,
     finish: Callable[[Path], None] | None = None,
@@ -128,6 +129,8 @@ def write_model_folder(
             checkpoint that other tools read).
         tokenizer: saved beside a Hugging Face model.
         run_config: the run's :class:`TrainConfig`; makes the folder a run folder.
+        config_text: the run's ``config.json`` as written (its notes on the defaults it
+            chose included), copied as it is; None: written from ``run_config``.
         step: the checkpoint's step (run folders).
         state: what the checkpoint stores beside the weights (run folders), e.g. masks.
         finish: called with the staging folder once the model is written, before the
@@ -157,7 +160,7 @@ def write_model_folder(
         else:
             write_text_atomically(
                 staging / "config.json",
-                json.dumps(dataclasses.asdict(run_config), indent=2) + "\n",
+                config_text or json.dumps(dataclasses.asdict(run_config), indent=2) + "\n",
             )
             weights = save_checkpoint(
                 staging / "checkpoints", step, model, state or {}, keep=1, compressed=compressed

@@ -51,7 +51,7 @@ from convergent.commands.pruning_report import (
     headline_metric,
     write_pruning_report,
 )
-from convergent.commands.runs import load_run
+from convergent.commands.runs import find_run_folder, load_run
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
@@ -194,6 +194,7 @@ def prune_run(
         saved = save_pruned(
             Path(save_to), pruned, summary, write_pruning_report, save,
             run_config=run.config, step=int(state.get("step", 0)),
+            config_text=(find_run_folder(run.checkpoint) / "config.json").read_text(),
             state={"masks": report.masks.state_dict(), "pruning": report.summary()},
         )  # fmt: skip
         logger.info("pruned checkpoint written to %s", saved)

@@ -9,15 +9,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``data list`` and ``data fetch`` to ``commands``."""
     parser = commands.add_parser("data", help="list and fetch the offline data sources")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("list", help="each source and whether it is cached").set_defaults(
-        handler=_list_sources
-    )
+    actions.add_parser("list", help="each source and whether it is cached")
     fetch = actions.add_parser("fetch", help="fetch sources into the cache")
     fetch.add_argument(
         "names", nargs="+", metavar="NAME", help="the sources to fetch ('convergent data list')"
     )
     fetch.add_argument("--force", action="store_true", help="fetch again even if cached")
-    fetch.set_defaults(handler=_fetch_sources)
+    parser.set_defaults(handler=run)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    """``convergent data``'s parsed flags: do the action asked for; returns the exit status."""
+    actions = {"list": _list_sources, "fetch": _fetch_sources}
+    return actions[arguments.action](arguments)
 
 
 def _list_sources(arguments: argparse.Namespace) -> int:

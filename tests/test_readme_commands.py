@@ -9,6 +9,8 @@ test prints each line it changed):
 - ``convergent train``: ``--steps 2`` (a ``--resume`` line ``--steps 3``, past the run it
   continues); every validation and test split is cut to its first ``EXAMPLES`` examples;
 - ``python examples/NAME.py``: ``--steps 2``;
+- ``convergent prune ... --save``: ``--no-bench`` (the bench's timed processes are the
+  ``convergent bench`` line's to run; in ``prune --save`` they took two thirds of this test);
 - ``convergent reproduce``: ``--smoke`` in place of ``--quick``, ``--full`` or ``--mode``, and
   ``--seeds 1``;
 - ``convergent report docs/results``: the checkout's ``docs/results``, and ``README.md`` is a
@@ -36,6 +38,7 @@ STEPS, RESUMED_STEPS, EXAMPLES = 2, 3, 32
 REWRITES = (
     "train: --steps 2 (--resume: --steps 3); validation and test splits cut to 32 examples",
     "python examples/NAME.py: --steps 2",
+    "prune --save: --no-bench (the bench line runs the bench)",
     "reproduce: --smoke instead of --quick/--full/--mode, --seeds 1",
     "report: the checkout's docs/results; README.md is a copy of the README",
 )
@@ -83,6 +86,8 @@ def rewrite(words: list[str]) -> list[str]:
         return _set(words, "--steps", str(RESUMED_STEPS if "--resume" in words else STEPS))
     if words[0] == "python" and words[1].startswith("examples/"):
         return _set(words, "--steps", str(STEPS))
+    if words[:2] == ["convergent", "prune"] and "--save" in words and "--no-bench" not in words:
+        return [*words, "--no-bench"]
     if words[:2] == ["convergent", "reproduce"]:
         kept, skip = [], False
         for word in words:

@@ -59,7 +59,7 @@ def test_t_interval_needs_two_finite_values_and_leaves_out_nan():
     ],
 )
 def test_verdict_follows_the_interval(per_seed, threshold, verdict):
-    claim = claim_from_seeds("c", per_seed, threshold, unit="u", checks=[PASSED])
+    claim = claim_from_seeds("c", per_seed, threshold, key="toy.claim", unit="u", checks=[PASSED])
     low, high = stats.t.interval(0.95, 4, loc=np.mean(per_seed), scale=stats.sem(per_seed))
     region_low, region_high = threshold.bounds
     # the expectation, written out from the definition
@@ -81,7 +81,9 @@ def test_a_failed_or_unmeasured_check_makes_it_untested_whatever_the_effect():
     failed = Check("mirror move / Adam move", 0.016, at_least(0.2))
     missing = not_measured("mirror move / Adam move", at_least(0.2), "not stored")
     for check in (failed, missing):
-        claim = claim_from_seeds("c", per_seed, at_least(0.01), unit="u", checks=[PASSED, check])
+        claim = claim_from_seeds(
+            "c", per_seed, at_least(0.01), key="toy.claim", unit="u", checks=[PASSED, check]
+        )
         assert claim.verdict == "untested"
         assert claim.effect == pytest.approx(np.mean(per_seed))  # still shown
     assert failed.passed is False and missing.passed is None and missing.value is None
@@ -92,20 +94,28 @@ def test_a_failed_or_unmeasured_check_makes_it_untested_whatever_the_effect():
 
 
 def test_one_seed_is_a_preview_decided_by_the_point_estimate():
-    above = claim_from_seeds("c", [0.03], at_least(0.01), unit="u", checks=[PASSED])
-    below = claim_from_seeds("c", [0.0], at_least(0.01), unit="u", checks=[PASSED])
+    above = claim_from_seeds(
+        "c", [0.03], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
+    below = claim_from_seeds("c", [0.0], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED])
     assert above.interval is None and above.n == 1 and above.preview
     assert above.verdict == "reproduced" and below.verdict == "not reproduced"
     assert above.label == "reproduced (preview)"
-    two = claim_from_seeds("c", [0.03, 0.04], at_least(0.01), unit="u", checks=[PASSED])
+    two = claim_from_seeds(
+        "c", [0.03, 0.04], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert two.preview and two.interval is not None
-    three = claim_from_seeds("c", [0.03, 0.04, math.nan], at_least(0.01), unit="u", checks=[PASSED])
+    three = claim_from_seeds(
+        "c", [0.03, 0.04, math.nan], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert three.n == 2 and three.preview  # a diverged seed does not count
 
 
 def test_no_finite_effect_is_inconclusive():
     assert decide(None, None, at_least(0.0), [PASSED]) == "inconclusive"
-    claim = claim_from_seeds("c", [math.nan], at_least(0.0), unit="u", checks=[PASSED])
+    claim = claim_from_seeds(
+        "c", [math.nan], at_least(0.0), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert claim.effect is None and claim.verdict == "inconclusive"
 
 
@@ -114,6 +124,7 @@ def test_json_record_has_the_documented_schema():
         "HORST loses at most half of AdamW's accuracy",
         [-0.001, 0.002, 0.0005],
         at_most(0.0),
+        key="sparsity.horst_loses_half",
         unit="accuracy (fraction)",
         checks=[Check("mirror move / Adam move", 0.016, at_least(0.2), note="why")],
         evidence="numbers",
@@ -121,6 +132,7 @@ def test_json_record_has_the_documented_schema():
     )
     record = claim.to_json()
     for key in (
+        "key",
         "statement",
         "verdict",
         "preview",
@@ -185,7 +197,16 @@ def test_an_exploratory_claim_says_so_wherever_its_verdict_is_printed():
     from convergent.studies.framework.common import claim_rows, compact_claim_rows
 
     (claim,) = as_exploratory(
-        [claim_from_seeds("A (here: b)", [1.0, 1.1, 1.2], at_least(0.0), unit="u", revised="r")]
+        [
+            claim_from_seeds(
+                "A (here: b)",
+                [1.0, 1.1, 1.2],
+                at_least(0.0),
+                key="toy.claim",
+                unit="u",
+                revised="r",
+            )
+        ]
     )
     assert claim.verdict == "reproduced"
     assert claim.label == "reproduced (exploratory)"
@@ -193,9 +214,13 @@ def test_an_exploratory_claim_says_so_wherever_its_verdict_is_printed():
     assert record["exploratory"] is True and record["revised"] == "r"
     assert "| reproduced (exploratory) |" in compact_claim_rows([record])[2]
     assert "| reproduced (exploratory) |" in claim_rows([record])[2]
-    (short,) = as_exploratory([claim_from_seeds("A", [1.0], at_least(0.0), unit="u")])
+    (short,) = as_exploratory(
+        [claim_from_seeds("A", [1.0], at_least(0.0), key="toy.claim", unit="u")]
+    )
     assert short.label == "reproduced (preview, exploratory)"
-    plain = claim_from_seeds("A", [1.0, 2.0, 3.0], at_least(0.0), unit="u").to_json()
+    plain = claim_from_seeds(
+        "A", [1.0, 2.0, 3.0], at_least(0.0), key="toy.claim", unit="u"
+    ).to_json()
     assert "exploratory" not in plain and "revised" not in plain
 
 

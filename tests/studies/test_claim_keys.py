@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from convergent.studies import get_study
-from convergent.studies.framework.claims import at_least, claim_from_seeds, check_key
+from convergent.studies.framework.claims import at_least, check_key, claim_from_seeds
 from convergent.studies.framework.migrate_keys import migrate
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"

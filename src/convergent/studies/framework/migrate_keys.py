@@ -223,7 +223,9 @@ def earlier_keys(
     current_names = legacy_names(current)
     found = _counterparts(current_names, names)
     key_of = {
-        found[name]: claim["key"] for name, claim in zip(current_names, current) if name in found
+        found[name]: claim["key"]
+        for name, claim in zip(current_names, current, strict=True)
+        if name in found
     }
     keys = []
     for name in names:

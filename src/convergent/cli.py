@@ -455,7 +455,7 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
 
 
 def _report(arguments: argparse.Namespace) -> int:
-    from convergent.studies import rescore, study_summary
+    from convergent.studies import rescore, study_advice, study_summary
     from convergent.studies.framework import OtherDesign
     from convergent.studies.framework.readme import results_section, update_readme
 
@@ -472,10 +472,16 @@ def _report(arguments: argparse.Namespace) -> int:
                 continue
             print(f"re-scored {path.parent}: {len(result.claims)} claims")
     if arguments.readme is None:
-        print(results_section(arguments.folder, summarize=study_summary), end="")
+        print(
+            results_section(arguments.folder, summarize=study_summary, advise=study_advice), end=""
+        )
         return 0
     current = update_readme(
-        arguments.readme, arguments.folder, check=arguments.check, summarize=study_summary
+        arguments.readme,
+        arguments.folder,
+        check=arguments.check,
+        summarize=study_summary,
+        advise=study_advice,
     )
     if arguments.check:
         state = "up to date" if current else "out of date; run without --check to rewrite it"

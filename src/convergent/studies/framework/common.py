@@ -28,6 +28,7 @@ from convergent.studies.framework.claims import (
     format_number,
     qualifiers,
 )
+from convergent.studies.framework.resolution import resolution_lines
 
 MODES = ("smoke", "quick", "full")
 
@@ -266,6 +267,7 @@ def render_markdown(
             lines.append(f"{index}. {claim.evidence} ({claim.interval_method}.)")
             lines += [f"   - check note: {c.name}: {c.note}" for c in claim.checks if c.note]
         lines.append("")
+        lines += resolution_lines(records)
     lines += history
     if result.tuning:
         lines += ["## Tuning", "", *tuning_lines(result.tuning)]

@@ -122,7 +122,7 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     keys = list(claims_by_key(payload))
     floor = verdict_of(payload, FLOOR_KEY) if FLOOR_KEY in keys else "untested"
     when = (
-        "always in attention models (they keep attention well conditioned)"
+        "in attention models: they kept attention well conditioned"
         if floor == "reproduced"
         else "not shown to help here"
     )

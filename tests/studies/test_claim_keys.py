@@ -81,3 +81,28 @@ def test_rescoring_gives_the_stored_claims_under_their_keys(folder):
     assert [{f: c[f] for f in fields} for c in rescored] == [
         {f: c[f] for f in fields} for c in stored["claims"]
     ]
+
+
+@pytest.mark.parametrize("folder", STUDY_FOLDERS, ids=lambda folder: folder.name)
+def test_summaries_and_advice_refer_only_to_keys_the_claims_have(folder):
+    from convergent.studies import study_advice, study_findings, study_summary
+
+    payload = _read(folder / "results.json")
+    keys = {claim["key"] for claim in payload["claims"]}
+    for sentence in [*study_summary(payload), *study_findings(payload)]:
+        assert set(sentence.verdicts) <= keys, sentence.text
+    rows = study_advice(payload)
+    assert rows
+    for row in rows:
+        assert row.evidence and set(row.evidence) <= keys, row.method
+
+
+def test_a_summary_that_names_a_key_no_claim_has_fails():
+    from convergent.studies.framework import claim_of, verdict_of
+
+    payload = {"claims": [{"key": "toy.kept", "verdict": "reproduced"}]}
+    assert verdict_of(payload, "toy.kept") == "reproduced"
+    with pytest.raises(KeyError, match="toy.renamed"):
+        verdict_of(payload, "toy.renamed")
+    with pytest.raises(KeyError, match="toy.kept"):  # the error lists the keys there are
+        claim_of(payload, "toy.renamed")

@@ -51,7 +51,9 @@ def test_evidence_is_counted_by_verdict():
             _record("toy.d", "inconclusive"),
         ],
     }
-    assert evidence_counts(payload, ["toy.a", "toy.b", "toy.c"]) == "2 reproduced, 1 untested (of 3)"
+    assert (
+        evidence_counts(payload, ["toy.a", "toy.b", "toy.c"]) == "2 reproduced, 1 untested (of 3)"
+    )
     assert verdict_words(["untested", "reproduced", "untested"]) == "1 reproduced and 2 untested"
     assert verdict_words(["reproduced", "reproduced"]) == "reproduced"
     row = Advice("Toy", "always", "x = 1 (unitless)", ("toy.a", "toy.d"), "nothing")
@@ -60,7 +62,7 @@ def test_evidence_is_counted_by_verdict():
         "| Toy (`toy`) | always | x = 1 (unitless) | 1 reproduced, 1 inconclusive (of 2) | "
         "nothing |"
     )
-    with pytest.raises(KeyError, match="toy.gone"):
+    with pytest.raises(KeyError, match=r"toy\.gone"):
         evidence_counts(payload, ["toy.gone"])
 
 

@@ -228,8 +228,9 @@ def _payload(seeds, claims):
     return {"config": {"seeds": seeds}, "claims": claims}
 
 
-def _record(statement, verdict, effect, exploratory=False, revised=""):
+def _record(key, statement, verdict, effect, exploratory=False, revised=""):
     record = {
+        "key": key,
         "statement": statement,
         "verdict": verdict,
         "preview": False,
@@ -249,34 +250,41 @@ def test_history_lines_put_every_verdict_of_a_claim_side_by_side():
     old = _payload(
         [1, 2, 3, 4, 5],
         [
-            _record("Speeds up (here: endpoints)", "reproduced", 2.0),
-            _record("Dropped claim (here: x)", "inconclusive", 0.5),
+            _record("toy.speeds_up", "Speeds up (here: endpoints)", "reproduced", 2.0),
+            _record("toy.dropped", "Dropped claim (here: x)", "inconclusive", 0.5),
         ],
     )
     new = _payload(
         [10, 11, 12, 13, 14],
         [
-            _record("Speeds up (here: every step)", "not reproduced", -3.0, revised="why"),
-            _record("New claim (here: y)", "reproduced", 4.0),
+            # Reworded, same key: the same row.
+            _record(
+                "toy.speeds_up",
+                "Gets faster (here: every step)",
+                "not reproduced",
+                -3.0,
+                revised="why",
+            ),
+            _record("toy.new", "New claim (here: y)", "reproduced", 4.0),
         ],
     )
 
     def rescore(payload):
         assert payload is old
-        return [_record("Speeds up (here: every step)", "inconclusive", 0.25, exploratory=True)]
+        return [_record("toy.speeds_up", "Gets faster", "inconclusive", 0.25, exploratory=True)]
 
     lines = history_lines(new, 3, [(2, old)], rescore)
     table = [line for line in lines if line.startswith("|")]
     assert table[0] == (
-        "| claim | design 2, seeds 1-5, as scored then | design 3's tests on design 2's seeds 1-5 "
-        "| design 3's tests on seeds 10-14 | changed in design 3, and why |"
+        "| claim (key) | design 2, seeds 1-5, as scored then | design 3's tests on design 2's "
+        "seeds 1-5 | design 3's tests on seeds 10-14 | changed in design 3, and why |"
     )
     assert table[2] == (
-        "| Speeds up | reproduced: 2 [1, 3] | inconclusive (exploratory): 0.25 [-0.75, 1.25] | "
-        "not reproduced: -3 [-4, -2] | why |"
+        "| `toy.speeds_up` | reproduced: 2 [1, 3] | inconclusive (exploratory): 0.25 [-0.75, "
+        "1.25] | not reproduced: -3 [-4, -2] | why |"
     )
-    assert table[3] == "| New claim | — | — | reproduced: 4 [3, 5] | — |"
-    assert "Design 2's claims with no counterpart now: Dropped claim (inconclusive: 0.5 " in (
+    assert table[3] == "| `toy.new` | — | — | reproduced: 4 [3, 5] | — |"
+    assert "Design 2's claims with no counterpart now: `toy.dropped` (inconclusive: 0.5 " in (
         "\n".join(lines)
     )
     assert history_lines(new, 3, []) == []
@@ -285,8 +293,10 @@ def test_history_lines_put_every_verdict_of_a_claim_side_by_side():
 def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     from convergent.studies.framework import history_lines
 
-    old = _payload([1, 2, 3], [_record("Claim (here: old)", "reproduced", 1.0)])
-    now = _payload([1, 2, 3], [_record("Claim (here: new)", "inconclusive", 0.0, True)])
+    old = _payload([1, 2, 3], [_record("toy.claim", "Claim (here: old)", "reproduced", 1.0)])
+    now = _payload(
+        [1, 2, 3], [_record("toy.claim", "Claim (here: new)", "inconclusive", 0.0, True)]
+    )
     lines = history_lines(now, 3, [(2, old)], lambda payload: pytest.fail("rescored twice"))
     assert lines[4].endswith(
         "| design 3's tests on seeds 1-3 (an earlier design's data) "
@@ -294,75 +304,37 @@ def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     )
 
 
-def test_history_lines_match_a_name_whose_selection_was_nested_in_it():
-    from convergent.studies.framework import history_lines
+def test_the_key_migration_matches_a_name_whose_selection_was_nested_in_it():
+    from convergent.studies.migrate_keys import earlier_keys
 
     # Earlier designs named the tuned regime with its selected step sizes; a redesign moved
     # them into the test, so its name differs only by the nested parenthesis.
-    old = _payload(
-        [1, 2, 3],
-        [
-            _record(
-                "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)", "reproduced", 1
-            )
-        ],
-    )
-    new = _payload(
-        [4, 5, 6],
-        [_record("Linear (lr tuned per beta, 2000 steps; here: 0: 0.8, 1: 0.8)", "untested", 2)],
-    )
-    lines = history_lines(new, 3, [(2, old)])
-    table = [line for line in lines if line.startswith("|")]
-    assert table[2] == (
-        "| Linear (lr tuned per beta, 2000 steps) | reproduced: 1 [0, 2] | untested: 2 [1, 3] | — |"
-    )
-    assert "no counterpart" not in "\n".join(lines)
+    old = [_record(None, "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)",
+                   "reproduced", 1)]  # fmt: skip
+    new = [_record("toy.linear_tuned", "Linear (lr tuned per beta, 2000 steps; here: 0: 0.8)",
+                   "untested", 2)]  # fmt: skip
+    assert earlier_keys("toy", old, new, retired={}) == ["toy.linear_tuned"]
 
 
-def test_history_lines_match_an_earlier_name_that_only_appended_a_qualifier():
-    from convergent.studies.framework import history_lines
+def test_the_key_migration_matches_an_earlier_name_that_only_appended_a_qualifier():
+    from convergent.studies.migrate_keys import earlier_keys
 
     # Design 2 said "(ratio HORST / AdamW)" after a claim that design 3 names without it; two
-    # earlier names with the same words before their qualifiers match nothing.
-    old = _payload(
-        [1, 2, 3],
-        [
-            _record("Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
-            _record("Near zero (ViT)", "not reproduced", 2),
-            _record("Near zero (LM)", "reproduced", 3),
-        ],
-    )
-    new = _payload(
-        [4, 5, 6],
-        [
-            _record("Pruned keeps lower perplexity", "reproduced", 4),
-            _record("Near zero", "reproduced", 5),
-        ],
-    )
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert (
-        table[2]
-        == "| Pruned keeps lower perplexity | reproduced: 1 [0, 2] | reproduced: 4 [3, 5] | — |"
-    )
-    assert table[3] == "| Near zero | — | reproduced: 5 [4, 6] | — |"
-    text = "\n".join(history_lines(new, 3, [(2, old)]))
-    assert "no counterpart now: Near zero (ViT) (not reproduced: 2 [1, 3]); Near zero (LM)" in text
-    assert "Pruned keeps lower perplexity (ratio" not in text
-    # A current name ending in a parenthesis of its own matches the same name qualified; a
-    # current name that is another one qualified makes that qualifier ambiguous.
-    old = _payload([1, 2], [_record("Speed (lr 0.1, 2000 steps) (ratio A / B)", "reproduced", 1)])
-    new = _payload([4, 5], [_record("Speed (lr 0.1, 2000 steps)", "reproduced", 2)])
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert (
-        table[2]
-        == "| Speed (lr 0.1, 2000 steps) | reproduced: 1 [0, 2] | reproduced: 2 [1, 3] | — |"
-    )
-    old = _payload([1, 2], [_record("Near zero (LM)", "reproduced", 1)])
-    new = _payload(
-        [4, 5], [_record("Near zero", "reproduced", 2), _record("Near zero (ViT)", "reproduced", 3)]
-    )
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert table[2] == "| Near zero | — | reproduced: 2 [1, 3] | — |"
+    # earlier names with the same words before their qualifiers match nothing, and take the
+    # keys written for them.
+    old = [
+        _record(None, "Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
+        _record(None, "Near zero (ViT)", "not reproduced", 2),
+        _record(None, "Near zero (LM)", "reproduced", 3),
+    ]
+    new = [
+        _record("toy.pruned", "Pruned keeps lower perplexity", "reproduced", 4),
+        _record("toy.near_zero", "Near zero", "reproduced", 5),
+    ]
+    retired = {("toy", "Near zero (ViT)"): "toy.near_zero_vit", ("toy", "Near zero (LM)"): "toy.lm"}
+    assert earlier_keys("toy", old, new, retired) == ["toy.pruned", "toy.near_zero_vit", "toy.lm"]
+    with pytest.raises(ValueError, match="add it to RETIRED"):
+        earlier_keys("toy", old, new, retired={})
 
 
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):

@@ -30,7 +30,9 @@ def payload() -> dict[str, Any]:
 
 
 def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
-    claim: dict[str, Any] = payload["claims"][[claim["key"] for claim in payload["claims"]].index(name)]
+    claim: dict[str, Any] = payload["claims"][
+        [claim["key"] for claim in payload["claims"]].index(name)
+    ]
     claim.update(verdict=verdict, effect=effect, interval=interval)
     return claim
 

@@ -29,8 +29,7 @@ from convergent.studies.descent.summary import (
     _join,
     _strength,
 )
-from convergent.studies.framework import Sentence, claims_by_key, verdict_of
-from convergent.studies.framework.advice import Advice, verdict_words
+from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
 
 # The claims a user reads together, by what they are about (those the results hold are used).
 GROUPS = {

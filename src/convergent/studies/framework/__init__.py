@@ -7,6 +7,14 @@ nothing else.
 
 from __future__ import annotations
 
+from convergent.studies.framework.advice import (
+    WORDS_PER_BRIEF,
+    Advice,
+    advice_lines,
+    evidence_counts,
+    verdict_words,
+    word_count,
+)
 from convergent.studies.framework.canary import (
     STUDY_PRUNER_OPTIONS,
     numerics_fingerprint,
@@ -23,6 +31,7 @@ from convergent.studies.framework.claims import (
     at_least,
     at_most,
     check_design,
+    check_key,
     claim_from_seeds,
     decide,
     finite_mean,
@@ -76,6 +85,8 @@ __all__ = [
     "STUDY_PRUNER_OPTIONS",
     "VERDICTS",
     "VERDICT_LEGEND",
+    "WORDS_PER_BRIEF",
+    "Advice",
     "Check",
     "Claim",
     "OtherDesign",
@@ -85,10 +96,12 @@ __all__ = [
     "Tuning",
     "TuningData",
     "UnitCache",
+    "advice_lines",
     "as_exploratory",
     "at_least",
     "at_most",
     "check_design",
+    "check_key",
     "check_mode",
     "claim_from_seeds",
     "claim_of",
@@ -97,6 +110,7 @@ __all__ = [
     "decide",
     "earlier_designs",
     "edge_note",
+    "evidence_counts",
     "extension_points",
     "finish",
     "finite_mean",
@@ -124,6 +138,8 @@ __all__ = [
     "tuning_lines",
     "unit_session",
     "verdict_of",
+    "verdict_words",
     "within",
+    "word_count",
     "write_study",
 ]

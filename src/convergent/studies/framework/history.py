@@ -6,7 +6,7 @@ earlier designs live in ``docs/results/<study>-full/history/design<N>.results.js
 ``.json.gz``) with the claims they were scored with; :func:`history_lines` puts each claim's
 verdicts from all of them in one table, with what changed in its test and why (the claim's
 ``revised`` field). Claims are matched across designs by their keys (a redesign keeps a
-claim's key; results written before keys got them from :mod:`.migrate_keys`). An earlier claim
+claim's key; results written before keys got them from :mod:`convergent.studies.migrate_keys`). An earlier claim
 with no counterpart is listed below the table.
 """
 

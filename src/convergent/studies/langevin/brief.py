@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.studies.framework import Sentence
+from convergent.studies.framework import Advice, Sentence, verdict_words
 from convergent.studies.framework import stored_number as number
-from convergent.studies.framework.advice import Advice, verdict_words
 from convergent.studies.langevin.claims import experiments
 from convergent.studies.langevin.measures import mean
 from convergent.studies.langevin.summary import temperature_fits

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.framework import Sentence, claims_by_key, verdict_of
-from convergent.studies.framework.advice import Advice, verdict_words
+from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
 from convergent.studies.sparsity.claims import PRUNER_NAMES
 from convergent.studies.sparsity.config import sparsity_key
 from convergent.studies.sparsity.summary import (

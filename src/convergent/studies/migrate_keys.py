@@ -1,7 +1,7 @@
 """Give every stored claim its key: a one-time migration of ``results.json`` files written
 before claims had keys (run again, it changes nothing).
 
-``python -m convergent.studies.framework.migrate_keys docs/results`` rewrites, in each
+``python -m convergent.studies.migrate_keys docs/results`` rewrites, in each
 ``<study>-full`` folder, the claims of ``results.json`` and of every
 ``history/design<N>.results.json[.gz]``, adding ``key`` before ``statement``; nothing else in a
 file changes, and a file whose claims all have keys is not rewritten.
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.framework.claims import check_key
+from convergent.studies.framework import check_key
 
 HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
 # A parenthesis inside a claim name's last one: " (0: 0.8, 0.25: 0.8)" in "(lr tuned per beta
@@ -215,10 +215,13 @@ def current_keys(payload: Mapping[str, Any]) -> list[str]:
 
 
 def earlier_keys(
-    study: str, claims: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
+    study: str,
+    claims: Sequence[Mapping[str, Any]],
+    current: Sequence[Mapping[str, Any]],
+    retired: Mapping[tuple[str, str], str] = RETIRED,
 ) -> list[str]:
     """The keys of an earlier design's ``claims``: the current counterpart's (``current``
-    carries keys), else the `RETIRED` key of its name."""
+    carries keys), else the ``retired`` key of its name (`RETIRED` by default)."""
     names = legacy_names(claims)
     current_names = legacy_names(current)
     found = _counterparts(current_names, names)
@@ -229,7 +232,7 @@ def earlier_keys(
     }
     keys = []
     for name in names:
-        key = key_of.get(name) or RETIRED.get((study, name))
+        key = key_of.get(name) or retired.get((study, name))
         if key is None:
             raise ValueError(f"no key for {study}'s earlier claim {name!r}: add it to RETIRED")
         keys.append(key)

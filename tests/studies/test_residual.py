@@ -146,7 +146,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
     report = (folder / "report.md").read_text()
     # Design 3's own run (seeds 10-14): its verdicts confirm, none is exploratory.
     for claim in result.claims:
-        assert f"| {claim.statement} | {claim.verdict} |" in report
+        assert f"| {claim.statement} | `{claim.key}` | {claim.verdict} |" in report
     # Design 2's verdicts, as scored then and rescored by design 3's tests (exploratory), stand
     # beside design 3's on its new seeds.
     history = report.partition("## Verdicts across designs")[2]

@@ -154,7 +154,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
         "| design 2, seeds 0-4, as scored then | design 3's tests on design 2's seeds 0-4 | "
         "design 3's tests on seeds 10-14 |"
     ) in history
-    speed = "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | "
+    speed = "| `residual.speeds_up_with_beta_lr_0p1` | — | "
     assert f"{speed}reproduced: 0.3362 [0.2024, 0.4699] | inconclusive (exploratory): " in history
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from convergent.studies import EXPLORATORY_SENTENCE, study_summary
+from convergent.studies import EXPLORATORY_SENTENCE, study_findings
 from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.langevin import claims_from_results, summary
 from convergent.studies.langevin.summary import TemperatureFit
@@ -52,7 +52,7 @@ def flipped(
 def test_the_committed_summary_states_design_7s_verdicts(committed):
     # Design 7's own run on seeds 20-24: no verdict is exploratory, so no note opens it.
     sentences = summary(committed)
-    assert study_summary(committed) == sentences and len(sentences) == 5
+    assert study_findings(committed) == sentences and len(sentences) == 5
     assert misstated_verdicts(sentences, committed) == []
     assert {name for s in sentences for name in s.verdicts} == set(claims_by_key(committed))
     scale, where, norms, decided, unknown = (s.text for s in sentences)
@@ -124,7 +124,7 @@ def test_design_6s_runs_under_design_7s_tests_state_their_verdicts_and_where_the
     assert "by at most 0.15 % of its phase-1 value" in unknown
     assert "attention's claims on the gap with a penalty and accuracy are untested" in unknown
     # The report opens by saying the verdicts are exploratory.
-    assert study_summary(design6)[0].text == EXPLORATORY_SENTENCE
+    assert study_findings(design6)[0].text == EXPLORATORY_SENTENCE
 
 
 def test_a_gap_that_crept_without_a_penalty_rewrites_the_decided_sentence(design6):

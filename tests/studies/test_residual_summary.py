@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from convergent.studies import EXPLORATORY_SENTENCE, study_summary
+from convergent.studies import EXPLORATORY_SENTENCE, study_findings
 from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.residual import summary
 
@@ -91,10 +91,10 @@ def test_the_committed_summary(committed):
 def test_the_study_registry_serves_this_summary_with_no_exploratory_note(committed):
     # The committed verdicts are design 3's tests on its own seeds (10-14).
     assert not any(claim.get("exploratory") for claim in committed["claims"])
-    assert study_summary(committed) == summary(committed)
+    assert study_findings(committed) == summary(committed)
     exploratory = copy.deepcopy(committed)
     exploratory["claims"][0]["exploratory"] = True
-    first, *rest = study_summary(exploratory)
+    first, *rest = study_findings(exploratory)
     assert first.text == EXPLORATORY_SENTENCE and rest == summary(exploratory)
 
 

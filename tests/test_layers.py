@@ -13,7 +13,8 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "convergent"
 
 # Bottom to top. Packages in one layer may not import each other: the algorithm packages meet
-# only in train/ and studies/; commands and studies are separate entry points.
+# only in train/ and studies/. The commands sit above the studies, since `reproduce` and
+# `report` run and read them; a study never reads a command's configuration.
 LAYERS: list[set[str]] = [
     {"report", "io", "wording", "cli_help"},
     {"models"},
@@ -22,7 +23,8 @@ LAYERS: list[set[str]] = [
     {"optim", "sparse", "constrained", "regularize"},
     {"diagnostics"},
     {"train"},
-    {"commands", "studies"},
+    {"studies"},
+    {"commands"},
     {"cli"},
     {"__main__"},
 ]

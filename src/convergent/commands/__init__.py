@@ -1,11 +1,16 @@
-"""The commands above the library: ``train``, ``diagnose``, ``prune`` and ``bench``.
+"""The commands above the library and the studies: ``train``, ``data``, ``prune``, ``bench``,
+``diagnose``, ``reproduce`` and ``report``.
 
 Together with `convergent.studies` this is the only configuration-aware code: a command takes
 a config (or flags), builds data, model and optimizer through the library's plain-argument
-functions, and writes a run or report folder. `runs` finds and rebuilds the run folders that
-``train`` writes; `hf_folders` loads Hugging Face ``save_pretrained`` folders for ``prune`` and
-``diagnose``; `compressed` writes and reads compressed model folders (``save_sparse``,
-``load_sparse``). Library packages never import from here.
+functions, and writes a run or report folder. Each command's command line is one module here
+(``train_command``, ``data_command``, ``prune_command``, ``bench_command``,
+``diagnose_command``, ``reproduce``, ``report``): ``add_parser(commands)`` adds its flags and
+its handler turns them into plain-argument calls; `flags` holds what they share. `runs` finds
+and rebuilds the run folders that ``train`` writes; `hf_folders` loads Hugging Face
+``save_pretrained`` folders for ``prune`` and ``diagnose``; `compressed` writes and reads
+compressed model folders (``save_sparse``, ``load_sparse``). Library packages never import
+from here.
 """
 
 from convergent.commands.benchmark import bench, format_bench

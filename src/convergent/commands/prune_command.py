@@ -1,0 +1,188 @@
+"""``convergent prune`` on the command line: its flags, checked against the kind of folder
+pruned (a run brings its own data; only a Hugging Face folder takes the data options), and
+the sweep's summary printed. The pruning itself is :mod:`convergent.commands.prune`'s."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from convergent.commands.flags import (
+    UserError,
+    add_mask_spec_arguments,
+    keyword_defaults,
+    mask_spec_from_arguments,
+)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``prune`` and its flags to ``commands``."""
+    from convergent.commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
+    from convergent.sparse import METHODS
+
+    parser = commands.add_parser(
+        "prune",
+        help="one-shot pruning (magnitude, Wanda, SparseGPT) of a trained run or a Hugging Face"
+        " model folder",
+        description="Prune a run folder (or checkpoint) written by 'convergent train', or a"
+        " Hugging Face save_pretrained folder (a causal LM or a sequence classifier), one-shot"
+        " by weight magnitude, Wanda or SparseGPT, and report validation"
+        " loss/accuracy/perplexity at each sparsity.",
+    )
+    parser.add_argument(
+        "path",
+        type=Path,
+        help="a run folder, its checkpoints folder, a checkpoint, or a save_pretrained folder",
+    )
+    parser.add_argument(
+        "--sparsity",
+        type=float,
+        action="append",
+        help="target in [0, 1); repeat for several (default "
+        f"{' '.join(map(str, DEFAULT_SPARSITIES))}; N:M patterns prune 1 - N/M)",
+    )
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="magnitude",
+        help="magnitude (no data), or wanda / sparsegpt, calibrated block by block",
+    )
+    placement = parser.add_argument_group("where and how the model is pruned")
+    placement.add_argument(
+        "--device",
+        default=None,
+        help="where each block is calibrated, pruned and evaluated: cpu, cuda or cuda:N (the"
+        " model stays in CPU memory; default: where it loads, the CPU)",
+    )
+    placement.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="load, prune and save the model in this dtype; statistics are float64 whatever it"
+        " is (default: the checkpoint's own)",
+    )
+    placement.add_argument(
+        "--low-memory",
+        action="store_true",
+        help="a Hugging Face folder larger than memory: stream its blocks from its safetensors"
+        " files, one in memory at a time, writing each pruned block to --save (one"
+        " --sparsity per call)",
+    )
+    calibration = parser.add_argument_group("Wanda and SparseGPT calibration")
+    calibration.add_argument(
+        "--calibration-data",
+        default=None,
+        help="the source whose train split they calibrate on (default: --data's; a run uses its"
+        " own training split)",
+    )
+    calibration.add_argument(
+        "--calibration-examples",
+        type=int,
+        default=None,
+        help=f"training examples to calibrate on (default "
+        f"{keyword_defaults(prune_hf_folder)['calibration_examples']})",
+    )
+    add_mask_spec_arguments(
+        parser.add_argument_group("which weights, and the masks' layout"), one_shot=True
+    )
+    parser.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        help="write the model pruned at the last sparsity into this new folder, its weights"
+        " compressed (load it with convergent.commands.load_sparse), with pruning.json,"
+        " pruning.md (sizes, and bench's speed and memory) and pruning.png",
+    )
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="with --save: write ordinary weights (model.safetensors) that other tools read",
+    )
+    parser.add_argument(
+        "--no-bench",
+        action="store_true",
+        help="with --save: leave bench's speed and memory figures out of pruning.md",
+    )
+    hugging_face = parser.add_argument_group("Hugging Face model folders only")
+    hugging_face.add_argument(
+        "--data",
+        default=None,
+        help="the data to evaluate on (default austen for a causal LM, rt-sentences for a"
+        " classifier; also hf:NAME)",
+    )
+    hugging_face.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        help="evaluate on the first this many validation examples (default: all)",
+    )
+    defaults = keyword_defaults(prune_hf_folder)
+    hugging_face.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help=f"tokens per example (default {defaults['max_length']})",
+    )
+    hugging_face.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seeds the data's split into train, validation and test (default {defaults['seed']})",
+    )
+    parser.set_defaults(handler=run)
+
+
+# Options of `prune` that only a Hugging Face folder takes: a run brings its own data.
+HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
+
+
+# Options of `prune` that only a Hugging Face folder takes, beside HF_ONLY's data options.
+HF_ONLY_FLAGS = ("low_memory",)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    """``convergent prune``'s parsed flags: do the command; returns the exit status."""
+    import torch
+
+    from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
+    from convergent.commands.prune import prune_hf_folder, prune_run
+    from convergent.commands.pruned_folder import SaveOptions
+    from convergent.commands.pruning_report import format_prune_summary
+
+    if (arguments.dense or arguments.no_bench) and arguments.save is None:
+        raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")
+    options: dict[str, Any] = {
+        "spec": mask_spec_from_arguments(arguments),
+        "method": arguments.method,
+        "save_to": arguments.save,
+        "save": SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
+        "device": arguments.device,
+        "dtype": None if arguments.dtype is None else getattr(torch, arguments.dtype),
+        "progress": True,
+    }
+    if arguments.calibration_examples is not None:
+        options["calibration_examples"] = arguments.calibration_examples
+    sparsities = tuple(arguments.sparsity) if arguments.sparsity else None
+    if folder_kind(arguments.path) == HUGGING_FACE:
+        options["low_memory"] = arguments.low_memory
+        given = {name: getattr(arguments, name) for name in HF_ONLY}
+        # Options left out take prune_hf_folder's own defaults (defined there, once).
+        chosen = {name: value for name, value in given.items() if value is not None}
+        summary = prune_hf_folder(arguments.path, sparsities, **chosen, **options)
+    else:
+        flags = [
+            f"--{name.replace('_', '-')}"
+            for name in HF_ONLY
+            if getattr(arguments, name) is not None
+        ] + [f"--{name.replace('_', '-')}" for name in HF_ONLY_FLAGS if getattr(arguments, name)]
+        if flags and arguments.path.exists():  # a missing path gets its own error
+            raise UserError(
+                f"{', '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} only to "
+                f"Hugging Face model folders; the run at "
+                f"{arguments.path} brings its own data (scored on its validation split, "
+                "calibrated on its training split)"
+            )
+        summary = prune_run(arguments.path, sparsities, **options)
+    print(format_prune_summary(summary))
+    return 0

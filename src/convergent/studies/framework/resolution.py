@@ -112,6 +112,12 @@ def claim_resolution(claim: Mapping[str, Any]) -> Resolution:
     return Resolution(half, distance, how, needed, margin_too_narrow=band < half)
 
 
+def _cell(text: str) -> str:
+    """``text`` inside a markdown table cell (a literal bar escaped; common.table_cell's rule,
+    which this module, imported by common, cannot import back)."""
+    return text.replace("|", r"\|")
+
+
 def _resolved_text(found: Resolution, n: int) -> str:
     if not math.isfinite(found.half_width):
         return "n/a"
@@ -128,8 +134,6 @@ def _resolved_text(found: Resolution, n: int) -> str:
 
 def resolution_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
     """The report's "What this design can resolve" section from JSON claim records."""
-    from convergent.studies.framework.common import table_cell
-
     lines = [
         "## What this design can resolve",
         "",
@@ -145,7 +149,7 @@ def resolution_lines(claims: Sequence[Mapping[str, Any]]) -> list[str]:
     for claim in claims:
         found = claim_resolution(claim)
         lines.append(
-            f"| `{claim['key']}` | {table_cell(str(claim['unit']))} | {claim['n']} | "
+            f"| `{claim['key']}` | {_cell(str(claim['unit']))} | {claim['n']} | "
             f"{format_number(found.half_width)} | {format_number(found.distance)} | "
             f"{_resolved_text(found, int(claim['n']))} | {found.how} |"
         )

@@ -1,9 +1,6 @@
-"""The ``descent`` study in a minute: its README summary (about 100 words, action first, no
-numbers) and its row of the "What to use" table (the setting, with its numbers).
-
-Both are written from the verdicts, by claim key; the long sentences with every number are the
-report's (`summary`).
-"""
+"""What the ``descent`` study tells a user in a minute: the README summary (whether to
+constrain for robustness, the clean cost, what stays open) and its "What to use" row, from the
+verdicts by key; the report keeps the long findings (`summary`)."""
 
 from __future__ import annotations
 

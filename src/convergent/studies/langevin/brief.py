@@ -1,10 +1,7 @@
-"""The ``langevin`` study in a minute: its README summary (about 100 words, action first, no
-numbers) and its row of the "What to use" table (the setting, with its numbers).
-
-Both are written from the verdicts, by claim key (`wording.study_claims`), and from the
-manipulation checks' measurements (`summary.temperature_fits`); the long sentences with every
-number are the report's (`summary`).
-"""
+"""What the ``langevin`` study tells a user in a minute: what the noise did at each
+temperature (from the checks' measurements, `summary.temperature_fits`), the penalty, what
+stays unknown (the README summary), and its "What to use" row; the report keeps the long
+findings (`summary`)."""
 
 from __future__ import annotations
 

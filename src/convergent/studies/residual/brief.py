@@ -1,9 +1,6 @@
-"""The ``residual`` study in a minute: its README summary (about 100 words, action first, no
-numbers) and its row of the "What to use" table (the setting, with its numbers).
-
-Both are written from the verdicts, by claim key; the long sentences with every number are the
-report's (`summary`).
-"""
+"""What the ``residual`` study tells a user in a minute: keep residuals, how to set the step
+size, the speed and depth claims (the README summary), and its "What to use" row; the report
+keeps the long findings (`summary`)."""
 
 from __future__ import annotations
 

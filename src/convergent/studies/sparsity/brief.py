@@ -1,9 +1,6 @@
-"""The ``sparsity`` study in a minute: its README summary (about 100 words, action first, no
-numbers) and its rows of the "What to use" table (the settings, with their numbers).
-
-Both are written from the verdicts, by claim key; the long sentences with every number are the
-report's (`summary`).
-"""
+"""What the ``sparsity`` study tells a user in a minute: HORST before one-shot pruning, its
+weights near zero, AC/DC left open (the README summary), and its two "What to use" rows; the
+report keeps the long findings (`summary`)."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ def test_report_writes_and_checks_a_readme_results_section(monkeypatch, capsys, 
     text = readme.read_text()
     assert text.startswith(f"# title\n\n{START}\n") and text.endswith(f"{END}\n\nafter\n")
     assert "old text" not in text
-    assert "| one plus one is two | reproduced | 1.983 [1.584, 2.383] | 3 |" in text
+    assert "| `toy.one_plus_one_is_two` | reproduced | 1.983 [1.584, 2.383] | (a sum) | 3 |" in text
     assert "[`docs/results/toy/`](docs/results/toy/report.md)" in text
     assert main(["report", str(results), "--readme", str(readme), "--check"]) == 0
     assert main(["report", str(tmp_path / "nowhere")]) == 2

@@ -32,6 +32,7 @@ EXTRA_STUDY_FILES = {
     "checks.py",
     "wording.py",
     "summary.py",
+    "brief.py",
     "language.py",
     "selection.py",
 }

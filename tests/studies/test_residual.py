@@ -146,7 +146,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
     report = (folder / "report.md").read_text()
     # Design 3's own run (seeds 10-14): its verdicts confirm, none is exploratory.
     for claim in result.claims:
-        assert f"| {claim.statement} | {claim.verdict} |" in report
+        assert f"| {claim.statement} | `{claim.key}` | {claim.verdict} |" in report
     # Design 2's verdicts, as scored then and rescored by design 3's tests (exploratory), stand
     # beside design 3's on its new seeds.
     history = report.partition("## Verdicts across designs")[2]
@@ -154,7 +154,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
         "| design 2, seeds 0-4, as scored then | design 3's tests on design 2's seeds 0-4 | "
         "design 3's tests on seeds 10-14 |"
     ) in history
-    speed = "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | "
+    speed = "| `residual.speeds_up_with_beta_lr_0p1` | — | "
     assert f"{speed}reproduced: 0.3362 [0.2024, 0.4699] | inconclusive (exploratory): " in history
 
 

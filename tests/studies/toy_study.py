@@ -43,6 +43,7 @@ def claims_from_results(results: dict[str, Any]) -> list[Claim]:
             "one plus one is two (here: at least 1.5)",
             sums,
             at_least(1.5),
+            key="toy.one_plus_one_is_two",
             unit="(a sum)",
             checks=[Check("the adder ran", moved, at_least(1.0))],
             evidence=f"measured {', '.join(f'{s:g}' for s in sums)}",

@@ -32,6 +32,7 @@ from convergent.studies.framework import (
     results_payload,
     write_study,
 )
+from convergent.studies.framework.advice import Advice
 from convergent.studies.framework.claims import OtherDesign
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
@@ -81,20 +82,45 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     return config
 
 
-def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
-    """The plain summary of a study's results (``results.json``): its module's
-    ``summary(payload)``, or none for a study that writes none. Where the verdicts are
-    exploratory (the current tests on an earlier design's data), a first sentence says so."""
+def _sentences(payload: Mapping[str, Any], writer: str) -> list[Sentence]:
+    """The sentences of the study module's ``writer`` (``brief`` or ``summary``) for a
+    ``results.json`` payload, none for a study without one. Where the verdicts are
+    exploratory (the current tests on an earlier design's data), a first sentence says so;
+    results of a design the code no longer scores get one sentence saying whose they are."""
     module = get_study(payload["name"])
     try:
         module.claims_from_results(payload)
     except OtherDesign as refused:
         return [Sentence(superseded_sentence(refused))]
-    summarize = getattr(module, "summary", None)
-    sentences = list(summarize(payload)) if summarize else []
+    write = getattr(module, writer, None)
+    sentences = list(write(payload)) if write else []
     if sentences and any(claim.get("exploratory") for claim in payload["claims"]):
         sentences.insert(0, Sentence(EXPLORATORY_SENTENCE))
     return sentences
+
+
+def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README's summary of a study's results (``results.json``): its module's
+    ``brief(payload)``, about 100 words, action first, no numbers (they are in the tables)."""
+    return _sentences(payload, "brief")
+
+
+def study_findings(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The sentences opening a study's report: its module's ``summary(payload)``, every
+    finding with its numbers."""
+    return _sentences(payload, "summary")
+
+
+def study_advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """A study's rows of the README's "What to use" table: its module's ``advice(payload)``;
+    none for a study without one, or for results of a design its code no longer scores."""
+    module = get_study(payload["name"])
+    try:
+        module.claims_from_results(payload)
+    except OtherDesign:
+        return []
+    advise = getattr(module, "advice", None)
+    return list(advise(payload)) if advise else []
 
 
 def superseded_sentence(refused: OtherDesign) -> str:
@@ -130,7 +156,7 @@ def design_history(folder: str | Path, payload: Mapping[str, Any]) -> list[str]:
 def _write(result: StudyResult, folder: Path) -> None:
     """Write ``result``'s report and results into ``folder``, with its summary and history."""
     payload = results_payload(result)
-    summary = [sentence.text for sentence in study_summary(payload)]
+    summary = [sentence.text for sentence in study_findings(payload)]
     write_study(result, folder, summary, design_history(folder, payload))
 
 
@@ -212,7 +238,9 @@ __all__ = [
     "render_markdown",
     "rescore",
     "run_study",
+    "study_advice",
     "study_config",
+    "study_findings",
     "study_summary",
     "write_index",
     "write_study",

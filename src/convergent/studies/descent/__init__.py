@@ -25,6 +25,7 @@ descent --quick`` (or ``--smoke``, ``--full``; ``--pilot`` for both pilots).
 
 from __future__ import annotations
 
+from convergent.studies.descent.brief import advice, brief
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import Config
 from convergent.studies.descent.pilot import PILOT_SEEDS, run_language_pilot, run_pilot
@@ -38,6 +39,8 @@ __all__ = [
     "DESIGN",
     "RESERVED_SEEDS",
     "Config",
+    "advice",
+    "brief",
     "claims_from_results",
     "run",
     "run_language_pilot",

@@ -7,6 +7,14 @@ nothing else.
 
 from __future__ import annotations
 
+from convergent.studies.framework.advice import (
+    WORDS_PER_BRIEF,
+    Advice,
+    advice_lines,
+    evidence_counts,
+    verdict_words,
+    word_count,
+)
 from convergent.studies.framework.canary import (
     STUDY_PRUNER_OPTIONS,
     numerics_fingerprint,
@@ -23,6 +31,7 @@ from convergent.studies.framework.claims import (
     at_least,
     at_most,
     check_design,
+    check_key,
     claim_from_seeds,
     decide,
     finite_mean,
@@ -40,7 +49,6 @@ from convergent.studies.framework.common import (
     VERDICT_LEGEND,
     StudyResult,
     check_mode,
-    claim_names,
     claim_rows,
     finish,
     json_ready,
@@ -54,7 +62,8 @@ from convergent.studies.framework.common import (
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import (
     Sentence,
-    claims_by_name,
+    claim_of,
+    claims_by_key,
     misstated_verdicts,
     named_verdicts,
     verdict_of,
@@ -76,6 +85,8 @@ __all__ = [
     "STUDY_PRUNER_OPTIONS",
     "VERDICTS",
     "VERDICT_LEGEND",
+    "WORDS_PER_BRIEF",
+    "Advice",
     "Check",
     "Claim",
     "OtherDesign",
@@ -85,18 +96,21 @@ __all__ = [
     "Tuning",
     "TuningData",
     "UnitCache",
+    "advice_lines",
     "as_exploratory",
     "at_least",
     "at_most",
     "check_design",
+    "check_key",
     "check_mode",
     "claim_from_seeds",
-    "claim_names",
+    "claim_of",
     "claim_rows",
-    "claims_by_name",
+    "claims_by_key",
     "decide",
     "earlier_designs",
     "edge_note",
+    "evidence_counts",
     "extension_points",
     "finish",
     "finite_mean",
@@ -124,6 +138,8 @@ __all__ = [
     "tuning_lines",
     "unit_session",
     "verdict_of",
+    "verdict_words",
     "within",
+    "word_count",
     "write_study",
 ]

@@ -31,6 +31,7 @@ the verdicts, in `summary`.
 
 from __future__ import annotations
 
+from convergent.studies.langevin.brief import advice, brief
 from convergent.studies.langevin.claims import DESIGN, claims_from_results
 from convergent.studies.langevin.config import VARIANTS, Config
 from convergent.studies.langevin.measures import Bound, bound_of
@@ -45,7 +46,9 @@ __all__ = [
     "VARIANTS",
     "Bound",
     "Config",
+    "advice",
     "bound_of",
+    "brief",
     "claims_from_results",
     "gradient_rms",
     "joint_excess",

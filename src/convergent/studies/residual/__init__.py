@@ -25,9 +25,10 @@ Usage: ``run(Config.for_mode("quick"), out_dir)``; ``convergent reproduce residu
 
 from __future__ import annotations
 
+from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.study import run
 from convergent.studies.residual.summary import summary
 
-__all__ = ["DESIGN", "Config", "claims_from_results", "run", "summary"]
+__all__ = ["DESIGN", "Config", "advice", "brief", "claims_from_results", "run", "summary"]

@@ -17,6 +17,7 @@ full mode's ViT, on validation with AdamW alone).
 
 from __future__ import annotations
 
+from convergent.studies.sparsity.brief import advice, brief
 from convergent.studies.sparsity.claims import DESIGN, claims_from_results
 from convergent.studies.sparsity.config import PRESETS, Config
 from convergent.studies.sparsity.models import language_model, subset, vision_model
@@ -28,6 +29,8 @@ __all__ = [
     "DESIGN",
     "PRESETS",
     "Config",
+    "advice",
+    "brief",
     "claims_from_results",
     "language_model",
     "pruned_score_of_good_dense",

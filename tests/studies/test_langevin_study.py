@@ -16,8 +16,8 @@ from convergent.regularize import (
     stationary_radius,
 )
 from convergent.studies import VERDICTS
-from convergent.studies.framework import stored_number, write_study
-from convergent.studies.langevin import Config, claims_from_results, run, study
+from convergent.studies.framework import run_config, stored_number, write_study
+from convergent.studies.langevin import STUDY, Config, claims_from_results, study
 from convergent.studies.langevin import runs as langevin_runs
 from convergent.studies.langevin.measures import DIVERGED_CHECK
 from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
@@ -158,7 +158,7 @@ def test_bound_steps_cover_the_relaxation_multiple_within_the_clamp():
 
 def test_smoke_run_writes_report_json_and_figures(tmp_path):
     config = Config.for_mode("smoke")
-    result = run(config, tmp_path, progress=False)
+    result = run_config(STUDY, config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["data"]["design"] == 7
@@ -244,7 +244,7 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
         return real_fit(model, optimizer, *args, callbacks=callbacks, **kwargs)
 
     monkeypatch.setattr(langevin_runs, "fit", fit_that_diverges_when_hot)
-    result = run(config, tmp_path, progress=False)  # no exception: the study goes on
+    result = run_config(STUDY, config, tmp_path, progress=False)  # no exception: the study goes on
     report = write_study(result, tmp_path).read_text()
     payload = json.loads((tmp_path / "results.json").read_text())
     seed = config.seeds[0]
@@ -285,7 +285,7 @@ def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
         temperatures=("hot", "calibrated"),
         claim_temperatures=("hot", "calibrated"),
     )
-    first = run(config, tmp_path, progress=False)
+    first = run_config(STUDY, config, tmp_path, progress=False)
     # temperatures, a selection per experiment, a final run per experiment (one seed)
     assert len(list((tmp_path / "units").glob("*.pt"))) == 1 + 2 + 2
 
@@ -294,15 +294,15 @@ def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
 
     for name in ("final_runs", "select_lam", "temperatures"):
         monkeypatch.setattr(study, name, refuse)
-    second = run(config, tmp_path, progress=False)
+    second = run_config(STUDY, config, tmp_path, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
     assert any("5 unit(s) reused" in note and "0 computed" in note for note in second.notes)
 
 
 def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
     config = _ten_steps()
-    alone = run(config, tmp_path / "one", progress=False)
-    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+    alone = run_config(STUDY, config, tmp_path / "one", progress=False)
+    parallel = run_config(STUDY, replace(config, workers=2), tmp_path / "two", progress=False)
     assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
         alone.data["runs"], sort_keys=True, default=str
     )

@@ -19,7 +19,7 @@ from convergent.studies import VERDICTS
 from convergent.studies.framework import run_config, stored_number, write_study
 from convergent.studies.langevin import STUDY, Config, claims_from_results, study
 from convergent.studies.langevin import runs as langevin_runs
-from convergent.studies.langevin.measures import DIVERGED_CHECK
+from convergent.studies.langevin.checks import DIVERGED_CHECK
 from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
 from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.train import TrainingDiverged

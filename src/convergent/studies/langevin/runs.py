@@ -47,7 +47,7 @@ from convergent.regularize import (
     radial_relaxation_time,
     stationary_radius,
 )
-from convergent.studies.langevin.measures import diverged_at
+from convergent.studies.langevin.checks import diverged_at
 from convergent.studies.langevin.models import (
     DarcyData,
     phase2_model,

@@ -12,7 +12,7 @@ from typing import Any
 
 from convergent.studies.framework import claims_by_name
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.measures import (
+from convergent.studies.langevin.checks import (
     FIT_CHECK,
     NORM_CHECK,
     OUTCOME_CHECK,

@@ -17,7 +17,8 @@ from convergent.studies.langevin.models import DarcyData, darcy_pool
 from convergent.studies.langevin.pilot import PILOT_OVERFIT, regime_named, run_pilot
 from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.studies.langevin.report import notes_of, tables_of
-from convergent.studies.langevin.runs import EXPERIMENTS, final_runs, select_lam, temperatures
+from convergent.studies.langevin.runs import EXPERIMENTS, final_runs, temperatures
+from convergent.studies.langevin.selection import select_lam
 from convergent.studies.langevin.summary import summary
 
 # The design of this study's units (`Study.unit_design`).

@@ -9,10 +9,11 @@ configurations are scored on test from disjoint final seeds.
 
 Parts: ``config`` (the settings, the modes as data, the selection rules), ``models`` (the ViT on
 Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit: training with
-AC/DC or densely, pruning, measuring), ``study`` (the selection and final runs of both parts, for the framework's run),
-``claims`` (the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the
-plain sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the
-full mode's ViT, on validation with AdamW alone).
+AC/DC or densely, pruning, measuring), ``measures`` (pruned perplexities, the near-zero share),
+``study`` (the selection and final runs of both parts, for the framework's run), ``claims``
+(the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the plain
+sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the full
+mode's ViT, on validation with AdamW alone).
 """
 
 from __future__ import annotations

@@ -148,6 +148,28 @@ def pruned_score_of_good_dense(
     return score
 
 
+def _selections(
+    tunings: dict[str, Tuning[dict[str, Any]]], shown: str, scored: str
+) -> dict[str, Any]:
+    """Each optimizer's selected point and its grid as ``results.json`` keeps them: every point
+    with its unit's ``scored`` validation number (as ``shown``), move ratio and strength."""
+    return {
+        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selection": {
+            name: [
+                {
+                    **point,
+                    shown: unit[scored],
+                    "move_ratio": unit["move_ratio"],
+                    "strength": unit["strength"],
+                }
+                for point, unit in zip(tuning.points, tuning.runs, strict=True)
+            ]
+            for name, tuning in tunings.items()
+        },
+    }
+
+
 def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
     tunings = _select(
         config,
@@ -196,19 +218,7 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
         if job.optimizer in moves:
             moves[job.optimizer][key].append(unit["move_ratio"])
     return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
-        "selection": {
-            name: [
-                {
-                    **point,
-                    "validation_accuracy": unit["validation_accuracy"],
-                    "move_ratio": unit["move_ratio"],
-                    "strength": unit["strength"],
-                }
-                for point, unit in zip(tuning.points, tuning.runs, strict=True)
-            ]
-            for name, tuning in tunings.items()
-        },
+        **_selections(tunings, "validation_accuracy", "validation_accuracy"),
         "accuracy": accuracy,
         "achieved": achieved,
         "move_ratio": moves,
@@ -258,19 +268,7 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
         if job.seed == config.seeds[0] and unit["histogram"] is not None:
             histograms[job.optimizer] = unit["histogram"]
     return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
-        "selection": {
-            name: [
-                {
-                    **point,
-                    "validation_perplexity": unit["perplexity"],
-                    "move_ratio": unit["move_ratio"],
-                    "strength": unit["strength"],
-                }
-                for point, unit in zip(tuning.points, tuning.runs, strict=True)
-            ]
-            for name, tuning in tunings.items()
-        },
+        **_selections(tunings, "validation_perplexity", "perplexity"),
         "perplexity": perplexity,
         "move_ratio": moves,
         "strength": strength,

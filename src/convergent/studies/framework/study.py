@@ -66,6 +66,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
+@runtime_checkable
 class Study(Protocol):
     """What one study supplies to the framework.
 

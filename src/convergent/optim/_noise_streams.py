@@ -39,7 +39,7 @@ os.register_at_fork(after_in_child=noise_pool.cache_clear)
 def process_rank() -> int:
     import torch.distributed as dist
 
-    return dist.getprocess_rank() if dist.is_available() and dist.is_initialized() else 0
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def device_key(device: torch.device | str) -> str:

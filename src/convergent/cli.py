@@ -413,16 +413,16 @@ def _pilot(names: list[str], out: Path, progress: bool) -> int:
 
     from convergent.io import write_text_atomically
     from convergent.studies import get_study
-    from convergent.studies.framework import json_ready
+    from convergent.studies.framework import PilotedStudy, json_ready
 
-    piloted = [name for name in names if hasattr(get_study(name), "run_pilot")]
-    if len(names) != 1 or names != piloted:
+    piloted = [study for study in map(get_study, names) if isinstance(study, PilotedStudy)]
+    if len(names) != 1 or len(piloted) != 1:
         raise UserError(
             f"--pilot runs one study that has a pilot (descent or sparsity), got {', '.join(names)}"
         )
-    (name,) = names
+    (name,), (study,) = names, piloted
     folder = out / f"{name}-pilot"
-    result = get_study(name).run_pilot(folder, log=print if progress else lambda line: None)
+    result = study.run_pilot(folder, log=print if progress else lambda line: None)
     path = folder / "pilot.json"
     write_text_atomically(path, json.dumps(json_ready(result), indent=2) + "\n")
     print(f"{name} pilot: {path} (chosen: {result['chosen']}, used: {result['used']})")

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from convergent.studies.framework import Check, at_least, at_most, not_measured
+from convergent.studies.framework import Check, Threshold, at_least, at_most, not_measured
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Experiment,
@@ -126,9 +126,20 @@ def overfit_check(data: Mapping[str, Any]) -> Check:
     return Check(OVERFIT_CHECK, number(regime["overfit_ratio"]), required, note)
 
 
-def _per_seed_mean(values: Sequence[Sequence[float]], pick: Callable[..., float]) -> float:
-    """The mean over seeds of ``pick`` (min or max) over the variants of each seed."""
-    return mean([pick(seed) for seed in zip(*values, strict=True)])
+def _per_variant_check(
+    name: str,
+    variants: Sequence[str],
+    values: Sequence[Sequence[float]],
+    pick: Callable[..., float],
+    threshold: Threshold,
+    why: str,
+) -> Check:
+    """A check read per variant and seed (``values[variant][seed]``): the mean over seeds of
+    ``pick`` (smallest or largest) over the variants of each seed; its note says ``why`` the
+    check matters and each variant's mean over seeds."""
+    means = ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, values, strict=True))
+    value = mean([pick(seed) for seed in zip(*values, strict=True)])
+    return Check(name, value, threshold, f"{why} (per variant, mean over seeds: {means})")
 
 
 def outcome_moved_check(
@@ -153,14 +164,15 @@ def outcome_moved_check(
         ]
         for v in variants
     ]
-    note = (
+    return _per_variant_check(
+        name,
+        variants,
+        moved,
+        smallest,
+        at_least(required),
         "the runs of a seed share the start and the data order, so the difference is the "
-        "noise's alone; below the threshold the claim is one about SGD, not Langevin training "
-        "(per variant, mean over seeds: "
-        + ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, moved, strict=True))
-        + ")"
+        "noise's alone; below the threshold the claim is one about SGD, not Langevin training",
     )
-    return Check(name, _per_seed_mean(moved, smallest), at_least(required), note)
 
 
 def norm_at(record: Record, step: float) -> float:
@@ -193,14 +205,15 @@ def norm_moved_check(
         moved.append(per_seed)
     if any(math.isnan(v) for seed in moved for v in seed):
         return not_measured(name, at_least(required), "no evaluation at the s = 0 run's last step")
-    note = (
+    return _per_variant_check(
+        name,
+        variants,
+        moved,
+        smallest,
+        at_least(required),
         "the runs of a seed share the start and the data order, so the difference is the "
-        "noise's alone; below the threshold the norm is where plain SGD put it (per variant, "
-        "mean over seeds: "
-        + ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, moved, strict=True))
-        + ")"
+        "noise's alone; below the threshold the norm is where plain SGD put it",
     )
-    return Check(name, _per_seed_mean(moved, smallest), at_least(required), note)
 
 
 def fit_kept_check(
@@ -216,11 +229,12 @@ def fit_kept_check(
         ]
         for v in variants
     ]
-    note = (
+    return _per_variant_check(
+        name,
+        variants,
+        ratios,
+        largest,
+        at_most(allowed),
         "a gap trend measured while the training error climbs says nothing about "
-        "generalization, and models that lost their fit are not 'the same' (per variant, mean "
-        "over seeds: "
-        + ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, ratios, strict=True))
-        + ")"
+        "generalization, and models that lost their fit are not 'the same'",
     )
-    return Check(name, _per_seed_mean(ratios, largest), at_most(allowed), note)

@@ -45,6 +45,10 @@ OVERFIT_CHECK = "validation RMSE / train RMSE after phase 1 in the chosen regime
 OUTCOME_CHECK = "|test RMSE at s - at s = 0| / phase-1 test RMSE, at the s = 0 run's last step"
 NORM_CHECK = "|total norm at s - at s = 0| / at s = 0, at the s = 0 run's last step"
 FIT_CHECK = "final train RMSE / phase-1 train RMSE"
+# Why a noise check compares against the same seed's s = 0 run.
+SAME_START = (
+    "the runs of a seed share the start and the data order, so the difference is the noise's alone"
+)
 
 
 def acted_check(experiment: Experiment, temperature: str) -> Check:
@@ -170,8 +174,7 @@ def outcome_moved_check(
         moved,
         smallest,
         at_least(required),
-        "the runs of a seed share the start and the data order, so the difference is the "
-        "noise's alone; below the threshold the claim is one about SGD, not Langevin training",
+        f"{SAME_START}; below the threshold the claim is one about SGD, not Langevin training",
     )
 
 
@@ -211,8 +214,7 @@ def norm_moved_check(
         moved,
         smallest,
         at_least(required),
-        "the runs of a seed share the start and the data order, so the difference is the "
-        "noise's alone; below the threshold the norm is where plain SGD put it",
+        f"{SAME_START}; below the threshold the norm is where plain SGD put it",
     )
 
 

@@ -20,12 +20,12 @@ from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS
-from convergent.studies.framework import json_ready, write_study
+from convergent.studies.framework import json_ready, run_config, write_study
 from convergent.studies.sparsity import (
+    STUDY,
     Config,
     claims_from_results,
     pruned_score_of_good_dense,
-    run,
 )
 from convergent.studies.sparsity import runs as sparsity_runs
 from convergent.studies.sparsity.runs import LanguageJob, VisionJob
@@ -50,7 +50,7 @@ def smoke_run(tmp_path_factory):
     _needs("austen")
     folder = tmp_path_factory.mktemp("sparsity-smoke")
     config = Config.for_mode("smoke")
-    result = run(config, folder, progress=False)
+    result = run_config(STUDY, config, folder, progress=False)
     write_study(result, folder)
     return config, folder, result
 
@@ -132,16 +132,23 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
 
     monkeypatch.setattr(sparsity_runs, "train_classifier", refuse)
     monkeypatch.setattr(sparsity_runs, "train_language_model", refuse)
-    again = run(config, folder, progress=False)  # every unit from the cache: nothing trains
+    again = run_config(
+        STUDY, config, folder, progress=False
+    )  # every unit from the cache: nothing trains
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]
     assert json.dumps(json_ready(again.data)) == json.dumps(json_ready(first.data))
     assert again.tuning == first.tuning
     assert _unit_files(folder) == before
     # A field that only chooses how fast units run reuses them; one that changes what a
     # unit computes does not.
-    run(dataclasses.replace(config, threads=2), folder, progress=False)
+    run_config(STUDY, dataclasses.replace(config, threads=2), folder, progress=False)
     with pytest.raises(Trained):
-        run(dataclasses.replace(config, vit_steps=config.vit_steps + 1), folder, progress=False)
+        run_config(
+            STUDY,
+            dataclasses.replace(config, vit_steps=config.vit_steps + 1),
+            folder,
+            progress=False,
+        )
 
 
 class RefusingTestSplit(Dataset):

@@ -60,6 +60,14 @@ from convergent.studies.framework.common import (
     write_study,
 )
 from convergent.studies.framework.history import earlier_designs, history_lines
+from convergent.studies.framework.study import (
+    Measured,
+    PilotedStudy,
+    Report,
+    Session,
+    Study,
+    run_config,
+)
 from convergent.studies.framework.summary import (
     Sentence,
     claim_of,
@@ -89,8 +97,13 @@ __all__ = [
     "Advice",
     "Check",
     "Claim",
+    "Measured",
     "OtherDesign",
+    "PilotedStudy",
+    "Report",
     "Sentence",
+    "Session",
+    "Study",
     "StudyResult",
     "Threshold",
     "Tuning",
@@ -129,6 +142,7 @@ __all__ = [
     "printed_verdict",
     "render_markdown",
     "results_payload",
+    "run_config",
     "run_jobs",
     "select_points",
     "stored_number",

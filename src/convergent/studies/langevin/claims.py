@@ -54,20 +54,22 @@ from convergent.studies.framework import (
     within,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.measures import (
-    Experiment,
+from convergent.studies.langevin.checks import (
     acted_check,
     diverged_checks,
-    final,
     fit_kept_check,
-    gap_trend,
-    growth,
-    largest,
-    mean,
     norm_moved_check,
     outcome_moved_check,
     overfit_check,
     run_length_check,
+)
+from convergent.studies.langevin.measures import (
+    Experiment,
+    final,
+    gap_trend,
+    growth,
+    largest,
+    mean,
     total_end_norm,
     total_norm,
 )

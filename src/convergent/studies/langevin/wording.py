@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from convergent.studies.framework import stored_number as number
+from convergent.studies.langevin.checks import (
+    FIT_CHECK,
+    NORM_CHECK,
+    OUTCOME_CHECK,
+    OVERFIT_CHECK,
+    REGULARIZER_CHECK,
+)
 from convergent.studies.langevin.claims import (
     ACCURACY,
     BOUNDED,
@@ -18,13 +25,6 @@ from convergent.studies.langevin.claims import (
     GROWS,
     TARGETS,
     claim_key,
-)
-from convergent.studies.langevin.measures import (
-    FIT_CHECK,
-    NORM_CHECK,
-    OUTCOME_CHECK,
-    OVERFIT_CHECK,
-    REGULARIZER_CHECK,
 )
 
 LABELS = {"attention": "attention", "lora": "LoRA"}

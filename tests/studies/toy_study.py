@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.framework import Measured, Report, Sentence, Session
+from convergent.studies.framework import Advice, Measured, Report, Sentence, Session
 from convergent.studies.framework.claims import Check, Claim, at_least, claim_from_seeds
 from convergent.studies.framework.common import check_mode
 
@@ -78,6 +78,12 @@ class ToyStudy:
         return Report(tables={"numbers": [{"x": 1, "y": 2.5}]})
 
     def summary(self, results: dict[str, Any]) -> list[Sentence]:
+        return []
+
+    def brief(self, results: dict[str, Any]) -> list[Sentence]:
+        return []
+
+    def advice(self, results: dict[str, Any]) -> list[Advice]:
         return []
 
 

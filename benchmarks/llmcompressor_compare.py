@@ -136,10 +136,11 @@ def measure_ours(folder: str, windows_path: str, method: str, target: str,
         calibration = [{"input_ids": batch} for batch in
                        windows["calibration"].split(CALIBRATION_BATCH)] if needs_data else None  # fmt: skip
         with PeakResident() as memory:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             prune_one_shot(model, 0.5 if n_m else float(target), spec=spec, method=method,
                            calibration=calibration)  # fmt: skip
             row["seconds"] = time.perf_counter() - start
+            row["cpu seconds"] = time.process_time() - cpu_start
         row["peak MiB"] = memory.above_start
         zeros, entries = prunable_zeros(model)
         row["sparsity"] = zeros / max(entries, 1)
@@ -151,8 +152,11 @@ def measure_ours(folder: str, windows_path: str, method: str, target: str,
 Job = tuple[dict[str, str], list[str]]  # what runs (library, method, ...), its command
 
 
-def jobs_of(kind: str, folder: Path, windows: Path, venv_python: Path, first: bool) -> list[Job]:
-    """The runs of one model, each library's run of a method and target next to the other's."""
+def jobs_of(
+    kind: str, folder: Path, windows: Path, venv_python: Path, first: bool, paired_only: bool
+) -> list[Job]:
+    """The runs of one model, each library's run of a method and target next to the other's
+    (``paired_only``: only those pairs, Wanda's and SparseGPT's)."""
     common = [str(folder), str(windows)]
 
     def ours(method: str, target: str, distribution: str = "uniform") -> Job:
@@ -167,6 +171,8 @@ def jobs_of(kind: str, folder: Path, windows: Path, venv_python: Path, first: bo
         block = BLOCK_CLASSES[kind]
         return what, [str(venv_python), str(WORKER), *common, method, target, block, *owl]
 
+    if paired_only:
+        return [job(m, t) for m, t in COMPARED if m != "magnitude" for job in (ours, theirs)]
     jobs = [ours("magnitude", "dense")]
     for method, target in COMPARED:
         jobs.append(ours(method, target))
@@ -197,10 +203,15 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=Path("runs/llmcompressor-venv"))
     parser.add_argument("--gpt2", type=Path, help="an examples/gpt2_austen.py folder")
     parser.add_argument("--models", nargs="+", default=["llama", "gpt2"], choices=BLOCK_CLASSES)
-    parser.add_argument("--llama-steps", type=int, default=100)
+    parser.add_argument("--llama-steps", type=int, default=40)
     parser.add_argument("--gpt2-steps", type=int, default=120)
     parser.add_argument("--calibration", type=int, default=128, help="calibration windows")
     parser.add_argument("--evaluation", type=int, default=256, help="evaluation windows")
+    parser.add_argument(
+        "--paired-only",
+        action="store_true",
+        help="run only Wanda's and SparseGPT's pairs again (their rows replace the earlier ones)",
+    )
     parser.add_argument("--ours", nargs=5, help=argparse.SUPPRESS)  # a child process
     arguments = parser.parse_args()
     torch.set_num_threads(2)
@@ -217,7 +228,8 @@ def main() -> None:
     for kind in arguments.models:
         folder, windows = folders[kind], workdir / f"{kind}-windows.pt"
         write_windows(kind, folder, windows, arguments.calibration, arguments.evaluation)
-        jobs = jobs_of(kind, folder, windows, venv_python, kind == arguments.models[0])
+        first = kind == arguments.models[0]
+        jobs = jobs_of(kind, folder, windows, venv_python, first, arguments.paired_only)
         for job in jobs:
             row = {"model": kind, **job[0], **run(job[1])}
             with results.open("a") as file:

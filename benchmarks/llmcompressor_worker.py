@@ -103,7 +103,7 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
         )
         modifier = recipe(method, target, model, block_class, owl)
         with PeakResident() as memory:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             try:
                 oneshot(
                     model=model,
@@ -118,6 +118,7 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
                 row["error"] = f"{type(error).__name__}: {error}"
                 return row
             row["seconds"] = time.perf_counter() - start
+            row["cpu seconds"] = time.process_time() - cpu_start
         row["peak MiB"] = memory.above_start
         zeros, entries = prunable_zeros(model)
         row["sparsity"] = zeros / max(entries, 1)

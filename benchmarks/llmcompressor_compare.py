@@ -153,10 +153,15 @@ Job = tuple[dict[str, str], list[str]]  # what runs (library, method, ...), its 
 
 
 def jobs_of(
-    kind: str, folder: Path, windows: Path, venv_python: Path, first: bool, paired_only: bool
+    kind: str,
+    folder: Path,
+    windows: Path,
+    venv_python: Path,
+    first: bool,
+    paired_only: list[str] | None,
 ) -> list[Job]:
     """The runs of one model, each library's run of a method and target next to the other's
-    (``paired_only``: only those pairs, Wanda's and SparseGPT's)."""
+    (``paired_only``: only those pairs, of these methods; an empty list: Wanda and SparseGPT)."""
     common = [str(folder), str(windows)]
 
     def ours(method: str, target: str, distribution: str = "uniform") -> Job:
@@ -171,8 +176,9 @@ def jobs_of(
         block = BLOCK_CLASSES[kind]
         return what, [str(venv_python), str(WORKER), *common, method, target, block, *owl]
 
-    if paired_only:
-        return [job(m, t) for m, t in COMPARED if m != "magnitude" for job in (ours, theirs)]
+    if paired_only is not None:
+        methods = paired_only or ["wanda", "sparsegpt"]
+        return [job(m, t) for m, t in COMPARED if m in methods for job in (ours, theirs)]
     jobs = [ours("magnitude", "dense")]
     for method, target in COMPARED:
         jobs.append(ours(method, target))
@@ -209,8 +215,10 @@ def main() -> None:
     parser.add_argument("--evaluation", type=int, default=256, help="evaluation windows")
     parser.add_argument(
         "--paired-only",
-        action="store_true",
-        help="run only Wanda's and SparseGPT's pairs again (their rows replace the earlier ones)",
+        nargs="*",
+        choices=("wanda", "sparsegpt"),
+        help="run only these methods' pairs again (none named: both); their rows replace the"
+        " earlier ones in results.jsonl",
     )
     parser.add_argument("--ours", nargs=5, help=argparse.SUPPRESS)  # a child process
     arguments = parser.parse_args()

@@ -107,6 +107,9 @@ def tables(rows: list[dict[str, Any]]) -> str:
     for model in models:
         text += owl_lines(rows, model)
     for row in rows:
+        if row.get("library") == "convergent" and "error" in row:
+            what = f"{row['model']}, {row['method']}, {row['distribution']} {row['target']}"
+            text += ["", f"ours ({what}): {row['error']}"]
         if row.get("library") == "llm-compressor" and row.get("distribution") == "owl":
             text += ["", f"llm-compressor's OWL ({row['model']}, {row['method']}): "
                      f"{row.get('error', 'ran')}"]  # fmt: skip

@@ -86,10 +86,11 @@ OPTIMIZER_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
 # The Wanda and SparseGPT mask rules the sparsity study's language model prunes with (its config
 # reads them from here, so that the canary runs exactly them): its committed numbers were
 # measured before the library followed the authors' code (Wanda pruned round(s * in) per row,
-# SparseGPT chose its mask per row of each column block); docs/design.md, "Pruners".
+# SparseGPT chose its mask per row of each column block and updated in float64 whatever the
+# weights' dtype); docs/design.md, "Pruners".
 STUDY_PRUNER_OPTIONS: dict[str, dict[str, Any]] = {
     "wanda": {"rounding": "nearest"},
-    "sparsegpt": {"per_row": True},
+    "sparsegpt": {"per_row": True, "float64_updates": True},
 }
 # The studies train in float32, and some paths branch on the dtype: these runs repeat in it.
 FLOAT32_RUNS = ("horst-foreach", "ham", "langevin")

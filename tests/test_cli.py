@@ -185,7 +185,7 @@ def test_report_writes_and_checks_a_readme_results_section(monkeypatch, capsys, 
     text = readme.read_text()
     assert text.startswith(f"# title\n\n{START}\n") and text.endswith(f"{END}\n\nafter\n")
     assert "old text" not in text
-    assert "| one plus one is two | reproduced | 1.983 [1.584, 2.383] | 3 |" in text
+    assert "| `toy.one_plus_one_is_two` | reproduced | 1.983 [1.584, 2.383] | (a sum) | 3 |" in text
     assert "[`docs/results/toy/`](docs/results/toy/report.md)" in text
     assert main(["report", str(results), "--readme", str(readme), "--check"]) == 0
     assert main(["report", str(tmp_path / "nowhere")]) == 2
@@ -278,14 +278,9 @@ def test_seeds_continue_past_the_seeds_a_study_tunes_with(monkeypatch):
     @dataclasses.dataclass(frozen=True)
     class Config:
         seeds: tuple[int, ...] = (5, 6)
-        selection_seed: int = 7
-        selection_seeds: tuple[int, ...] = (9,)
 
-        @classmethod
-        def for_mode(cls, mode: str) -> Config:
-            return cls()
-
-    monkeypatch.setattr(studies, "get_study", lambda name: types.SimpleNamespace(Config=Config))
+    study = types.SimpleNamespace(config=lambda mode: Config(), reserved_seeds=lambda _: {7, 9})
+    monkeypatch.setattr(studies, "get_study", lambda name: study)
     assert studies.study_config("any", "full", seeds=1).seeds == (5,)
     # 7 and 9 tune the study: a final run never shares them
     assert studies.study_config("any", "full", seeds=5).seeds == (5, 6, 8, 10, 11)

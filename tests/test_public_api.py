@@ -32,6 +32,7 @@ EXTRA_STUDY_FILES = {
     "checks.py",
     "wording.py",
     "summary.py",
+    "brief.py",
     "language.py",
     "selection.py",
 }
@@ -180,7 +181,7 @@ import convergent.train.loop
 
 
 def test_a_script_may_use_a_study_package_but_not_its_modules():
-    planted = "from convergent.studies.sparsity import run\nfrom convergent.studies.sparsity.runs import x\n"
+    planted = "from convergent.studies.sparsity import STUDY\nfrom convergent.studies.sparsity.runs import x\n"
     assert non_public_imports(planted, "", studies=True) == [
         "2: from convergent.studies.sparsity.runs import ..."
     ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from convergent.studies import EXPLORATORY_SENTENCE, get_study, study_summary
+from convergent.studies import EXPLORATORY_SENTENCE, get_study, study_advice, study_summary
 from convergent.studies.framework import Sentence, misstated_verdicts, named_verdicts
 from convergent.studies.framework.claims import PREVIEW_BELOW, VERDICTS
 from convergent.studies.framework.readme import (
@@ -20,12 +20,17 @@ from convergent.studies.framework.readme import (
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "docs" / "results").glob("*/results.json"))
-REQUIRED = {"statement", "verdict", "preview", "effect", "threshold", "interval", "n", "checks"}
+REQUIRED = {
+    "key", "statement", "verdict", "preview", "effect", "threshold", "interval", "n", "checks"
+}  # fmt: skip
 
 
 def test_readme_results_section_matches_the_committed_results(monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert update_readme("README.md", "docs/results", check=True, summarize=study_summary), (
+    current = update_readme(
+        "README.md", "docs/results", check=True, summarize=study_summary, advise=study_advice
+    )
+    assert current, (
         "README.md's results section differs from docs/results/*/results.json; regenerate it "
         "with: convergent report docs/results --readme README.md"
     )
@@ -97,9 +102,10 @@ def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path, note,
     assert said in results_section(tmp_path, relative_to=tmp_path)
 
 
-def _claim(statement, verdict="reproduced", checks=()):
+def _claim(key, verdict="reproduced", checks=()):
     return {
-        "statement": statement,
+        "key": key,
+        "statement": f"the claim {key} (here: its test)",
         "verdict": verdict,
         "preview": False,
         "effect": 0.25,
@@ -111,39 +117,29 @@ def _claim(statement, verdict="reproduced", checks=()):
     }
 
 
-def test_the_compact_table_keeps_the_papers_words_and_names_what_left_a_claim_untested():
+def test_the_compact_table_names_each_claim_by_key_and_what_left_it_untested():
     from convergent.studies.framework.common import compact_claim_rows
 
     failed = {"name": "|a - b| / c (mean over seeds)", "value": 0.5, "required": ">= 1",
               "passed": False}  # fmt: skip
     passed = {"name": "other check", "value": 2.0, "required": ">= 1", "passed": True}
     rows = compact_claim_rows(
-        [
-            _claim("X is about the same (here: one-sided, at the hot temperature, s = 2, more)."),
-            _claim(
-                "X is about the same (here: one-sided, at the warm temperature, s = 1, more).",
-                "untested",
-                [passed, failed],
-            ),
-            _claim("Y converges (lr 0.1, 20 steps; here: the bound holds)"),
-        ]
+        [_claim("toy.x_hot"), _claim("toy.x_warm", "untested", [passed, failed])]
     )
     assert rows[2:] == [
-        "| X is about the same (at the hot temperature) | reproduced | 0.25 [0.125, 0.5] | 5 |",
-        r"| X is about the same (at the warm temperature) | untested (\|a - b\| / c) | "
-        "0.25 [0.125, 0.5] | 5 |",
-        "| Y converges (lr 0.1, 20 steps) | reproduced | 0.25 [0.125, 0.5] | 5 |",
+        "| `toy.x_hot` | reproduced | 0.25 [0.125, 0.5] | u | 5 |",
+        r"| `toy.x_warm` | untested (\|a - b\| / c) | 0.25 [0.125, 0.5] | u | 5 |",
     ]
 
 
-def test_every_row_of_the_readme_results_has_four_cells():
+def test_every_row_of_the_readme_results_has_its_tables_cells():
     import re
 
-    section = results_section(ROOT / "docs" / "results", relative_to=ROOT)
+    section = results_section(ROOT / "docs" / "results", relative_to=ROOT, advise=study_advice)
     rows = [line for line in section.splitlines() if line.startswith("| ")]
     assert rows
     for row in rows:
-        assert len(re.split(r"(?<!\\)\|", row)) == 6, row  # 4 cells between 5 bars
+        assert len(re.split(r"(?<!\\)\|", row)) == 7, row  # 5 cells between 6 bars
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
@@ -154,20 +150,24 @@ def test_each_summary_states_only_verdicts_the_results_hold(path):
     framework = {EXPLORATORY_SENTENCE}  # said by the framework, not the study's summary
     own = [sentence for sentence in sentences if sentence.text not in framework]
     superseded = len(own) == 1 and own[0].text.startswith("These are design ")
-    if hasattr(get_study(payload["name"]), "summary") and not superseded:
-        assert 3 <= len(own) <= 5
+    if hasattr(get_study(payload["name"]), "brief") and not superseded:
+        assert 2 <= len(own) <= 5
     exploratory = any(claim.get("exploratory") for claim in payload["claims"])
     assert (sentences[0].text == EXPLORATORY_SENTENCE) == exploratory
 
 
 def test_a_misstated_or_undeclared_verdict_is_caught():
-    payload = {"claims": [_claim("X holds"), _claim("Y holds", "untested")]}
+    payload = {"claims": [_claim("toy.x"), _claim("toy.y", "untested")]}
     assert named_verdicts("X is not reproduced, Y reproduced") == ["not reproduced", "reproduced"]
-    right = Sentence("X held (reproduced).", {"X holds": "reproduced"})
+    right = Sentence("X held (reproduced).", {"toy.x": "reproduced"})
     assert misstated_verdicts([right], payload) == []
-    wrong = Sentence("Y held (reproduced).", {"Y holds": "reproduced"})
+    wrong = Sentence("Y held (reproduced).", {"toy.y": "reproduced"})
     assert misstated_verdicts([wrong], payload) == [
-        "'Y held (reproduced).' says 'Y holds' is reproduced, results: untested"
+        "'Y held (reproduced).' says 'toy.y' is reproduced, results: untested"
+    ]
+    unknown = Sentence("Z held (reproduced).", {"toy.z": "reproduced"})
+    assert misstated_verdicts([unknown], payload) == [
+        "'Z held (reproduced).' declares 'toy.z', which no claim has"
     ]
     undeclared = Sentence("Y is untested.", {})
     assert misstated_verdicts([undeclared], payload) == [

@@ -41,19 +41,14 @@ RESULTS = Path("docs/results")
 
 def _caches() -> dict[Path, list[UnitCache]]:
     """Each committed unit folder and the caches whose units it may hold."""
+    from convergent.studies import get_study
     from convergent.studies.descent import pilot as descent_pilot
-    from convergent.studies.descent import study as descent
     from convergent.studies.descent.config import Config as DescentConfig
-    from convergent.studies.langevin import study as langevin
-    from convergent.studies.langevin.config import Config as LangevinConfig
-    from convergent.studies.residual import study as residual
-    from convergent.studies.residual.config import Config as ResidualConfig
     from convergent.studies.sparsity import pilot as sparsity_pilot
-    from convergent.studies.sparsity import study as sparsity
-    from convergent.studies.sparsity.config import Config as SparsityConfig
 
-    def full(name: str, config: Any, design: int) -> UnitCache:
-        return UnitCache(".", name, json_ready(config.for_mode("full")), design=design)
+    def full(name: str) -> UnitCache:
+        study = get_study(name)
+        return UnitCache(".", name, json_ready(study.config("full")), design=study.unit_design)
 
     language = dataclasses.replace(
         DescentConfig.for_mode("full"),
@@ -63,10 +58,9 @@ def _caches() -> dict[Path, list[UnitCache]]:
     )
     progress = RESULTS / "in-progress"
     return {
-        progress / "sparsity/units": [full("sparsity", SparsityConfig, sparsity.UNIT_DESIGN)],
-        progress / "residual/units": [full("residual", ResidualConfig, residual.UNIT_DESIGN)],
-        progress / "langevin/units": [full("langevin", LangevinConfig, langevin.UNIT_DESIGN)],
-        progress / "descent/units": [full("descent", DescentConfig, descent.UNIT_DESIGN)],
+        progress / name / "units": [full(name)]
+        for name in ("sparsity", "residual", "langevin", "descent")
+    } | {
         RESULTS / "pilots/sparsity-design3/sparsity-pilot/units": [
             sparsity_pilot.pilot_cache(".", sparsity_pilot.pilot_config(regime))
             for regime in sparsity_pilot.PILOT_REGIMES

@@ -26,7 +26,7 @@ def piloted_toy(monkeypatch):
         return {"chosen": {"depth": 8}, "used": 8, "rises": (0.61, 0.19)}
 
     monkeypatch.setitem(studies.STUDIES, "toy", "tests.studies.toy_study")
-    monkeypatch.setattr(toy_study, "run_pilot", run_pilot, raising=False)
+    monkeypatch.setattr(toy_study.STUDY, "run_pilot", run_pilot, raising=False)
     return calls
 
 

@@ -247,7 +247,7 @@ def test_device_keys_name_the_current_accelerator(monkeypatch):
     # generator (and one checkpoint entry); torch types without a module keep their name.
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     monkeypatch.setattr(torch.xpu, "current_device", lambda: 2)
-    device_key = langevin_module._device_key
+    device_key = langevin_module.device_key
     assert device_key("cpu") == "cpu" and device_key(CPU) == "cpu"
     assert device_key("cuda") == "cuda:3" and device_key(torch.device("cuda")) == "cuda:3"
     assert device_key("cuda:1") == "cuda:1"

@@ -171,6 +171,25 @@ def test_sparsegpt_equals_the_authors_algorithm(sparsity, pattern, block_size):
     torch.testing.assert_close(new, expected, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("pattern", ["unstructured", "2:4"])
+def test_sparsegpt_updates_float32_weights_in_float32_unless_pinned_to_float64(pattern):
+    weight, x = _layer(out=12, inputs=48, tokens=80, seed=3)
+    h = hessian(x)
+    weight32 = weight.float()
+    expected, expected_mask = _authors_sparsegpt(weight32.double(), h, 0.5, pattern, 16, 0.01)
+    new, mask = sparsegpt_prune(weight32, h, 0.5, pattern, block_size=16)
+    assert new.dtype == torch.float32
+    assert torch.equal(mask, expected_mask)
+    torch.testing.assert_close(new, expected.float(), rtol=1e-4, atol=1e-5)
+    # The pin reproduces the float64 loop (this library before issue 48) bit for bit; the
+    # default's float32 arithmetic (the fast path) differs from it in the last bits.
+    pinned, pinned_mask = sparsegpt_prune(weight32, h, 0.5, pattern, 16, float64_updates=True)
+    float64_loop, _ = sparsegpt_prune(weight32.double(), h, 0.5, pattern, block_size=16)
+    assert torch.equal(pinned, float64_loop.float())
+    assert torch.equal(pinned_mask, mask)
+    assert not torch.equal(new, pinned)
+
+
 def test_sparsegpt_thresholds_each_block_over_all_its_rows():
     # Rows of very different scales: a per-row rule prunes the same count in each row, the
     # authors' block rule prunes the small row almost entirely.

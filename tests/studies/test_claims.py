@@ -59,7 +59,7 @@ def test_t_interval_needs_two_finite_values_and_leaves_out_nan():
     ],
 )
 def test_verdict_follows_the_interval(per_seed, threshold, verdict):
-    claim = claim_from_seeds("c", per_seed, threshold, unit="u", checks=[PASSED])
+    claim = claim_from_seeds("c", per_seed, threshold, key="toy.claim", unit="u", checks=[PASSED])
     low, high = stats.t.interval(0.95, 4, loc=np.mean(per_seed), scale=stats.sem(per_seed))
     region_low, region_high = threshold.bounds
     # the expectation, written out from the definition
@@ -81,7 +81,9 @@ def test_a_failed_or_unmeasured_check_makes_it_untested_whatever_the_effect():
     failed = Check("mirror move / Adam move", 0.016, at_least(0.2))
     missing = not_measured("mirror move / Adam move", at_least(0.2), "not stored")
     for check in (failed, missing):
-        claim = claim_from_seeds("c", per_seed, at_least(0.01), unit="u", checks=[PASSED, check])
+        claim = claim_from_seeds(
+            "c", per_seed, at_least(0.01), key="toy.claim", unit="u", checks=[PASSED, check]
+        )
         assert claim.verdict == "untested"
         assert claim.effect == pytest.approx(np.mean(per_seed))  # still shown
     assert failed.passed is False and missing.passed is None and missing.value is None
@@ -92,20 +94,28 @@ def test_a_failed_or_unmeasured_check_makes_it_untested_whatever_the_effect():
 
 
 def test_one_seed_is_a_preview_decided_by_the_point_estimate():
-    above = claim_from_seeds("c", [0.03], at_least(0.01), unit="u", checks=[PASSED])
-    below = claim_from_seeds("c", [0.0], at_least(0.01), unit="u", checks=[PASSED])
+    above = claim_from_seeds(
+        "c", [0.03], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
+    below = claim_from_seeds("c", [0.0], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED])
     assert above.interval is None and above.n == 1 and above.preview
     assert above.verdict == "reproduced" and below.verdict == "not reproduced"
     assert above.label == "reproduced (preview)"
-    two = claim_from_seeds("c", [0.03, 0.04], at_least(0.01), unit="u", checks=[PASSED])
+    two = claim_from_seeds(
+        "c", [0.03, 0.04], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert two.preview and two.interval is not None
-    three = claim_from_seeds("c", [0.03, 0.04, math.nan], at_least(0.01), unit="u", checks=[PASSED])
+    three = claim_from_seeds(
+        "c", [0.03, 0.04, math.nan], at_least(0.01), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert three.n == 2 and three.preview  # a diverged seed does not count
 
 
 def test_no_finite_effect_is_inconclusive():
     assert decide(None, None, at_least(0.0), [PASSED]) == "inconclusive"
-    claim = claim_from_seeds("c", [math.nan], at_least(0.0), unit="u", checks=[PASSED])
+    claim = claim_from_seeds(
+        "c", [math.nan], at_least(0.0), key="toy.claim", unit="u", checks=[PASSED]
+    )
     assert claim.effect is None and claim.verdict == "inconclusive"
 
 
@@ -114,6 +124,7 @@ def test_json_record_has_the_documented_schema():
         "HORST loses at most half of AdamW's accuracy",
         [-0.001, 0.002, 0.0005],
         at_most(0.0),
+        key="sparsity.horst_loses_half",
         unit="accuracy (fraction)",
         checks=[Check("mirror move / Adam move", 0.016, at_least(0.2), note="why")],
         evidence="numbers",
@@ -121,6 +132,7 @@ def test_json_record_has_the_documented_schema():
     )
     record = claim.to_json()
     for key in (
+        "key",
         "statement",
         "verdict",
         "preview",
@@ -185,7 +197,16 @@ def test_an_exploratory_claim_says_so_wherever_its_verdict_is_printed():
     from convergent.studies.framework.common import claim_rows, compact_claim_rows
 
     (claim,) = as_exploratory(
-        [claim_from_seeds("A (here: b)", [1.0, 1.1, 1.2], at_least(0.0), unit="u", revised="r")]
+        [
+            claim_from_seeds(
+                "A (here: b)",
+                [1.0, 1.1, 1.2],
+                at_least(0.0),
+                key="toy.claim",
+                unit="u",
+                revised="r",
+            )
+        ]
     )
     assert claim.verdict == "reproduced"
     assert claim.label == "reproduced (exploratory)"
@@ -193,9 +214,13 @@ def test_an_exploratory_claim_says_so_wherever_its_verdict_is_printed():
     assert record["exploratory"] is True and record["revised"] == "r"
     assert "| reproduced (exploratory) |" in compact_claim_rows([record])[2]
     assert "| reproduced (exploratory) |" in claim_rows([record])[2]
-    (short,) = as_exploratory([claim_from_seeds("A", [1.0], at_least(0.0), unit="u")])
+    (short,) = as_exploratory(
+        [claim_from_seeds("A", [1.0], at_least(0.0), key="toy.claim", unit="u")]
+    )
     assert short.label == "reproduced (preview, exploratory)"
-    plain = claim_from_seeds("A", [1.0, 2.0, 3.0], at_least(0.0), unit="u").to_json()
+    plain = claim_from_seeds(
+        "A", [1.0, 2.0, 3.0], at_least(0.0), key="toy.claim", unit="u"
+    ).to_json()
     assert "exploratory" not in plain and "revised" not in plain
 
 
@@ -203,8 +228,9 @@ def _payload(seeds, claims):
     return {"config": {"seeds": seeds}, "claims": claims}
 
 
-def _record(statement, verdict, effect, exploratory=False, revised=""):
+def _record(key, statement, verdict, effect, exploratory=False, revised=""):
     record = {
+        "key": key,
         "statement": statement,
         "verdict": verdict,
         "preview": False,
@@ -224,34 +250,41 @@ def test_history_lines_put_every_verdict_of_a_claim_side_by_side():
     old = _payload(
         [1, 2, 3, 4, 5],
         [
-            _record("Speeds up (here: endpoints)", "reproduced", 2.0),
-            _record("Dropped claim (here: x)", "inconclusive", 0.5),
+            _record("toy.speeds_up", "Speeds up (here: endpoints)", "reproduced", 2.0),
+            _record("toy.dropped", "Dropped claim (here: x)", "inconclusive", 0.5),
         ],
     )
     new = _payload(
         [10, 11, 12, 13, 14],
         [
-            _record("Speeds up (here: every step)", "not reproduced", -3.0, revised="why"),
-            _record("New claim (here: y)", "reproduced", 4.0),
+            # Reworded, same key: the same row.
+            _record(
+                "toy.speeds_up",
+                "Gets faster (here: every step)",
+                "not reproduced",
+                -3.0,
+                revised="why",
+            ),
+            _record("toy.new", "New claim (here: y)", "reproduced", 4.0),
         ],
     )
 
     def rescore(payload):
         assert payload is old
-        return [_record("Speeds up (here: every step)", "inconclusive", 0.25, exploratory=True)]
+        return [_record("toy.speeds_up", "Gets faster", "inconclusive", 0.25, exploratory=True)]
 
     lines = history_lines(new, 3, [(2, old)], rescore)
     table = [line for line in lines if line.startswith("|")]
     assert table[0] == (
-        "| claim | design 2, seeds 1-5, as scored then | design 3's tests on design 2's seeds 1-5 "
-        "| design 3's tests on seeds 10-14 | changed in design 3, and why |"
+        "| claim (key) | design 2, seeds 1-5, as scored then | design 3's tests on design 2's "
+        "seeds 1-5 | design 3's tests on seeds 10-14 | changed in design 3, and why |"
     )
     assert table[2] == (
-        "| Speeds up | reproduced: 2 [1, 3] | inconclusive (exploratory): 0.25 [-0.75, 1.25] | "
-        "not reproduced: -3 [-4, -2] | why |"
+        "| `toy.speeds_up` | reproduced: 2 [1, 3] | inconclusive (exploratory): 0.25 [-0.75, "
+        "1.25] | not reproduced: -3 [-4, -2] | why |"
     )
-    assert table[3] == "| New claim | — | — | reproduced: 4 [3, 5] | — |"
-    assert "Design 2's claims with no counterpart now: Dropped claim (inconclusive: 0.5 " in (
+    assert table[3] == "| `toy.new` | — | — | reproduced: 4 [3, 5] | — |"
+    assert "Design 2's claims with no counterpart now: `toy.dropped` (inconclusive: 0.5 " in (
         "\n".join(lines)
     )
     assert history_lines(new, 3, []) == []
@@ -260,8 +293,10 @@ def test_history_lines_put_every_verdict_of_a_claim_side_by_side():
 def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     from convergent.studies.framework import history_lines
 
-    old = _payload([1, 2, 3], [_record("Claim (here: old)", "reproduced", 1.0)])
-    now = _payload([1, 2, 3], [_record("Claim (here: new)", "inconclusive", 0.0, True)])
+    old = _payload([1, 2, 3], [_record("toy.claim", "Claim (here: old)", "reproduced", 1.0)])
+    now = _payload(
+        [1, 2, 3], [_record("toy.claim", "Claim (here: new)", "inconclusive", 0.0, True)]
+    )
     lines = history_lines(now, 3, [(2, old)], lambda payload: pytest.fail("rescored twice"))
     assert lines[4].endswith(
         "| design 3's tests on seeds 1-3 (an earlier design's data) "
@@ -269,75 +304,37 @@ def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     )
 
 
-def test_history_lines_match_a_name_whose_selection_was_nested_in_it():
-    from convergent.studies.framework import history_lines
+def test_the_key_migration_matches_a_name_whose_selection_was_nested_in_it():
+    from convergent.studies.migrate_keys import earlier_keys
 
     # Earlier designs named the tuned regime with its selected step sizes; a redesign moved
     # them into the test, so its name differs only by the nested parenthesis.
-    old = _payload(
-        [1, 2, 3],
-        [
-            _record(
-                "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)", "reproduced", 1
-            )
-        ],
-    )
-    new = _payload(
-        [4, 5, 6],
-        [_record("Linear (lr tuned per beta, 2000 steps; here: 0: 0.8, 1: 0.8)", "untested", 2)],
-    )
-    lines = history_lines(new, 3, [(2, old)])
-    table = [line for line in lines if line.startswith("|")]
-    assert table[2] == (
-        "| Linear (lr tuned per beta, 2000 steps) | reproduced: 1 [0, 2] | untested: 2 [1, 3] | — |"
-    )
-    assert "no counterpart" not in "\n".join(lines)
+    old = [_record(None, "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)",
+                   "reproduced", 1)]  # fmt: skip
+    new = [_record("toy.linear_tuned", "Linear (lr tuned per beta, 2000 steps; here: 0: 0.8)",
+                   "untested", 2)]  # fmt: skip
+    assert earlier_keys("toy", old, new, retired={}) == ["toy.linear_tuned"]
 
 
-def test_history_lines_match_an_earlier_name_that_only_appended_a_qualifier():
-    from convergent.studies.framework import history_lines
+def test_the_key_migration_matches_an_earlier_name_that_only_appended_a_qualifier():
+    from convergent.studies.migrate_keys import earlier_keys
 
     # Design 2 said "(ratio HORST / AdamW)" after a claim that design 3 names without it; two
-    # earlier names with the same words before their qualifiers match nothing.
-    old = _payload(
-        [1, 2, 3],
-        [
-            _record("Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
-            _record("Near zero (ViT)", "not reproduced", 2),
-            _record("Near zero (LM)", "reproduced", 3),
-        ],
-    )
-    new = _payload(
-        [4, 5, 6],
-        [
-            _record("Pruned keeps lower perplexity", "reproduced", 4),
-            _record("Near zero", "reproduced", 5),
-        ],
-    )
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert (
-        table[2]
-        == "| Pruned keeps lower perplexity | reproduced: 1 [0, 2] | reproduced: 4 [3, 5] | — |"
-    )
-    assert table[3] == "| Near zero | — | reproduced: 5 [4, 6] | — |"
-    text = "\n".join(history_lines(new, 3, [(2, old)]))
-    assert "no counterpart now: Near zero (ViT) (not reproduced: 2 [1, 3]); Near zero (LM)" in text
-    assert "Pruned keeps lower perplexity (ratio" not in text
-    # A current name ending in a parenthesis of its own matches the same name qualified; a
-    # current name that is another one qualified makes that qualifier ambiguous.
-    old = _payload([1, 2], [_record("Speed (lr 0.1, 2000 steps) (ratio A / B)", "reproduced", 1)])
-    new = _payload([4, 5], [_record("Speed (lr 0.1, 2000 steps)", "reproduced", 2)])
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert (
-        table[2]
-        == "| Speed (lr 0.1, 2000 steps) | reproduced: 1 [0, 2] | reproduced: 2 [1, 3] | — |"
-    )
-    old = _payload([1, 2], [_record("Near zero (LM)", "reproduced", 1)])
-    new = _payload(
-        [4, 5], [_record("Near zero", "reproduced", 2), _record("Near zero (ViT)", "reproduced", 3)]
-    )
-    table = [line for line in history_lines(new, 3, [(2, old)]) if line.startswith("|")]
-    assert table[2] == "| Near zero | — | reproduced: 2 [1, 3] | — |"
+    # earlier names with the same words before their qualifiers match nothing, and take the
+    # keys written for them.
+    old = [
+        _record(None, "Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
+        _record(None, "Near zero (ViT)", "not reproduced", 2),
+        _record(None, "Near zero (LM)", "reproduced", 3),
+    ]
+    new = [
+        _record("toy.pruned", "Pruned keeps lower perplexity", "reproduced", 4),
+        _record("toy.near_zero", "Near zero", "reproduced", 5),
+    ]
+    retired = {("toy", "Near zero (ViT)"): "toy.near_zero_vit", ("toy", "Near zero (LM)"): "toy.lm"}
+    assert earlier_keys("toy", old, new, retired) == ["toy.pruned", "toy.near_zero_vit", "toy.lm"]
+    with pytest.raises(ValueError, match="add it to RETIRED"):
+        earlier_keys("toy", old, new, retired={})
 
 
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):

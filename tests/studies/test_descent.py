@@ -14,13 +14,14 @@ import torch
 from scipy import stats
 
 from convergent.studies import VERDICTS, write_study
-from convergent.studies.descent import DESIGN, Config, claims_from_results, run
+from convergent.studies.descent import DESIGN, STUDY, Config, claims_from_results
 from convergent.studies.descent import language as descent_language
 from convergent.studies.descent import runs as descent_runs
 from convergent.studies.descent.checks import constraints_acted
 from convergent.studies.descent.measures import dual_trajectory, multiplier_activity
 from convergent.studies.descent.runs import video_crops
 from convergent.studies.descent.selection import denoising_score, robust_score, selected_index
+from convergent.studies.framework import run_config
 from tests.conftest import assert_drawn_figure
 
 RESULTS = Path(__file__).parents[2] / "docs" / "results" / "descent-full"
@@ -469,7 +470,7 @@ def _crossed_by_hand(table: Sequence[Sequence[float]]) -> tuple[float, float]:
 def smoke_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("descent")
     config = Config.for_mode("smoke")
-    result = run(config, folder, progress=False)
+    result = run_config(STUDY, config, folder, progress=False)
     write_study(result, folder)
     return config, folder, result
 
@@ -542,7 +543,7 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
     # Part (c) trains through its own imports: its fine-tunes and its pretraining's data.
     monkeypatch.setattr(descent_language, "train_model", no_training)
     monkeypatch.setattr(descent_language, "training_data", no_training)
-    again = run(config, folder, progress=False)
+    again = run_config(STUDY, config, folder, progress=False)
     assert sorted((folder / "units").glob("*.pt")) == units
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]
     assert json.dumps(again.data) == json.dumps(first.data)
@@ -551,4 +552,4 @@ def test_smoke_run_resumes_from_its_units_and_recomputes_a_changed_config(smoke_
     # A field that changes what a unit computes gives new units: training runs again.
     changed = dataclasses.replace(config, constrained_alphas=(0.1,))
     with pytest.raises(AssertionError, match="trained again"):
-        run(changed, folder, progress=False)
+        run_config(STUDY, changed, folder, progress=False)

@@ -30,7 +30,7 @@ from convergent.studies.descent.selection import language_score, selected_index
 from convergent.studies.descent.study import _language
 from convergent.studies.framework import (
     UnitCache,
-    claims_by_name,
+    claims_by_key,
     json_ready,
     misstated_verdicts,
 )
@@ -351,21 +351,14 @@ def _with_part_c(payload: dict[str, Any], verdicts: dict[str, str] | None = None
     extended["config"]["language"] = json_ready(Config.for_mode("full").language)
     claims = [claim.to_json() for claim in language_claims(language)]
     for claim in claims:
-        name = claim["statement"].split(" (here: ")[0]
-        if verdicts and name in verdicts:
-            claim["verdict"] = verdicts[name]
+        if verdicts and claim["key"] in verdicts:
+            claim["verdict"] = verdicts[claim["key"]]
     extended["claims"] = [*extended["claims"], *claims]
     return extended
 
 
-LANGUAGE_CLEAN = (
-    "(c) Without noise the descent-constrained fine-tune is judged as good as the unconstrained "
-    "one, a 50 % win rate"
-)
-LANGUAGE_NOISE = (
-    "(c) Under Gaussian embedding noise (gamma 1.5) the descent-constrained fine-tune beats the "
-    "unconstrained one, a 69.93 % win rate"
-)
+LANGUAGE_CLEAN = "descent.language_clean_win_rate_even"
+LANGUAGE_NOISE = "descent.language_noisy_win_rate_above_half"
 
 
 def test_the_summary_keeps_five_sentences_with_part_c():
@@ -379,7 +372,7 @@ def test_the_summary_keeps_five_sentences_with_part_c():
     merged, language = sentences[3].text, sentences[4].text
     assert merged.startswith(before[3].text.rstrip(".")) and "; on text, " in merged
     assert set(sentences[3].verdicts) == set(before[3].verdicts) | set(before[4].verdicts)
-    claims = claims_by_name(extended)
+    claims = claims_by_key(extended)
     clean = claims[LANGUAGE_CLEAN]
     assert f"won {100 * clean['effect']:.0f} % of the test windows" in language
     assert "4-layer GPT-style language model" in language and "(3 seeds)" in language
@@ -398,7 +391,7 @@ def test_the_summary_keeps_five_sentences_with_part_c():
         ("inconclusive", "inconclusive", 0.5, "stays open at this scale"),
     ):
         changed = _with_part_c(payload, {LANGUAGE_NOISE: noise, LANGUAGE_CLEAN: clean})
-        claims_by_name(changed)[LANGUAGE_CLEAN]["effect"] = win
+        claims_by_key(changed)[LANGUAGE_CLEAN]["effect"] = win
         assert advice in summary(changed)[4].text, (noise, clean, win)
         assert misstated_verdicts(summary(changed), changed) == []
     untested = _with_part_c(payload, {LANGUAGE_NOISE: "untested"})

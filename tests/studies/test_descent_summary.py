@@ -11,22 +11,16 @@ from typing import Any
 import pytest
 
 from convergent.studies.descent import summary
-from convergent.studies.framework import claims_by_name, misstated_verdicts
+from convergent.studies.framework import claims_by_key, misstated_verdicts
 from tests.studies.test_descent import design2_rescored
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
-CLEAN_PAPER = "(a) Clean accuracy within 0.3 point of ERM, the paper's figure"
-CLEAN = "(a) Clean accuracy within 1 point of ERM"
-GAUSSIAN = "(a) Under gaussian the constrained model is more accurate than ERM"
-TEXT_MONOTONE = (
-    "(a) Descent-constrained training gives per-layer losses that fall monotonically across "
-    "layers where ERM's do not"
-)
-VIDEO_NOISE = (
-    "(b) Under noise beyond the training level (>= 2x) the constrained denoiser has lower test "
-    "RMSE than ERM"
-)
-VIDEO_MONOTONE = "(b)" + TEXT_MONOTONE[3:]
+CLEAN_PAPER = "descent.text_clean_within_paper_margin"
+CLEAN = "descent.text_clean_within_1_point"
+GAUSSIAN = "descent.text_robust_to_gaussian"
+TEXT_MONOTONE = "descent.text_layers_monotone"
+VIDEO_NOISE = "descent.video_lower_rmse_beyond_training_noise"
+VIDEO_MONOTONE = "descent.video_layers_monotone"
 
 
 @pytest.fixture
@@ -36,7 +30,9 @@ def payload() -> dict[str, Any]:
 
 
 def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
-    claim: dict[str, Any] = payload["claims"][list(claims_by_name(payload)).index(name)]
+    claim: dict[str, Any] = payload["claims"][
+        [claim["key"] for claim in payload["claims"]].index(name)
+    ]
     claim.update(verdict=verdict, effect=effect, interval=interval)
     return claim
 
@@ -196,7 +192,7 @@ def test_a_design_three_run_says_how_its_interval_was_taken_and_why_points_were_
     payload["data"]["design"] = 3
     for claim in payload["claims"]:
         claim.pop("exploratory", None)
-    paper = payload["claims"][list(claims_by_name(payload)).index(CLEAN_PAPER)]
+    paper = payload["claims"][[claim["key"] for claim in payload["claims"]].index(CLEAN_PAPER)]
     paper["interval_method"] = "95 % interval over test sentences and seeds together"
     sentences = summary(payload)
     assert misstated_verdicts(sentences, payload) == []
@@ -207,7 +203,7 @@ def test_a_design_three_run_says_how_its_interval_was_taken_and_why_points_were_
 
 
 def _binding_check(payload: dict[str, Any], name: str, start: str) -> dict[str, Any]:
-    claim = claims_by_name(payload)[name]
+    claim = claims_by_key(payload)[name]
     assert isinstance(claim, dict)
     return next(check for check in claim["checks"] if check["name"].startswith(start))
 
@@ -219,7 +215,7 @@ def test_a_value_that_missed_its_floor_never_prints_as_the_floor():
     video = summary(committed)[3].text
     assert "as low as 0.0996, where the check needs 0.1" in video  # not "as low as 0.1"
     for claim in committed["claims"]:
-        if claim["statement"].startswith("(c)"):
+        if claim["key"].startswith("descent.language_"):
             check = next(c for c in claim["checks"] if c["name"].startswith("share of training"))
             check["value"] = 0.196
     language = summary(committed)[4].text

@@ -15,17 +15,16 @@ import numpy as np
 import pytest
 
 from convergent.studies.langevin import claims_from_results
-from convergent.studies.langevin.claims import experiments
-from convergent.studies.langevin.measures import (
+from convergent.studies.langevin.checks import (
     FIT_CHECK,
     NORM_CHECK,
     OUTCOME_CHECK,
     OVERFIT_CHECK,
-    Experiment,
-    mean_noise_ratio,
     norm_moved_check,
     outcome_moved_check,
 )
+from convergent.studies.langevin.claims import experiments
+from convergent.studies.langevin.measures import Experiment, mean_noise_ratio
 from tests.studies.langevin_payload import (
     MATRICES,
     PHASE1_TRAIN,

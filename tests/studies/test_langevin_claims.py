@@ -18,14 +18,14 @@ import pytest
 
 from convergent.studies.framework import VERDICTS, json_ready
 from convergent.studies.langevin import DESIGN, claims_from_results
-from convergent.studies.langevin.claims import RESCORABLE
-from convergent.studies.langevin.measures import (
+from convergent.studies.langevin.checks import (
     FIT_CHECK,
     NORM_CHECK,
     OUTCOME_CHECK,
     OVERFIT_CHECK,
     RUN_LENGTH_CHECK,
 )
+from convergent.studies.langevin.claims import RESCORABLE
 from convergent.studies.langevin.null import NULL_CRITERION_CHECK
 from convergent.studies.langevin.report import phase2_table, temperature_rows
 from tests.studies.langevin_payload import (

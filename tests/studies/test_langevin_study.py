@@ -16,10 +16,11 @@ from convergent.regularize import (
     stationary_radius,
 )
 from convergent.studies import VERDICTS
-from convergent.studies.framework import stored_number, write_study
-from convergent.studies.langevin import Config, claims_from_results, run, study
+from convergent.studies.framework import run_config, stored_number, write_study
+from convergent.studies.langevin import STUDY, Config, claims_from_results, study
 from convergent.studies.langevin import runs as langevin_runs
-from convergent.studies.langevin.measures import DIVERGED_CHECK
+from convergent.studies.langevin import selection as langevin_selection
+from convergent.studies.langevin.checks import DIVERGED_CHECK
 from convergent.studies.langevin.pilot import PILOT_REGIMES, regime_named
 from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.train import TrainingDiverged
@@ -70,29 +71,29 @@ def test_selection_takes_the_strongest_penalty_within_the_tolerance_of_the_best(
     # A flat grid from factor 2 on (the full run's LoRA/log selection grid, seed 100).
     lora = _grid([0.106987, 0.106515, 0.106079, 0.106009, 0.105997])
     # best 0.105997; x 1.005 = 0.1065270, so 0.106515 (factor 2) is within, 0.106987 is not.
-    assert langevin_runs.selected_factor(lora, 0.005) == 2.0
-    assert langevin_runs.selected_factor(lora, 0.0) == 16.0  # no tolerance: the best point
-    assert langevin_runs.selected_factor(lora, 0.01) == 1.5  # 0.106987 <= 0.1070570
+    assert langevin_selection.selected_factor(lora, 0.005) == 2.0
+    assert langevin_selection.selected_factor(lora, 0.0) == 16.0  # no tolerance: the best point
+    assert langevin_selection.selected_factor(lora, 0.01) == 1.5  # 0.106987 <= 0.1070570
     # Attention/log: a clear minimum at 8; 16 is within 0.5 % but is the lighter penalty.
     attention = _grid([0.222155, 0.164478, 0.127209, 0.124454, 0.12494])
-    assert langevin_runs.selected_factor(attention, 0.005) == 8.0
+    assert langevin_selection.selected_factor(attention, 0.005) == 8.0
     # A diverged run is never selected, nor does it move the best.
     diverged = _grid([float("nan"), float("inf"), 0.2, 0.1, 0.1004])
-    assert langevin_runs.selected_factor(diverged, 0.005) == 8.0
+    assert langevin_selection.selected_factor(diverged, 0.005) == 8.0
     with pytest.raises(ValueError, match="every radius factor's validation RMSE is NaN"):
-        langevin_runs.selected_factor(_grid([float("nan")] * 5), 0.005)
+        langevin_selection.selected_factor(_grid([float("nan")] * 5), 0.005)
 
 
 def test_lam_is_selected_at_the_coldest_temperature_where_the_noise_moved_the_outcome():
     s = {"hot": 0.02, "warm": 1e-4, "calibrated": 1e-6}
     # tried coldest first, stopping at the first that moved 1 %: warm
-    assert langevin_runs.coldest_moved({"calibrated": 0.001, "warm": 0.05}, s, 0.01) == "warm"
+    assert langevin_selection.coldest_moved({"calibrated": 0.001, "warm": 0.05}, s, 0.01) == "warm"
     # all moved: the coldest
     moved = {"hot": 3.0, "warm": 0.05, "calibrated": 0.02}
-    assert langevin_runs.coldest_moved(moved, s, 0.01) == "calibrated"
+    assert langevin_selection.coldest_moved(moved, s, 0.01) == "calibrated"
     # none moved: the hottest tried
     unmoved = {"hot": 0.005, "warm": 0.001, "calibrated": 0.0}
-    assert langevin_runs.coldest_moved(unmoved, s, 0.01) == "hot"
+    assert langevin_selection.coldest_moved(unmoved, s, 0.01) == "hot"
 
 
 def test_a_selection_run_the_noise_made_diverge_counts_as_moved(monkeypatch):
@@ -102,8 +103,8 @@ def test_a_selection_run_the_noise_made_diverge_counts_as_moved(monkeypatch):
     def run(experiment, base, data, *, s, **kwargs):
         return None, None, [{"validation_rmse": finals[s]}]
 
-    monkeypatch.setattr(langevin_runs, "langevin_run", run)
-    monkeypatch.setattr(langevin_runs, "evaluate", lambda *args: {"rmse": 1.0})
+    monkeypatch.setattr(langevin_selection, "langevin_run", run)
+    monkeypatch.setattr(langevin_selection, "evaluate", lambda *args: {"rmse": 1.0})
     data = types.SimpleNamespace(validation=None)
     settings = {
         "selection_seed": 100,
@@ -113,11 +114,11 @@ def test_a_selection_run_the_noise_made_diverge_counts_as_moved(monkeypatch):
         "langevin_lr": 0.01,
     }
     s = {"hot": 0.02, "warm": 1e-4, "calibrated": 1e-6}
-    where = langevin_runs.selection_temperature("lora", None, data, settings, s)
+    where = langevin_selection.selection_temperature("lora", None, data, settings, s)
     assert where["temperature"] == "warm" and where["moved"]["warm"] == math.inf
     finals[0.0] = float("nan")  # plain SGD itself diverged: no temperature can be chosen
     with pytest.raises(ValueError, match="lora run at s = 0 diverged"):
-        langevin_runs.selection_temperature("lora", None, data, settings, s)
+        langevin_selection.selection_temperature("lora", None, data, settings, s)
 
 
 def test_theory_gives_the_stationary_radius_and_relaxation_in_steps():
@@ -158,7 +159,7 @@ def test_bound_steps_cover_the_relaxation_multiple_within_the_clamp():
 
 def test_smoke_run_writes_report_json_and_figures(tmp_path):
     config = Config.for_mode("smoke")
-    result = run(config, tmp_path, progress=False)
+    result = run_config(STUDY, config, tmp_path, progress=False)
     report = write_study(result, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["data"]["design"] == 7
@@ -189,7 +190,7 @@ def test_smoke_run_writes_report_json_and_figures(tmp_path):
         where = data["selection_temperature"][experiment]
         tried = list(where["moved"])
         assert tried == sorted(tried, key=lambda t: s[t])
-        assert where["temperature"] == langevin_runs.coldest_moved(where["moved"], s, 0.01)
+        assert where["temperature"] == langevin_selection.coldest_moved(where["moved"], s, 0.01)
         selected = data["selection"][experiment]
         for record in selected.values():
             assert record["temperature"] == where["temperature"]
@@ -244,7 +245,7 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
         return real_fit(model, optimizer, *args, callbacks=callbacks, **kwargs)
 
     monkeypatch.setattr(langevin_runs, "fit", fit_that_diverges_when_hot)
-    result = run(config, tmp_path, progress=False)  # no exception: the study goes on
+    result = run_config(STUDY, config, tmp_path, progress=False)  # no exception: the study goes on
     report = write_study(result, tmp_path).read_text()
     payload = json.loads((tmp_path / "results.json").read_text())
     seed = config.seeds[0]
@@ -285,7 +286,7 @@ def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
         temperatures=("hot", "calibrated"),
         claim_temperatures=("hot", "calibrated"),
     )
-    first = run(config, tmp_path, progress=False)
+    first = run_config(STUDY, config, tmp_path, progress=False)
     # temperatures, a selection per experiment, a final run per experiment (one seed)
     assert len(list((tmp_path / "units").glob("*.pt"))) == 1 + 2 + 2
 
@@ -294,15 +295,15 @@ def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
 
     for name in ("final_runs", "select_lam", "temperatures"):
         monkeypatch.setattr(study, name, refuse)
-    second = run(config, tmp_path, progress=False)
+    second = run_config(STUDY, config, tmp_path, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
     assert any("5 unit(s) reused" in note and "0 computed" in note for note in second.notes)
 
 
 def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
     config = _ten_steps()
-    alone = run(config, tmp_path / "one", progress=False)
-    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+    alone = run_config(STUDY, config, tmp_path / "one", progress=False)
+    parallel = run_config(STUDY, replace(config, workers=2), tmp_path / "two", progress=False)
     assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
         alone.data["runs"], sort_keys=True, default=str
     )

@@ -12,21 +12,16 @@ from typing import Any
 
 import pytest
 
-from convergent.studies import EXPLORATORY_SENTENCE, study_summary
-from convergent.studies.framework import VERDICTS, claims_by_name, misstated_verdicts
+from convergent.studies import EXPLORATORY_SENTENCE, study_findings
+from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.langevin import claims_from_results, summary
 from convergent.studies.langevin.summary import TemperatureFit
 from convergent.studies.langevin.wording import significant
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
-WARM_GAP_CREEPS = (
-    "lora: without a regularizer, the generalization gap creeps up (at the warm temperature)"
-)
-BOUNDED = "attention: with a light log or power regularizer, the norms of W_Q and W_K stay bounded"
-CALIBRATED_ACCURACY = (
-    "lora: prediction accuracy is about the same with or without a regularizer (at the "
-    "calibrated temperature)"
-)
+WARM_GAP_CREEPS = "langevin.lora_gap_creeps_without_penalty_warm"
+BOUNDED = "langevin.attention_norm_bounded_with_penalty"
+CALIBRATED_ACCURACY = "langevin.lora_same_accuracy_calibrated"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +43,7 @@ def flipped(
 ) -> dict:
     """A copy of ``payload`` whose claim ``name`` holds ``verdict``, ``effect`` and ``interval``."""
     changed = copy.deepcopy(payload)
-    record = claims_by_name(changed)[name]
+    record = claims_by_key(changed)[name]
     assert isinstance(record, dict)
     record.update(verdict=verdict, effect=effect, interval=interval)
     return changed
@@ -57,9 +52,9 @@ def flipped(
 def test_the_committed_summary_states_design_7s_verdicts(committed):
     # Design 7's own run on seeds 20-24: no verdict is exploratory, so no note opens it.
     sentences = summary(committed)
-    assert study_summary(committed) == sentences and len(sentences) == 5
+    assert study_findings(committed) == sentences and len(sentences) == 5
     assert misstated_verdicts(sentences, committed) == []
-    assert {name for s in sentences for name in s.verdicts} == set(claims_by_name(committed))
+    assert {name for s in sentences for name in s.verdicts} == set(claims_by_key(committed))
     scale, where, norms, decided, unknown = (s.text for s in sentences)
     assert "with 5 seeds" in scale and "(step size 0.01, 3000 to 20000 steps)" in scale
     assert "at s = 0.02 (hot, 2/N), 1.4e-4 (warm" in scale and "1e-6 (calibrated" in scale
@@ -95,7 +90,7 @@ def test_design_6s_runs_under_design_7s_tests_state_their_verdicts_and_where_the
     assert len(sentences) == 5
     assert misstated_verdicts(sentences, design6) == []
     # Every claim's verdict is stated, once or more, and declared where it is.
-    assert {name for s in sentences for name in s.verdicts} == set(claims_by_name(design6))
+    assert {name for s in sentences for name in s.verdicts} == set(claims_by_key(design6))
     scale, where, norms, decided, unknown = (s.text for s in sentences)
     assert "5 seeds" in scale and "pre-trained on 100 fields" in scale
     assert "at s = 0.02 (hot, 2/N), 1.5e-4 (warm" in scale and "4000 new fields" in scale
@@ -129,7 +124,7 @@ def test_design_6s_runs_under_design_7s_tests_state_their_verdicts_and_where_the
     assert "by at most 0.15 % of its phase-1 value" in unknown
     assert "attention's claims on the gap with a penalty and accuracy are untested" in unknown
     # The report opens by saying the verdicts are exploratory.
-    assert study_summary(design6)[0].text == EXPLORATORY_SENTENCE
+    assert study_findings(design6)[0].text == EXPLORATORY_SENTENCE
 
 
 def test_a_gap_that_crept_without_a_penalty_rewrites_the_decided_sentence(design6):
@@ -177,7 +172,7 @@ def test_a_claim_decided_at_an_unmoved_temperature_leaves_the_unknowns(design6):
 
 @pytest.mark.parametrize("verdict", VERDICTS)
 def test_any_verdict_of_any_claim_is_stated_as_held(committed, design6, verdict):
-    for payload, name in [(p, n) for p in (committed, design6) for n in claims_by_name(p)]:
+    for payload, name in [(p, n) for p in (committed, design6) for n in claims_by_key(p)]:
         changed = flipped(payload, name, verdict, 0.5, [0.4, 0.6])
         sentences = summary(changed)
         assert 3 <= len(sentences) <= 5

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from convergent.studies import VERDICTS, rescore
-from convergent.studies.framework import json_ready, write_study
-from convergent.studies.residual import DESIGN, Config, claims_from_results, run, study
+from convergent.studies.framework import json_ready, run_config, write_study
+from convergent.studies.residual import DESIGN, STUDY, Config, claims_from_results, study
 from convergent.studies.residual import runs as unit_runs
 from convergent.studies.residual.measures import (
     Regime,
@@ -146,7 +146,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
     report = (folder / "report.md").read_text()
     # Design 3's own run (seeds 10-14): its verdicts confirm, none is exploratory.
     for claim in result.claims:
-        assert f"| {claim.statement} | {claim.verdict} |" in report
+        assert f"| {claim.statement} | `{claim.key}` | {claim.verdict} |" in report
     # Design 2's verdicts, as scored then and rescored by design 3's tests (exploratory), stand
     # beside design 3's on its new seeds.
     history = report.partition("## Verdicts across designs")[2]
@@ -154,7 +154,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
         "| design 2, seeds 0-4, as scored then | design 3's tests on design 2's seeds 0-4 | "
         "design 3's tests on seeds 10-14 |"
     ) in history
-    speed = "| Convergence speeds up as beta goes from 0 to 1 (lr 0.1, 2000 steps) | — | "
+    speed = "| `residual.speeds_up_with_beta_lr_0p1` | — | "
     assert f"{speed}reproduced: 0.3362 [0.2024, 0.4699] | inconclusive (exploratory): " in history
 
 
@@ -172,7 +172,7 @@ def _assert_preview_claims(claims) -> None:
 
 
 def test_smoke_run_writes_a_report(tmp_path):
-    result = run(Config.for_mode("smoke"), tmp_path, progress=False)
+    result = run_config(STUDY, Config.for_mode("smoke"), tmp_path, progress=False)
     report = write_study(result, tmp_path)
     assert report.is_file()
     payload = json.loads((tmp_path / "results.json").read_text())
@@ -256,7 +256,7 @@ def test_the_speed_plot_draws_when_every_run_diverged(tmp_path):
 
 def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     config = Config.for_mode("smoke")
-    first = run(config, tmp_path, progress=False)
+    first = run_config(STUDY, config, tmp_path, progress=False)
     units = sorted((tmp_path / "units").glob("*.pt"))
     # 2 regimes x 3 betas, 2 tuning lrs x 3 betas, 3 tuned runs, 2 depths x 2 betas; one seed
     assert len(units) == 6 + 6 + 3 + 4
@@ -267,7 +267,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
 
     monkeypatch.setattr(unit_runs, "train_one_beta", refuse)
     monkeypatch.setattr(study, "train_one_depth", refuse)
-    second = run(config, tmp_path, progress=False)
+    second = run_config(STUDY, config, tmp_path, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
     assert json_ready(second.data) == json_ready(first.data)
     assert second.tables == first.tables
@@ -284,7 +284,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counting)
-    changed = run(replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
+    changed = run_config(STUDY, replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
     assert sorted(computed) == ["train_one_beta"] * (3 + 6 + 3) + ["train_one_depth"] * 4
     assert len(list((tmp_path / "units").glob("*.pt"))) == 19 + 16
     assert changed.data["one_layer_runs"][1]["losses"] != first.data["one_layer_runs"][1]["losses"]
@@ -294,7 +294,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
 def test_quick_run(tmp_path):
     """The residual study at quick size (163 s of CI's 18 min: `make run` runs it, and the smoke
     tests above run the same code on the same data at smaller sizes)."""
-    result = run(Config.for_mode("quick"), tmp_path, progress=False)
+    result = run_config(STUDY, Config.for_mode("quick"), tmp_path, progress=False)
     write_study(result, tmp_path)
     _assert_preview_claims(result.claims)
     assert all(check.value is not None for claim in result.claims for check in claim.checks)
@@ -304,8 +304,8 @@ def test_quick_run(tmp_path):
 
 def test_part_a_on_two_workers_matches_one(tmp_path):
     config = replace(Config.for_mode("smoke"), run_depth=False, regimes=((0.1, 8),), tuned_steps=8)
-    alone = run(config, tmp_path / "one", progress=False)
-    parallel = run(replace(config, workers=2), tmp_path / "two", progress=False)
+    alone = run_config(STUDY, config, tmp_path / "one", progress=False)
+    parallel = run_config(STUDY, replace(config, workers=2), tmp_path / "two", progress=False)
 
     def without_seconds(runs: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if k != "seconds"} for r in runs]

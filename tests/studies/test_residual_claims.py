@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from convergent.studies.framework import VERDICTS, claim_names
+from convergent.studies.framework import VERDICTS
 from convergent.studies.residual import DESIGN, claims_from_results
 from convergent.studies.residual.checks import CHANCE_FRACTION, RISE_TOLERANCE
 from convergent.studies.residual.claims import RATE_SLOPE
@@ -309,10 +309,12 @@ def test_the_tuned_regime_keeps_each_betas_own_step_size():
         "(lr tuned per beta, 200 steps; here: step sizes selected per beta 0: 0.3, 0.5: 1, "
         "1: 0.1; after" in claims[3].statement
     )
-    assert claim_names([c.to_json() for c in claims])[3] == (
-        "Full-batch GD on a one-layer Transformer with residual connections converges linearly "
-        "(lr tuned per beta, 200 steps)"
-    )
+    assert [c.key for c in claims[:4]] == [
+        "residual.converges_linearly_lr_0p1",
+        "residual.speeds_up_with_beta_lr_0p1",
+        "residual.rate_follows_sigma_ratio_lr_0p1",
+        "residual.converges_linearly_lr_tuned",
+    ]
     assert "the theorem's form" in claims[5].evidence
     assert "side test" in claims[2].evidence
     # The tuned curves are the fixed ones here, so every effect is the same.

@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from convergent.studies import EXPLORATORY_SENTENCE, study_summary
-from convergent.studies.framework import VERDICTS, claims_by_name, misstated_verdicts
+from convergent.studies import EXPLORATORY_SENTENCE, study_findings
+from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.residual import summary
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
-LINEAR = "Full-batch GD on a one-layer Transformer with residual connections converges linearly"
-SPEED = "Convergence speeds up as beta goes from 0 to 1"
-RATE = "The rate is governed by sigma_min^2 / sigma_max^2 of the attention output"
+LINEAR = "residual.converges_linearly_"
+SPEED = "residual.speeds_up_with_beta_"
+RATE = "residual.rate_follows_sigma_ratio_"
 TOO_LARGE = "the loss rose after the transient, so the step was too large for the theorem to apply"
-FLOOR = "Residuals keep sigma_min away from zero where softmax collapses rank"
-DEPTH = "With depth, the advantage of residuals grows"
+FLOOR = "residual.sigma_min_kept_from_zero"
+DEPTH = "residual.advantage_grows_with_depth"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def payload(committed: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
-    claim: dict[str, Any] = claims_by_name(payload)[name]  # type: ignore[assignment]
+    claim: dict[str, Any] = claims_by_key(payload)[name]  # type: ignore[assignment]
     claim.update(verdict=verdict, effect=effect, interval=interval)
     return claim
 
@@ -51,7 +51,7 @@ def test_the_committed_summary(committed):
     assert misstated_verdicts(sentences, committed) == []
     # Every claim's verdict is stated by exactly one sentence.
     declared = [name for sentence in sentences for name in sentence.verdicts]
-    assert sorted(declared) == sorted(claims_by_name(committed))
+    assert sorted(declared) == sorted(claims_by_key(committed))
     scale, conditioning, speed, linear, depth = (sentence.text for sentence in sentences)
     assert "64 windows of 12 hours of weather-hourly, 5 seeds each" in scale
     assert "MiniLM cut or extended to 2, 6 and 10 layers" in scale
@@ -91,16 +91,16 @@ def test_the_committed_summary(committed):
 def test_the_study_registry_serves_this_summary_with_no_exploratory_note(committed):
     # The committed verdicts are design 3's tests on its own seeds (10-14).
     assert not any(claim.get("exploratory") for claim in committed["claims"])
-    assert study_summary(committed) == summary(committed)
+    assert study_findings(committed) == summary(committed)
     exploratory = copy.deepcopy(committed)
     exploratory["claims"][0]["exploratory"] = True
-    first, *rest = study_summary(exploratory)
+    first, *rest = study_findings(exploratory)
     assert first.text == EXPLORATORY_SENTENCE and rest == summary(exploratory)
 
 
 def test_a_bound_that_holds_at_step_size_0_1_moves_it_to_held(payload):
     before = _text(payload)
-    name = f"{LINEAR} (lr 0.1, 2000 steps)"
+    name = f"{LINEAR}lr_0p1"
     claim = _set(payload, name, "reproduced", -0.001, [-0.002, 0.0])
     for check in claim["checks"]:
         check["passed"] = True
@@ -114,7 +114,7 @@ def test_a_bound_that_holds_at_step_size_0_1_moves_it_to_held(payload):
 
 
 def test_a_bound_broken_within_the_step_condition_is_a_failure(payload):
-    name = f"{LINEAR} (lr 0.1, 2000 steps)"
+    name = f"{LINEAR}lr_0p1"
     claim = _set(payload, name, "not reproduced", 0.17, [0.01, 0.33])
     for check in claim["checks"]:
         check["passed"] = True
@@ -124,7 +124,7 @@ def test_a_bound_broken_within_the_step_condition_is_a_failure(payload):
 
 
 def test_every_speed_step_up_holding_gives_the_plain_advice(payload):
-    for name in claims_by_name(payload):
+    for name in claims_by_key(payload):
         if name.startswith(SPEED):
             _set(payload, name, "reproduced", 0.05, [0.01, 0.1])
     text = _text(payload)
@@ -133,7 +133,7 @@ def test_every_speed_step_up_holding_gives_the_plain_advice(payload):
 
 
 def test_no_speed_up_at_one_step_size_changes_the_advice(payload):
-    name = f"{SPEED} (lr 0.01, 6000 steps)"
+    name = f"{SPEED}lr_0p01"
     _set(payload, name, "not reproduced", -0.1, [-0.2, -0.01])
     text = _text(payload)
     assert "So use residuals" not in text
@@ -143,7 +143,7 @@ def test_no_speed_up_at_one_step_size_changes_the_advice(payload):
 
 
 def test_a_reproduced_rate_is_stated_with_its_slope(payload):
-    name = f"{RATE} (lr 0.01, 6000 steps)"
+    name = f"{RATE}lr_0p01"
     _set(payload, name, "reproduced", 0.8, [0.6, 1.0])
     text = _text(payload)
     assert "the speed followed (sigma_min/sigma_max)^2" in text
@@ -168,7 +168,7 @@ def test_a_reproduced_depth_claim_is_stated_as_such(payload):
 
 
 def test_without_depth_runs_it_says_depth_is_unknown(payload):
-    payload["claims"] = [c for c in payload["claims"] if not c["statement"].startswith(DEPTH)]
+    payload["claims"] = [c for c in payload["claims"] if c["key"] != DEPTH]
     payload["data"]["depth_runs"] = []
     text = _text(payload)
     assert "MiniLM" not in text
@@ -187,11 +187,11 @@ def test_every_verdict_of_every_claim_is_stated_as_held(committed, verdict):
         assert 3 <= len(sentences) <= 5
         assert misstated_verdicts(sentences, payload) == [], claim["statement"]
         declared = [name for sentence in sentences for name in sentence.verdicts]
-        assert sorted(declared) == sorted(claims_by_name(payload))
+        assert sorted(declared) == sorted(claims_by_key(payload))
 
 
 def test_no_small_step_advice_when_a_larger_step_held(payload):
-    tuned = next(name for name in claims_by_name(payload) if name.startswith(f"{LINEAR} (lr tuned"))
+    tuned = next(name for name in claims_by_key(payload) if name == f"{LINEAR}lr_tuned")
     _set(payload, tuned, "reproduced", -0.001, [-0.002, 0.0])
     text = _text(payload)
     assert "held at step size 0.01 and tuned step sizes of 0.4-0.8 (reproduced)" in text
@@ -222,7 +222,7 @@ def test_a_depth_claim_untested_for_another_check_names_it(payload):
     ],
 )
 def test_the_speed_opener_follows_the_verdicts(payload, verdicts, opener):
-    names = [name for name in claims_by_name(payload) if name.startswith(SPEED)]
+    names = [name for name in claims_by_key(payload) if name.startswith(SPEED)]
     assert len(names) == 3
     for name, verdict in zip(names, verdicts, strict=True):
         _set(payload, name, verdict, 0.1, [0.05, 0.15])

@@ -20,12 +20,12 @@ from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS
-from convergent.studies.framework import claim_names, json_ready, write_study
+from convergent.studies.framework import json_ready, run_config, write_study
 from convergent.studies.sparsity import (
+    STUDY,
     Config,
     claims_from_results,
     pruned_score_of_good_dense,
-    run,
 )
 from convergent.studies.sparsity import runs as sparsity_runs
 from convergent.studies.sparsity.runs import LanguageJob, VisionJob
@@ -50,7 +50,7 @@ def smoke_run(tmp_path_factory):
     _needs("austen")
     folder = tmp_path_factory.mktemp("sparsity-smoke")
     config = Config.for_mode("smoke")
-    result = run(config, folder, progress=False)
+    result = run_config(STUDY, config, folder, progress=False)
     write_study(result, folder)
     return config, folder, result
 
@@ -132,16 +132,23 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
 
     monkeypatch.setattr(sparsity_runs, "train_classifier", refuse)
     monkeypatch.setattr(sparsity_runs, "train_language_model", refuse)
-    again = run(config, folder, progress=False)  # every unit from the cache: nothing trains
+    again = run_config(
+        STUDY, config, folder, progress=False
+    )  # every unit from the cache: nothing trains
     assert [c.to_json() for c in again.claims] == [c.to_json() for c in first.claims]
     assert json.dumps(json_ready(again.data)) == json.dumps(json_ready(first.data))
     assert again.tuning == first.tuning
     assert _unit_files(folder) == before
     # A field that only chooses how fast units run reuses them; one that changes what a
     # unit computes does not.
-    run(dataclasses.replace(config, threads=2), folder, progress=False)
+    run_config(STUDY, dataclasses.replace(config, threads=2), folder, progress=False)
     with pytest.raises(Trained):
-        run(dataclasses.replace(config, vit_steps=config.vit_steps + 1), folder, progress=False)
+        run_config(
+            STUDY,
+            dataclasses.replace(config, vit_steps=config.vit_steps + 1),
+            folder,
+            progress=False,
+        )
 
 
 class RefusingTestSplit(Dataset):
@@ -188,22 +195,22 @@ def test_selection_runs_never_touch_the_test_split(monkeypatch):
 
 def test_design_three_claims_follow_their_formulas():
     claims = claims_from_results(design3_payload())
-    names = claim_names([claim.to_json() for claim in claims])
-    assert names == [
-        "At 90% sparsity HORST reaches a higher top-1 accuracy than AdamW",
-        "At 90% sparsity HORST reaches a higher top-1 accuracy than HAM",
-        "At 80%-90% sparsity HORST loses at most half the top-1 accuracy AdamW loses from dense",
-        "HORST's weights concentrate near zero in the ViT",
-        "HORST's weights concentrate near zero in the character LM",
+    assert [claim.key for claim in claims] == [
+        "sparsity.horst_beats_adamw_acdc_90",
+        "sparsity.horst_beats_ham_acdc_90",
+        "sparsity.horst_loses_half_of_adamw_acdc_80_90",
+        "sparsity.horst_near_zero_vit",
+        "sparsity.horst_near_zero_char_lm",
         *(
-            f"One-shot {pruner} pruning to {key}: a HORST-trained character LM keeps a lower "
-            "perplexity than an AdamW-trained one"
-            for pruner in ("magnitude", "Wanda", "SparseGPT")
-            for key in ("70%", "90%")
+            f"sparsity.horst_lower_perplexity_{pruner}_{target}"
+            for pruner in ("magnitude", "wanda", "sparsegpt")
+            for target in (70, 90)
         ),
-        "HORST's advantage survives a stronger pruner: after one-shot SparseGPT pruning to 70% "
-        "a HORST-trained character LM still keeps a lower perplexity than an AdamW-trained one",
+        "sparsity.horst_survives_sparsegpt_70",
     ]
+    assert claims[0].statement.startswith(
+        "At 90% sparsity HORST reaches a higher top-1 accuracy than AdamW (here:"
+    )
     than_adamw, than_ham, half, vit_zero, lm_zero, *one_shot, survives = claims
     assert than_adamw.per_seed == pytest.approx([0.02, 0.025, 0.03])
     assert than_adamw.interval == pytest.approx(_t_interval([0.02, 0.025, 0.03]))

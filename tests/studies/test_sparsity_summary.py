@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from convergent.studies import study_summary
-from convergent.studies.framework import claims_by_name, misstated_verdicts
+from convergent.studies import study_findings
+from convergent.studies.framework import claims_by_key, misstated_verdicts
 from convergent.studies.sparsity import summary
 from tests.studies.sparsity_payload import PERPLEXITY, design3_payload, scored
 
@@ -27,7 +27,7 @@ def test_the_summary_states_its_verdicts_and_key_numbers():
     sentences = summary(payload)
     assert len(sentences) == 5
     assert misstated_verdicts(sentences, payload) == []
-    assert [s.text for s in study_summary(payload)] == [s.text for s in sentences]
+    assert [s.text for s in study_findings(payload)] == [s.text for s in sentences]
     scale, language, strength, against_ham, against_adamw = (s.text for s in sentences)
     assert "4-layer vision transformer (width 16)" in scale
     assert "by magnitude, Wanda and SparseGPT (Wanda and SparseGPT calibrated on 128" in scale
@@ -55,7 +55,7 @@ def test_the_summary_states_its_verdicts_and_key_numbers():
     assert "acted, moving the weights about 0.3 times" in against_ham
     assert "alpha 3 (strength 0.06) (alpha 3 was the smallest tried" in against_ham
     assert "HORST beat AdamW at 90 %" in against_adamw
-    every_claim = set(claims_by_name(payload))
+    every_claim = set(claims_by_key(payload))
     assert len(every_claim) == 12
     assert set().union(*(s.verdicts for s in sentences)) == every_claim
 

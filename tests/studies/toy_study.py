@@ -6,13 +6,14 @@ seeded offset; every unit goes through the unit cache, so resuming can be tested
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from convergent.studies.framework import Advice, Measured, Report, Sentence, Session
 from convergent.studies.framework.claims import Check, Claim, at_least, claim_from_seeds
-from convergent.studies.framework.common import StudyResult, check_mode, json_ready
-from convergent.studies.framework.units import UnitCache
+from convergent.studies.framework.common import check_mode
 
 OFFSETS = (0.1, -0.2, 0.05, 0.15, -0.1, 0.0, 0.2)
 COMPUTED: list[int] = []  # the seeds measured in this process (not taken from the cache)
@@ -43,6 +44,7 @@ def claims_from_results(results: dict[str, Any]) -> list[Claim]:
             "one plus one is two (here: at least 1.5)",
             sums,
             at_least(1.5),
+            key="toy.one_plus_one_is_two",
             unit="(a sum)",
             checks=[Check("the adder ran", moved, at_least(1.0))],
             evidence=f"measured {', '.join(f'{s:g}' for s in sums)}",
@@ -50,16 +52,39 @@ def claims_from_results(results: dict[str, Any]) -> list[Claim]:
     ]
 
 
-def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    cache = UnitCache(folder / "units", "toy", asdict(config))
-    units = [
-        cache.run({"seed": seed}, lambda seed=seed: _measure(seed, config.scale))
-        for seed in config.seeds
-    ]
-    data = {"units": units}
-    result = StudyResult(name="toy", mode=config.mode, config=config, data=data)
-    result.tables["numbers"] = [{"x": 1, "y": 2.5}]
-    result.claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    return result
+class ToyStudy:
+    """The toy study, for the framework's :class:`~convergent.studies.framework.Study`."""
+
+    name = "toy"
+    design = 1
+    unit_design = 1
+    config = staticmethod(Config.for_mode)
+    claims_from_results = staticmethod(claims_from_results)
+
+    def reserved_seeds(self, config: Config) -> set[int]:
+        return set()
+
+    def threads(self, config: Config) -> int:
+        return 1
+
+    def measure(self, config: Config, session: Session) -> Measured:
+        units = [
+            session.cache.run({"seed": seed}, functools.partial(_measure, seed, config.scale))
+            for seed in config.seeds
+        ]
+        return Measured({"units": units})
+
+    def report(self, config: Config, measured: Measured, folder: Path) -> Report:
+        return Report(tables={"numbers": [{"x": 1, "y": 2.5}]})
+
+    def summary(self, results: dict[str, Any]) -> list[Sentence]:
+        return []
+
+    def brief(self, results: dict[str, Any]) -> list[Sentence]:
+        return []
+
+    def advice(self, results: dict[str, Any]) -> list[Advice]:
+        return []
+
+
+STUDY = ToyStudy()

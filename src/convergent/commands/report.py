@@ -67,19 +67,21 @@ def rescore_reports(folder: Path) -> None:
 
 def results_text(folder: Path) -> str:
     """The results section of the reports in ``folder``, as the README holds it."""
-    from convergent.studies import study_summary
+    from convergent.studies import study_advice, study_summary
     from convergent.studies.framework.readme import results_section
 
-    return results_section(folder, summarize=study_summary)
+    return results_section(folder, summarize=study_summary, advise=study_advice)
 
 
 def write_readme(readme: Path, folder: Path, check: bool = False) -> int:
     """Write the results section of ``folder``'s reports into ``readme`` (with ``check``:
     only compare); returns the exit status, 1 where ``check`` finds it out of date."""
-    from convergent.studies import study_summary
+    from convergent.studies import study_advice, study_summary
     from convergent.studies.framework.readme import update_readme
 
-    current = update_readme(readme, folder, check=check, summarize=study_summary)
+    current = update_readme(
+        readme, folder, check=check, summarize=study_summary, advise=study_advice
+    )
     if check:
         state = "up to date" if current else "out of date; run without --check to rewrite it"
         print(f"{readme}: results section {state}")

@@ -10,10 +10,7 @@ from convergent.diagnostics import acting
 from convergent.diagnostics.convergence import (
     BandSlope,
     EnvelopeTest,
-    FloorFit,
     band_log_slope,
-    fit_rate_with_floor,
-    fit_saturation,
     geometric_envelope,
     smallest_envelope_rate,
     steps_to_reach,
@@ -24,7 +21,13 @@ from convergent.diagnostics.layerwise import (
     monotonicity_report,
 )
 from convergent.diagnostics.rank import layerwise_rank_collapse, rank_collapse
-from convergent.diagnostics.rates import RateFit, fit_linear_rate
+from convergent.diagnostics.rates import (
+    FloorFit,
+    RateFit,
+    fit_linear_rate,
+    fit_rate_with_floor,
+    fit_saturation,
+)
 from convergent.diagnostics.spectra import (
     AttentionSite,
     AttentionSpectra,

@@ -8,16 +8,8 @@ As lr -> 0 the chain samples the density proportional to exp(-2 V / s), so s = 2
 exp(-V). Frangi et al. (2026) train attention's W_Q, W_K (or LoRA factors) this way, with V the
 loss plus a Villani regularizer (`convergent.regularize`).
 
-Temperature in other libraries. posteriors (`posteriors.sgmcmc.sgld`, normal-computing/
-posteriors) and blackjax (`blackjax.sgmcmc.diffusions.overdamped_langevin`) both step
-theta + lr * grad log p + sqrt(2 * temperature * lr) * xi (posteriors writes the noise as
-N(0, lr * (2 - lr * beta) * temperature), which is the same at its default beta = 0) and target
-p^(1 / temperature). With V = -log p the two rules agree when
-
-    s = 2 * temperature        (temperature = s / 2),
-
-so s = 2 is their temperature 1 (the Bayesian posterior when V is the negative log posterior)
-and s = 0 is their temperature 0 (gradient descent).
+The temperature helpers (s in the units of posteriors, blackjax, or a loss's posterior) and
+`NoiseSchedule` are in :mod:`convergent.optim.temperature`; they are imported here too.
 
 Preconditioned (pSGLD, Li, Chen, Carlson and Carin, AAAI 2016), with RMSprop's conventions so
 that s = 0 is `torch.optim.RMSprop` without momentum:
@@ -37,11 +29,8 @@ counted in `skipped_steps`.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import math
-import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal, cast
 
@@ -50,6 +39,14 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from convergent.optim import _sharding
+from convergent.optim._noise_streams import (
+    SHARD_MARK,
+    STREAM_MARK,
+    device_key,
+    draw_normal,
+    noise_pool,
+    process_rank,
+)
 from convergent.optim._nonfinite import (
     Nonfinite,
     check_nonfinite_option,
@@ -57,6 +54,15 @@ from convergent.optim._nonfinite import (
     skip_for_nonfinite_gradient,
 )
 from convergent.optim._validation import check_gradient, check_nonnegative
+from convergent.optim.temperature import (
+    NoiseSchedule,
+    calibrated_s,
+    describe_temperature,
+    implied_noise_variance,
+    posterior_s,
+    s_from_temperature,
+    temperature_from_s,
+)
 
 __all__ = [
     "Langevin",
@@ -80,98 +86,6 @@ PARALLEL_NOISE_MIN = 1 << 16
 # The foreach path draws the noise of consecutive tensors into one scratch block of at most
 # this many elements (or one larger tensor), then adds it: 16 MiB of float32.
 NOISE_BLOCK = 1 << 22
-
-
-def s_from_temperature(temperature: float) -> float:
-    """The s of this optimizer for a posteriors/blackjax `temperature`: s = 2 * temperature."""
-    check_nonnegative("temperature", temperature)
-    return 2.0 * float(temperature)
-
-
-def temperature_from_s(s: float) -> float:
-    """The posteriors/blackjax temperature of this optimizer's s: temperature = s / 2."""
-    check_nonnegative("s", s)
-    return float(s) / 2.0
-
-
-def calibrated_s(noise_variance: float, examples: int, outputs: int = 1) -> float:
-    """The s that makes Langevin on an averaged squared error sample the Bayesian posterior.
-
-    The stationary density of dT = -grad V dt + sqrt(s) dB is proportional to exp(-2 V / s).
-    For V = the squared error averaged over ``examples`` x ``outputs`` numbers, a Gaussian
-    likelihood with noise variance sigma^2 and a flat prior give the posterior
-    exp(-examples * outputs * V / (2 sigma^2)); the two agree at
-    s = 4 sigma^2 / (examples * outputs). A natural sigma^2 is the fitted model's mean squared
-    error. s = 2 / examples (the posterior for the summed loss, as if sigma^2 were
-    outputs / 2) is hotter by outputs / (2 sigma^2).
-
-    Args:
-        noise_variance: sigma^2, in the units of the loss (> 0).
-        examples: N, the training examples the loss averages over.
-        outputs: K, the numbers per example it also averages over.
-    """
-    if not (noise_variance > 0 and examples >= 1 and outputs >= 1):
-        raise ValueError(
-            "noise_variance must be > 0 and examples, outputs >= 1, got "
-            f"noise_variance={noise_variance!r}, examples={examples!r}, outputs={outputs!r}."
-        )
-    return 4.0 * float(noise_variance) / (examples * outputs)
-
-
-def implied_noise_variance(s: float, examples: int, outputs: int = 1) -> float:
-    """The inverse of `calibrated_s`: the sigma^2, in loss units, whose posterior s samples."""
-    check_nonnegative("s", s)
-    if not (examples >= 1 and outputs >= 1):
-        raise ValueError(
-            f"examples and outputs must be >= 1, got examples={examples!r}, outputs={outputs!r}."
-        )
-    return float(s) * examples * outputs / 4.0
-
-
-def posterior_s(examples: int, outputs: int = 1, noise_variance: float | None = None) -> float:
-    """The s whose Langevin chain samples the Bayesian posterior of a model trained on an
-    averaged loss: the temperature in loss units.
-
-    - An averaged squared error over ``examples`` x ``outputs`` numbers with noise variance
-      ``noise_variance`` = sigma^2 (a Gaussian likelihood; flat prior): s = 4 sigma^2 / (N K),
-      as `calibrated_s`. "The current loss as sigma^2" is ``noise_variance=`` the current mean
-      squared error (a fitted model's).
-    - An averaged negative log-likelihood (cross-entropy; ``noise_variance`` None): the loss
-      is the summed log-likelihood over N, so the posterior is s = 2 / N.
-
-    How to read it: these are the posteriors of the whole training set, and the langevin study
-    found them extreme for a small model both ways. At s = 2 / N (every example one
-    observation) a small regression Transformer lost its fit (train RMSE 8.6-9.4x) while being
-    about 19,000x hotter than the calibrated 4 sigma^2 / (N K); at the calibrated s the noise
-    moved the outcome by 0.1 %. `convergent.train.fit` checks both: whether the noise moves the
-    weights as far as the gradient does (`diagnostics.acting.noise_acts`) and whether the
-    fit is kept (`fit_kept`). Scale s between them (a temperature below 1 of the posterior)
-    until the noise acts and the fit holds.
-
-    Args:
-        examples: N, the training examples the loss averages over.
-        outputs: K, the numbers per example it also averages over (squared error only).
-        noise_variance: sigma^2 in the loss's units, > 0; None for a cross-entropy loss.
-    """
-    if noise_variance is None:
-        if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
-            raise ValueError(f"examples must be an integer >= 1, got {examples!r}.")
-        return 2.0 / examples
-    return calibrated_s(noise_variance, examples, outputs)
-
-
-def describe_temperature(s: float, examples: int, outputs: int = 1) -> str:
-    """One line giving s in the units a user can read: against the cross-entropy posterior
-    2 / N, as the noise variance sigma^2 (loss units) of a squared-loss posterior, and as the
-    posteriors/blackjax temperature s / 2."""
-    check_nonnegative("s", s)
-    cross_entropy = posterior_s(examples)
-    return (
-        f"Langevin s = {s:.3g}: {s / cross_entropy:.3g}x the cross-entropy posterior "
-        f"2/N = {cross_entropy:.3g} (N = {examples}); the posterior of an averaged squared "
-        f"error with noise variance sigma^2 = {implied_noise_variance(s, examples, outputs):.3g}"
-        f" (K = {outputs}); temperature {temperature_from_s(s):.3g} in posteriors/blackjax"
-    )
 
 
 def rmsprop_denominator(square_avg: Tensor, grad: Tensor, alpha: float, eps: float) -> Tensor:
@@ -316,7 +230,7 @@ class Langevin(Optimizer):
         # Noise scratch, one per (device, dtype), as large as the largest noise block; not state.
         self._scratch_buffers: dict[tuple[torch.device, torch.dtype], Tensor] = {}
         if generator is not None:
-            self._generators[_device_key(generator.device)] = generator
+            self._generators[device_key(generator.device)] = generator
         defaults = {"lr": lr, "s": s, "preconditioned": preconditioned, "alpha": alpha, "eps": eps}
         super().__init__(params, defaults)
 
@@ -343,15 +257,15 @@ class Langevin(Optimizer):
         independent noise, while replicated parameters keep one stream on every rank.
         ``stream`` > 0 names the further generators of ``noise_streams``.
         """
-        key = _device_key(device)
+        key = device_key(device)
         if shard:
-            key = f"{key}{_SHARD_MARK}{_rank()}"
+            key = f"{key}{SHARD_MARK}{process_rank()}"
         if stream:
-            key = f"{key}{_STREAM_MARK}{stream}"
+            key = f"{key}{STREAM_MARK}{stream}"
         if key not in self._generators:
             # Distinct devices get distinct streams: the seed is offset by the creation order.
             generator = torch.Generator(device=device)
-            offset = 7919 * len(self._generators) + (104729 * (_rank() + 1) if shard else 0)
+            offset = 7919 * len(self._generators) + (104729 * (process_rank() + 1) if shard else 0)
             generator.manual_seed(self.seed + offset)
             self._generators[key] = generator
         return self._generators[key]
@@ -382,9 +296,9 @@ class Langevin(Optimizer):
             return
         self.seed = int(noise["seed"])
         for key, generator_state in noise["generators"].items():
-            base, _, stream = key.partition(_STREAM_MARK)
-            device, shard = base.split(_SHARD_MARK)[0], _SHARD_MARK in base
-            if shard and base != f"{device}{_SHARD_MARK}{_rank()}":
+            base, _, stream = key.partition(STREAM_MARK)
+            device, shard = base.split(SHARD_MARK)[0], SHARD_MARK in base
+            if shard and base != f"{device}{SHARD_MARK}{process_rank()}":
                 continue  # another rank's shard stream
             generator = self.generator_for(
                 torch.device(device), shard=shard, stream=int(stream or 0)
@@ -422,13 +336,13 @@ class Langevin(Optimizer):
             return
         if sum(piece.numel() for piece, _ in per_stream[0]) * streams < PARALLEL_NOISE_MIN:
             for pieces in per_stream:
-                _draw(pieces)
+                draw_normal(pieces)
             return
         # torch releases the GIL inside normal_: the streams fill in parallel, one task each
         # (a task per tensor would pay a thread hand-off, and compete with OpenMP's spinning
         # threads, once per tensor).
-        pool = _noise_pool(streams)
-        futures = [pool.submit(_draw, pieces) for pieces in per_stream]
+        pool = noise_pool(streams)
+        futures = [pool.submit(draw_normal, pieces) for pieces in per_stream]
         concurrent.futures.wait(futures)  # every thread is done with the buffers, even on error
         for future in futures:
             future.result()
@@ -539,43 +453,6 @@ class Langevin(Optimizer):
         _foreach_langevin(params, grads, noises, square_avgs or None, lr, s, alpha, eps)
 
 
-_SHARD_MARK = "#shard-of-rank-"
-_STREAM_MARK = "#stream-"
-
-
-def _draw(pieces: list[tuple[Tensor, torch.Generator]]) -> None:
-    for piece, generator in pieces:
-        piece.normal_(generator=generator)
-
-
-@functools.cache
-def _noise_pool(streams: int) -> ThreadPoolExecutor:
-    """One thread per noise stream, shared by every optimizer (a pool is not state: it is
-    neither saved nor copied with an optimizer)."""
-    return ThreadPoolExecutor(max_workers=streams, thread_name_prefix="convergent-noise")
-
-
-# A forked child (a DataLoader worker, a process pool) has none of the parent's threads: it
-# must build its own pools rather than wait on threads that do not exist.
-os.register_at_fork(after_in_child=_noise_pool.cache_clear)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _device_key(device: torch.device | str) -> str:
-    """ "cpu", "cuda:0", ...: an accelerator without an index means its current one."""
-    device = torch.device(device)
-    if device.type != "cpu" and device.index is None:
-        module = getattr(torch, device.type, None)
-        if module is not None and hasattr(module, "current_device"):
-            device = torch.device(device.type, module.current_device())
-    return str(device)
-
-
 def _foreach_langevin(
     params: list[Tensor],
     grads: list[Tensor],
@@ -608,50 +485,3 @@ def _foreach_langevin(
         if noises is not None:
             roots = torch._foreach_sqrt(denominators)
             torch._foreach_addcdiv_(thetas, [noises[i] for i in indices], roots, value=scale)
-
-
-class NoiseSchedule:
-    """Sets each group's s to its initial s times `factor(step)`, like `LambdaLR` for s.
-
-    Call `step()` after each optimizer step (or pass it to `convergent.train.fit` as a
-    callback: `on_step_end` calls `step()`). s depends only on the step count, so a resumed
-    run continues the same schedule.
-
-    Args:
-        optimizer: a `Langevin` optimizer (any optimizer whose groups have "s").
-        factor: step -> multiplier of the initial s, e.g. `lambda step: 0.99 ** step`.
-    """
-
-    def __init__(self, optimizer: Optimizer, factor: Callable[[int], float]) -> None:
-        for index, group in enumerate(optimizer.param_groups):
-            if "s" not in group:
-                raise ValueError(f"param group {index} has no 's'; NoiseSchedule needs Langevin.")
-        self.optimizer = optimizer
-        self.factor = factor
-        self.initial_s = [float(group["s"]) for group in optimizer.param_groups]
-        self.last_step = 0
-        self._apply()
-
-    def _apply(self) -> None:
-        multiplier = float(self.factor(self.last_step))
-        check_nonnegative(f"factor({self.last_step})", multiplier)
-        for group, initial in zip(self.optimizer.param_groups, self.initial_s, strict=True):
-            group["s"] = initial * multiplier
-
-    def step(self) -> None:
-        """Advance one step and set the groups' s."""
-        self.last_step += 1
-        self._apply()
-
-    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
-        """`fit` callback: sets s for the step after `step`."""
-        self.last_step = step
-        self._apply()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"last_step": self.last_step, "initial_s": list(self.initial_s)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.last_step = int(state["last_step"])
-        self.initial_s = [float(value) for value in state["initial_s"]]
-        self._apply()

@@ -23,6 +23,12 @@ reached. Inside a block the update is applied column by column; the block's erro
 later blocks in one product ``W[:, later] -= Err @ U[block, later]``, which is the same
 arithmetic, reordered.
 
+The Hessian, its inverse and the Cholesky factor are computed in float64; the column loop runs
+in float32 for float32, bfloat16 and float16 weights, as the authors' code and llm-compressor
+do (in float64 it took 1.0-1.6x as long on a CPU: benchmarks/sparsegpt_update_dtype.py), and
+in float64 for float64 weights; ``float64_updates=True`` runs it in float64 whatever the
+weights' dtype.
+
 When the damped Hessian is not positive definite (a real model's dead or collinear inputs),
 the damping is raised tenfold, up to three times, each retry logged; then the layer is refused
 with one sentence. Non-finite weights are never returned.
@@ -71,6 +77,7 @@ def sparsegpt_prune(
     block_size: int = 128,
     damping: float = 0.01,
     per_row: bool = False,
+    float64_updates: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Prune one weight matrix with SparseGPT (see the module docstring for the update rule).
 
@@ -86,6 +93,8 @@ def sparsegpt_prune(
             damped Hessian is not positive definite).
         per_row: choose the unstructured mask per row of each block (the same count in every
             row) instead of over the whole block, as the authors do.
+        float64_updates: run the column loop in float64 whatever the weights' dtype (this
+            library before issue 48); False: in the wider of float32 and the weights' dtype.
 
     Returns:
         ``(new_weight, keep_mask)``: the pruned and updated weight in ``weight``'s dtype (pruned
@@ -111,8 +120,9 @@ def sparsegpt_prune(
     if not (math.isfinite(damping) and damping >= 0):
         raise ValueError(f"damping must be a finite number >= 0, got {damping}")
 
-    w = weight.detach().to(torch.float64).clone()
-    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping)
+    work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
+    w = weight.detach().to(work).clone()
+    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping).to(work)
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, block_size):
         stop = min(start + block_size, columns)
@@ -200,6 +210,8 @@ class SparseGPT:
         damping: ``lambda / mean(diag H)``, >= 0.
         per_row: choose the unstructured mask per row of each block (this library before
             issue 48) instead of over the whole block (the authors' rule).
+        float64_updates: run the column loop in float64 whatever the weights' dtype (this
+            library before issue 48; 1.0-1.6x slower on a CPU than float32).
     """
 
     name: ClassVar[str] = "sparsegpt"
@@ -207,6 +219,7 @@ class SparseGPT:
     block_size: int = 128
     damping: float = 0.01
     per_row: bool = False
+    float64_updates: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.block_size, int) and self.block_size >= 1):
@@ -223,5 +236,12 @@ class SparseGPT:
     ) -> tuple[Tensor, Tensor]:
         """``(pruned and updated weight, keep mask)`` of ``rows`` [out, in]."""
         return sparsegpt_prune(
-            rows, statistic, sparsity, n_m, self.block_size, self.damping, self.per_row
+            rows,
+            statistic,
+            sparsity,
+            n_m,
+            self.block_size,
+            self.damping,
+            self.per_row,
+            self.float64_updates,
         )

@@ -1,20 +1,19 @@
-"""Studies: one module per pillar, each reproducing its paper's claim at small scale.
+"""Studies: one package per pillar, each reproducing its paper's claim at small scale.
 
-Each study module defines a frozen ``Config`` with ``Config.for_mode(mode)`` (and a
-``seeds`` field), ``run(config, out_dir, progress=True) -> StudyResult`` and
-``claims_from_results(results) -> list[Claim]`` (the claims scored from a ``results.json``
-payload alone). Modules are imported only when a study runs, so that ``import convergent``
-stays light.
+Each study package exposes ``STUDY``, an object of the
+:class:`~convergent.studies.framework.Study` protocol: its configuration, its parts (what to
+train and measure) and its claims. The framework owns the run (`run_config`); this module
+names the studies, picks their seeds (`study_config`) and writes their reports
+(`run_study`, `rescore`). Packages are imported only when a study runs, so that
+``import convergent`` stays light.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from convergent.studies.framework import (
@@ -22,6 +21,7 @@ from convergent.studies.framework import (
     VERDICTS,
     Check,
     Claim,
+    Study,
     StudyResult,
     Threshold,
     check_mode,
@@ -30,13 +30,15 @@ from convergent.studies.framework import (
     load_study,
     render_markdown,
     results_payload,
+    run_config,
     write_study,
 )
+from convergent.studies.framework.advice import Advice
 from convergent.studies.framework.claims import OtherDesign
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
 
-# name -> module; a study is listed here once it exists.
+# name -> package, whose ``STUDY`` is the study; a study is listed here once it exists.
 STUDIES: dict[str, str] = {
     "descent": "convergent.studies.descent",
     "langevin": "convergent.studies.langevin",
@@ -45,32 +47,31 @@ STUDIES: dict[str, str] = {
 }
 
 
-def get_study(name: str) -> ModuleType:
-    """The module of study ``name``; raises a ValueError listing the known studies."""
+def get_study(name: str) -> Study:
+    """Study ``name`` (its package's ``STUDY``; one with a pilot is also a
+    :class:`~convergent.studies.framework.PilotedStudy`); raises a ValueError listing the
+    known studies."""
     if name not in STUDIES:
         known = ", ".join(sorted(STUDIES)) or "none yet"
         raise ValueError(f"unknown study {name!r}; the studies are: {known}")
-    return importlib.import_module(STUDIES[name])
+    study: Study = importlib.import_module(STUDIES[name]).STUDY
+    return study
 
 
 def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     """Study ``name``'s config at ``mode`` size, with ``seeds`` final seeds when given: the
     mode's own final seeds, cut to the first ``seeds`` or continued upward past the last one,
-    skipping the seeds a study tunes with (``selection_seed``, ``selection_seeds``) and those its
-    pilots read (its module's ``RESERVED_SEEDS``), which the final runs must not share. The
+    skipping the seeds the study tunes or pilots with (`Study.reserved_seeds`), which the final
+    runs must not share. The
     mode's own seeds come first, so a larger ``seeds`` reuses the finished units of a run at the
     mode's default and adds new seeds to them."""
     check_mode(mode)
-    module = get_study(name)
-    config = module.Config.for_mode(mode)
+    study = get_study(name)
+    config = study.config(mode)
     if seeds is not None:
         if seeds < 1:
             raise ValueError(f"seeds must be a positive integer, got {seeds}")
-        reserved = {
-            getattr(config, "selection_seed", None),
-            *getattr(config, "selection_seeds", ()),
-            *getattr(module, "RESERVED_SEEDS", ()),
-        }
+        reserved = set(study.reserved_seeds(config))
         chosen = [seed for seed in config.seeds if seed not in reserved][:seeds]
         candidate = max(config.seeds) + 1
         while len(chosen) < seeds:
@@ -81,20 +82,44 @@ def study_config(name: str, mode: str, seeds: int | None = None) -> object:
     return config
 
 
-def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
-    """The plain summary of a study's results (``results.json``): its module's
-    ``summary(payload)``, or none for a study that writes none. Where the verdicts are
-    exploratory (the current tests on an earlier design's data), a first sentence says so."""
-    module = get_study(payload["name"])
+def _sentences(payload: Mapping[str, Any], writer: str) -> list[Sentence]:
+    """The sentences of the study's ``writer`` (``brief`` or ``summary``) for a
+    ``results.json`` payload. Where the verdicts are exploratory (the current tests on an
+    earlier design's data), a first sentence says so; results of a design the code no longer
+    scores get one sentence saying whose they are."""
+    study = get_study(payload["name"])
     try:
-        module.claims_from_results(payload)
+        study.claims_from_results(payload)
     except OtherDesign as refused:
         return [Sentence(superseded_sentence(refused))]
-    summarize = getattr(module, "summary", None)
-    sentences = list(summarize(payload)) if summarize else []
+    write = study.brief if writer == "brief" else study.summary
+    sentences = list(write(payload))
     if sentences and any(claim.get("exploratory") for claim in payload["claims"]):
         sentences.insert(0, Sentence(EXPLORATORY_SENTENCE))
     return sentences
+
+
+def study_summary(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README's summary of a study's results (``results.json``): its study's
+    ``brief(payload)``, about 100 words, action first, no numbers (they are in the tables)."""
+    return _sentences(payload, "brief")
+
+
+def study_findings(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The sentences opening a study's report: its study's ``summary(payload)``, every
+    finding with its numbers."""
+    return _sentences(payload, "summary")
+
+
+def study_advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """A study's rows of the README's "What to use" table: its study's ``advice(payload)``;
+    none for results of a design its code no longer scores."""
+    study = get_study(payload["name"])
+    try:
+        study.claims_from_results(payload)
+    except OtherDesign:
+        return []
+    return list(study.advice(payload))
 
 
 def superseded_sentence(refused: OtherDesign) -> str:
@@ -119,18 +144,18 @@ def design_history(folder: str | Path, payload: Mapping[str, Any]) -> list[str]:
     earlier = earlier_designs(folder)
     if not earlier:
         return []
-    module = get_study(payload["name"])
+    study = get_study(payload["name"])
 
     def rescored(old: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return [claim.to_json() for claim in module.claims_from_results(old)]
+        return [claim.to_json() for claim in study.claims_from_results(old)]
 
-    return history_lines(payload, module.DESIGN, earlier, rescored)
+    return history_lines(payload, study.design, earlier, rescored)
 
 
 def _write(result: StudyResult, folder: Path) -> None:
     """Write ``result``'s report and results into ``folder``, with its summary and history."""
     payload = results_payload(result)
-    summary = [sentence.text for sentence in study_summary(payload)]
+    summary = [sentence.text for sentence in study_findings(payload)]
     write_study(result, folder, summary, design_history(folder, payload))
 
 
@@ -147,12 +172,9 @@ def run_study(
         progress: print progress.
         seeds: run this many final seeds instead of the mode's own (see ``study_config``).
     """
-    module = get_study(name)
     config = study_config(name, mode, seeds)
     folder = Path(out_dir) / name
-    started = time.perf_counter()
-    result: StudyResult = module.run(config, folder, progress=progress)
-    result.seconds = result.seconds or time.perf_counter() - started
+    result = run_config(get_study(name), config, folder, progress=progress)
     _write(result, folder)
     return result
 
@@ -163,12 +185,7 @@ def rescore(folder: str | Path) -> StudyResult:
     Only the claims change: every measured number stays as it was written.
     """
     result = load_study(folder)
-    module = get_study(result.name)
-    payload = results_payload(result)
-    if not result.tuning and hasattr(module, "tuning_from_results"):
-        # Written before tuning records existed: rebuild them from the stored grid scores.
-        result.tuning = module.tuning_from_results(payload)
-    result.claims = list(module.claims_from_results(payload))
+    result.claims = list(get_study(result.name).claims_from_results(results_payload(result)))
     _write(result, Path(folder))
     return result
 
@@ -201,6 +218,7 @@ __all__ = [
     "VERDICTS",
     "Check",
     "Claim",
+    "Study",
     "StudyResult",
     "Threshold",
     "check_mode",
@@ -211,8 +229,11 @@ __all__ = [
     "load_study",
     "render_markdown",
     "rescore",
+    "run_config",
     "run_study",
+    "study_advice",
     "study_config",
+    "study_findings",
     "study_summary",
     "write_index",
     "write_study",

@@ -14,32 +14,33 @@ Ribeiro, 2026, "A Constrained Optimization Perspective of Unrolled Transformers"
 Every part selects each method's point on its declared grid (validation only), then trains
 the selected points from every final seed and scores them once on test; every constrained run
 records its multipliers and slacks over training, the manipulation check of every claim.
-Modules: ``config`` (settings, grids, modes, the selection rules), ``study`` (the run),
-``runs`` (one unit of parts (a) and (b): data, training, measuring), ``language`` (part (c)'s
-data, pretraining and fine-tuning units), ``models``, ``measures`` (also the clean claim's
-intervals over sentences and seeds, and the win marks), ``claims`` (the current design's
-scorer), ``report``, ``summary`` (the plain sentences opening the report) and ``pilot`` (the
-denoiser-depth pilot and part (c)'s pilot, validation only). Run with ``convergent reproduce
-descent --quick`` (or ``--smoke``, ``--full``; ``--pilot`` for both pilots).
+Modules: ``config`` (settings, grids, modes, the selection rules), ``study`` (its parts:
+selection and final runs, for the framework's run), ``runs`` (one unit of parts (a) and (b):
+data, training, measuring), ``language`` (part (c)'s data, pretraining and fine-tuning units),
+``models``, ``measures`` (also the clean claim's intervals over sentences and seeds, and the
+win marks), ``claims`` (the current design's scorer), ``report``, ``summary`` (the plain
+sentences opening the report) and ``pilot`` (the denoiser-depth pilot and part (c)'s pilot,
+validation only). Run with ``convergent reproduce descent --quick`` (or
+``--smoke``, ``--full``; ``--pilot`` for both pilots).
 """
 
 from __future__ import annotations
 
+from convergent.studies.descent.brief import advice, brief
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.pilot import PILOT_SEEDS, run_language_pilot, run_pilot
-from convergent.studies.descent.study import run
+from convergent.studies.descent.pilot import run_language_pilot, run_pilot
+from convergent.studies.descent.study import STUDY, DescentStudy
 from convergent.studies.descent.summary import summary
-
-# Seeds the pilots read (validation only, to choose the design): never final seeds.
-RESERVED_SEEDS = PILOT_SEEDS
 
 __all__ = [
     "DESIGN",
-    "RESERVED_SEEDS",
+    "STUDY",
     "Config",
+    "DescentStudy",
+    "advice",
+    "brief",
     "claims_from_results",
-    "run",
     "run_language_pilot",
     "run_pilot",
     "summary",

@@ -137,6 +137,7 @@ def _summary(records: Sequence[Record]) -> str:
 def monotone_claim(
     runs: Mapping[str, list[Record]],
     part: str,
+    key: str,
     unit: str,
     checks: Sequence[Check],
     revised: str = "",
@@ -153,6 +154,7 @@ def monotone_claim(
         f"least {100 * BUMP_SHARE_FLOOR:g} % of the ERM seeds).",
         rises,
         at_most(MONOTONE_TOLERANCE),
+        key=key,
         unit=f"largest relative rise of the per-layer test {unit}, constrained model "
         "(max_l f_l / f_(l-1) - 1)",
         checks=[*checks, _bumps_check(erm, part)],

@@ -99,6 +99,22 @@ WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
 PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
 ERM_FIT_LIMIT = 1.0  # ERM's clean test perplexity at most its start's
 
+# Each claim's key: summaries, reports and history find a claim by it, never by its wording.
+CLEAN_PAPER_KEY = "descent.text_clean_within_paper_margin"
+CLEAN_KEY = "descent.text_clean_within_1_point"
+TEXT_MONOTONE_KEY = "descent.text_layers_monotone"
+VIDEO_NOISE_KEY = "descent.video_lower_rmse_beyond_training_noise"
+VIDEO_MONOTONE_KEY = "descent.video_layers_monotone"
+LANGUAGE_CLEAN_KEY = "descent.language_clean_win_rate_even"
+LANGUAGE_NOISE_KEY = "descent.language_noisy_win_rate_above_half"
+LANGUAGE_MONOTONE_KEY = "descent.language_layers_monotone"
+
+
+def robustness_key(kind: str) -> str:
+    """The key of part (a)'s claim under perturbation ``kind`` (a key of ``data.text.levels``)."""
+    return f"descent.text_robust_to_{kind}"
+
+
 CROSSED_METHOD = (
     "95 % interval over test sentences and seeds together (two-way crossed random effects on "
     "the per-sentence paired differences, Satterthwaite degrees of freedom)"
@@ -197,13 +213,18 @@ def clean_claims(
         f"{100 * mean_of(erm, 'clean'):.2f} %; per seed difference {points_text(clean)} points."
     )
     claims = []
-    for margin, source in ((CLEAN_PAPER_MARGIN, ", the paper's figure"), (CLEAN_MARGIN, "")):
+    margins = (
+        (CLEAN_PAPER_KEY, CLEAN_PAPER_MARGIN, ", the paper's figure"),
+        (CLEAN_KEY, CLEAN_MARGIN, ""),
+    )
+    for key, margin, source in margins:
         found = margin_resolution(clean, crossed, len(rows[0]) if rows else None, margin)
         claim = claim_from_seeds(
             f"(a) Clean accuracy within {100 * margin:g} point of ERM{source} (here: "
             f"constrained minus ERM at least -{100 * margin:g} point, {over}).",
             clean,
             at_least(-margin),
+            key=key,
             unit="accuracy (fraction; constrained minus ERM, clean test set)",
             checks=checks,
             evidence=evidence + _resolution_text(found),
@@ -236,6 +257,7 @@ def text_claims(text: Mapping[str, Any]) -> list[Claim]:
                 f"{100 * ROBUSTNESS_MARGIN:g} point higher).",
                 gains,
                 at_least(ROBUSTNESS_MARGIN),
+                key=robustness_key(kind),
                 unit="accuracy (fraction; constrained minus ERM, mean over levels)",
                 checks=checks,
                 evidence=f"mean accuracy over levels: constrained "
@@ -246,7 +268,11 @@ def text_claims(text: Mapping[str, Any]) -> list[Claim]:
                 revised=TEXT_REVISED,
             )
         )
-    claims.append(monotone_claim(text["runs"], "(a)", "cross-entropy", checks, TEXT_REVISED))
+    claims.append(
+        monotone_claim(
+            text["runs"], "(a)", TEXT_MONOTONE_KEY, "cross-entropy", checks, TEXT_REVISED
+        )
+    )
     return claims
 
 
@@ -278,6 +304,7 @@ def video_claims(
             "lower at every such level).",
             reductions,
             at_least(RMSE_MARGIN),
+            key=VIDEO_NOISE_KEY,
             unit="relative RMSE reduction (fraction, 1 - constrained / ERM, worst level)",
             checks=checks,
             evidence=f"mean test RMSE {levels}; worst-level reduction per seed "
@@ -288,6 +315,7 @@ def video_claims(
         monotone_claim(
             video["runs"],
             "(b)",
+            VIDEO_MONOTONE_KEY,
             "MSE",
             checks,
             VIDEO_REVISED,
@@ -331,6 +359,7 @@ def _erm_fits(erm: Sequence[Record]) -> Check:
 
 
 def _win_claim(
+    key: str,
     statement: str,
     rows: Sequence[list[float] | None],
     threshold: Any,
@@ -355,6 +384,7 @@ def _win_claim(
         statement,
         per_seed,
         threshold,
+        key=key,
         unit="win rate (share of test windows where the constrained model's loss is lower "
         "than ERM's, ties half)",
         checks=checks,
@@ -392,6 +422,7 @@ def language_claims(language: Mapping[str, Any]) -> list[Claim]:
     interval = "95 % interval over test windows and seeds"
     return [
         _win_claim(
+            LANGUAGE_CLEAN_KEY,
             "(c) Without noise the descent-constrained fine-tune is judged as good as the "
             f"unconstrained one, a 50 % win rate (here: {window.format('')}, within "
             f"{100 * (0.5 - WIN_CLEAN_MARGIN):g}-{100 * (0.5 + WIN_CLEAN_MARGIN):g} %, {interval}).",
@@ -402,6 +433,7 @@ def language_claims(language: Mapping[str, Any]) -> list[Claim]:
             shown(None),
         ),
         _win_claim(
+            LANGUAGE_NOISE_KEY,
             f"(c) Under Gaussian embedding noise (gamma {LANGUAGE_CLAIM_GAMMA:g}) the "
             "descent-constrained fine-tune beats the unconstrained one, a "
             f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: "
@@ -414,7 +446,13 @@ def language_claims(language: Mapping[str, Any]) -> list[Claim]:
             checks,
             shown(level),
         ),
-        monotone_claim(language["runs"], "(c)", "cross-entropy through the LM head", checks),
+        monotone_claim(
+            language["runs"],
+            "(c)",
+            LANGUAGE_MONOTONE_KEY,
+            "cross-entropy through the LM head",
+            checks,
+        ),
     ]
 
 

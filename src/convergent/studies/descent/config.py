@@ -298,21 +298,6 @@ class Config:
         return cls(mode=mode, **PRESETS[check_mode(mode)])
 
 
-# How the denoiser's depth was chosen (a note of the full report).
-REGIME_PILOT = (
-    "The denoiser's depth: an ERM-only pilot of design 2 (docs/results/descent-full/"
-    "erm_bump_pilot.json; 3 seeds, 800 steps) found 8-layer ERM denoisers rising 29-118 % from "
-    "layer 1 to layer 2, but it scored the crops of the frames the test split uses, against the "
-    "protocol (pilots read validation only). Design 3's pilot (descent/pilot.py: ERM's grid on "
-    "validation frames, seeds 30-32) supersedes it by a rule declared before it runs: the 8 "
-    "layers stay if the pilot picks them, else the study uses the pilot's pick. It picked the "
-    "same 8 layers: at ERM's point selected on validation (lr 1x, weight decay 0.01) the "
-    "per-layer validation MSE rose by up to 61 %, 19 % and 12 % from one layer to the next in "
-    "seeds 30, 31 and 32, above the 1 % in every seed (docs/results/pilots/descent-design3/"
-    "descent-pilot/pilot.json)."
-)
-
-
 # The values that differ per mode; every other field keeps its default (quick: about 5
 # minutes on 2 cores for parts (a) and (b) and 3 for part (c), previews only). smoke: seconds,
 # for CI (MiniLM cut to 2 layers, a 2-layer denoiser, a 2-layer language model, one point per
@@ -326,7 +311,7 @@ REGIME_PILOT = (
 # earlier design read: selection seed 20 (design 2 selected on seed 0), final seeds 21-25
 # (design 1 ran 0-2, design 2 ran 1-5); the regime pilot runs seeds 30-32 (:mod:`.pilot`).
 # The denoiser has 8 layers in every mode but smoke; design 3 keeps them if the validation
-# pilot picks them and otherwise uses its pick (:data:`REGIME_PILOT`). Measured cost on 2
+# pilot picks them and otherwise uses its pick (:data:`.report.REGIME_PILOT`). Measured cost on 2
 # cores: a MiniLM step (batch 32) 3.1 CPU-s, one test condition (1,056 sentences) about 21
 # CPU-s, a denoiser step 0.14 CPU-s (0.07 as implied by design 2's full-run wall time). Text
 # grid 12 x ~550 CPU-s, text finals 10 x ~860, denoiser 22 runs x 1000 steps: about 4.7-5.1

@@ -335,14 +335,11 @@ def language_unit(job: LanguageJob) -> dict[str, Any]:
             task="lm",
             steps=spec.steps,
             batch_size=spec.batch_size,
-            lr=options["lr"],
-            weight_decay=options["weight_decay"],
             seed=job.seed,
-            alpha=options["alpha"],
             dual_lr=config.dual_lr,
-            resilient_cost=options["resilient_cost"],
             token_fraction=spec.token_fraction,
             progress=False,
+            **options,  # lr, weight decay, alpha, resilient cost
         )
     except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
         if not job.final:

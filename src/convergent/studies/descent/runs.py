@@ -156,13 +156,10 @@ def _training_record(
             task="classification" if part == "text" else "regression",
             steps=steps,
             batch_size=batch_size,
-            lr=options["lr"],
-            weight_decay=options["weight_decay"],
             seed=job.seed,
-            alpha=options["alpha"],
             dual_lr=config.dual_lr,
-            resilient_cost=options["resilient_cost"],
             progress=False,
+            **options,  # lr, weight decay, alpha, resilient cost
         )
     except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
         return None

@@ -16,12 +16,12 @@ selected by :func:`~convergent.studies.descent.selection.language_score`. Every 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from convergent.diagnostics import acting
+from convergent.studies.descent.brief import advice, brief
 from convergent.studies.descent.claims import DESIGN, claims_from_results
 from convergent.studies.descent.config import METHODS, Config
 from convergent.studies.descent.language import (
@@ -30,25 +30,25 @@ from convergent.studies.descent.language import (
     language_unit,
     pretrain_unit,
 )
+from convergent.studies.descent.pilot import PILOT_SEEDS, run_pilot
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
 from convergent.studies.descent.runs import Job, text_unit, video_unit
 from convergent.studies.descent.selection import denoising_score, language_score, robust_score
+from convergent.studies.descent.summary import summary
 from convergent.studies.framework import (
-    StudyResult,
+    Measured,
+    PilotedStudy,
+    Report,
+    Session,
     Tuning,
     TuningData,
     UnitCache,
-    finish,
     grid_points,
-    json_ready,
     run_jobs,
     tune,
-    unit_session,
 )
 
-# The design of this study's units (`units.UnitCache`): raise it when the study's own code
-# would compute other numbers for the same config; the library's numbers are fingerprinted
-# (docs/design.md, "Unit keys").
+# The design of this study's units (`Study.unit_design`).
 # 2: a final text unit records which test sentences it classified correctly.
 UNIT_DESIGN = 2
 
@@ -219,13 +219,29 @@ def _language(
     }
 
 
-def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run both parts (resuming from ``out_dir / "units"``) and draw the figures there."""
-    started = time.perf_counter()
-    with unit_session(
-        "descent", config, out_dir, config.threads, progress, design=UNIT_DESIGN
-    ) as session:
-        folder, log, cache = session
+class DescentStudy:
+    """The ``descent`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
+
+    name = "descent"
+    design = DESIGN
+    unit_design = UNIT_DESIGN
+    config = staticmethod(Config.for_mode)
+    claims_from_results = staticmethod(claims_from_results)
+    summary = staticmethod(summary)
+    brief = staticmethod(brief)
+    advice = staticmethod(advice)
+    run_pilot = staticmethod(run_pilot)
+
+    def reserved_seeds(self, config: Config) -> set[int]:
+        # The pilots' seeds chose the design (validation only): never final seeds.
+        return {config.selection_seed, *PILOT_SEEDS}
+
+    def threads(self, config: Config) -> int:
+        return config.threads
+
+    def measure(self, config: Config, session: Session) -> Measured:
+        """Every part: selection on its grids, then the final seeds."""
+        cache, log = session.cache, session.log
         text = _part(
             config,
             cache,
@@ -268,38 +284,34 @@ def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResu
             if config.run_language
             else None
         )
-    log(cache.summary())
-    text["levels"] = {
-        "gaussian": config.additive_gammas,
-        "uniform": config.additive_gammas,
-        "discrete": config.discrete_gammas,
-        "typos": config.typo_rates,
-        "word_dropout": config.dropout_rates,
-    }
-    video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
-    shown_text = {k: v for k, v in text.items() if k != "tunings"}
-    shown_video = {k: v for k, v in video.items() if k != "tunings"}
-    data: dict[str, Any] = {"design": DESIGN, "text": shown_text, "video": shown_video}
-    tuning = {
-        TEXT_TUNING: {name: t.to_json() for name, t in text["tunings"].items()},
-        VIDEO_TUNING: {name: t.to_json() for name, t in video["tunings"].items()},
-    }
-    if language is not None:
-        data["language"] = {k: v for k, v in language.items() if k != "tunings"}
-        tuning[LANGUAGE_TUNING] = {name: t.to_json() for name, t in language["tunings"].items()}
-    claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    figures = draw_figures(
-        shown_text, shown_video, config.noise_multiples, folder, data.get("language")
-    )
-    return finish(
-        "descent",
-        config,
-        started,
-        cache.summary(),
-        claims=claims,
-        data=data,
-        tables=study_tables(config, data),
-        figures=figures,
-        notes=study_notes(config, data),
-        tuning=tuning,
-    )
+        text["levels"] = {
+            "gaussian": config.additive_gammas,
+            "uniform": config.additive_gammas,
+            "discrete": config.discrete_gammas,
+            "typos": config.typo_rates,
+            "word_dropout": config.dropout_rates,
+        }
+        video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
+        parts = {"text": (text, TEXT_TUNING), "video": (video, VIDEO_TUNING)}
+        if language is not None:
+            parts["language"] = (language, LANGUAGE_TUNING)
+        return Measured(
+            data={
+                part: {k: v for k, v in measured.items() if k != "tunings"}
+                for part, (measured, _) in parts.items()
+            },
+            tuning={
+                title: {name: t.to_json() for name, t in measured["tunings"].items()}
+                for measured, title in parts.values()
+            },
+        )
+
+    def report(self, config: Config, measured: Measured, folder: Path) -> Report:
+        data = measured.data
+        figures = draw_figures(
+            data["text"], data["video"], config.noise_multiples, folder, data.get("language")
+        )
+        return Report(study_tables(config, data), figures, study_notes(config, data))
+
+
+STUDY: PilotedStudy = DescentStudy()

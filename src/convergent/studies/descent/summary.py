@@ -12,42 +12,35 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from convergent.studies.descent.claims import (
+    CLEAN_KEY,
+    CLEAN_PAPER_KEY,
+    LANGUAGE_CLEAN_KEY,
+    LANGUAGE_MONOTONE_KEY,
+    LANGUAGE_NOISE_KEY,
+    PAPER_NOISY_WIN,
+    TEXT_MONOTONE_KEY,
+    VIDEO_MONOTONE_KEY,
+    VIDEO_NOISE_KEY,
+    robustness_key,
+)
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
 from convergent.studies.descent.selection import (
     constraints_act,
     denoising_score,
     selected_index,
 )
-from convergent.studies.framework import Sentence, claims_by_name, verdict_of
+from convergent.studies.framework import Sentence, claims_by_key, verdict_of
 
-CLEAN_PAPER = "(a) Clean accuracy within 0.3 point of ERM, the paper's figure"
-CLEAN = "(a) Clean accuracy within 1 point of ERM"
-SHIFT_PREFIX = "(a) Under "
-TEXT_MONOTONE = (
-    "(a) Descent-constrained training gives per-layer losses that fall monotonically across "
-    "layers where ERM's do not"
-)
-VIDEO_NOISE = (
-    "(b) Under noise beyond the training level (>= 2x) the constrained denoiser has lower test "
-    "RMSE than ERM"
-)
-VIDEO_MONOTONE = "(b)" + TEXT_MONOTONE[3:]
-LANGUAGE_CLEAN = (
-    "(c) Without noise the descent-constrained fine-tune is judged as good as the unconstrained "
-    "one, a 50 % win rate"
-)
-LANGUAGE_NOISE = (
-    "(c) Under Gaussian embedding noise (gamma 1.5) the descent-constrained fine-tune beats the "
-    "unconstrained one, a 69.93 % win rate"
-)
-LANGUAGE_MONOTONE = "(c)" + TEXT_MONOTONE[3:]
-# The shift a robustness claim names (its word after "Under"), in a user's words.
+# Each perturbation kind (a key of ``data.text.levels``) in a user's words.
 SHIFTS = {
     "gaussian": "Gaussian embedding noise",
     "uniform": "uniform embedding noise",
     "discrete": "random token swaps",
     "typos": "typos",
-    "word dropout": "word dropout",
+    "word_dropout": "word dropout",
 }
+PAPER_NOISY = f"{100 * PAPER_NOISY_WIN:.2f} %"  # the paper's win rate under noise
 # The manipulation checks that say whether the constraints bound, by how their names start.
 PEAK_CHECK = "largest multiplier"
 ACTIVE_CHECK = "share of training steps"
@@ -205,16 +198,16 @@ SHIFT_VERDICTS = {
 
 
 def _robustness(payload: Mapping[str, Any]) -> Sentence:
-    claims = claims_by_name(payload)
-    names = [name for name in claims if name.startswith(SHIFT_PREFIX)]
+    claims = claims_by_key(payload)
+    kinds = list(payload["data"]["text"]["levels"])
+    names = [robustness_key(kind) for kind in kinds]
     verdicts = {name: verdict_of(payload, name) for name in names}
-    bound, measured = _binding(claims[CLEAN_PAPER])
+    bound, measured = _binding(claims[CLEAN_PAPER_KEY])
     selected = _strength(payload["data"]["text"]["selected"]["constrained"])
     effects = [float(claims[name]["effect"]) for name in names]
     by_verdict: dict[str, list[str]] = {}
-    for name in names:
-        shift = name[len(SHIFT_PREFIX) :].split(" the constrained")[0]
-        by_verdict.setdefault(verdicts[name], []).append(SHIFTS.get(shift, shift))
+    for kind, name in zip(kinds, names, strict=True):
+        by_verdict.setdefault(verdicts[name], []).append(SHIFTS.get(kind, kind.replace("_", " ")))
     gain = f"{100 * float(claims[names[0]]['threshold']['value']):g} point"
     outcome = "; ".join(
         SHIFT_VERDICTS[v].format(gain=gain, shifts=_join(s)) for v, s in by_verdict.items()
@@ -264,11 +257,11 @@ def _seeds_needed(claim: Claim) -> int | None:
 
 
 def _clean(payload: Mapping[str, Any]) -> Sentence:
-    claims = claims_by_name(payload)
-    paper = claims[CLEAN_PAPER]
+    claims = claims_by_key(payload)
+    paper = claims[CLEAN_PAPER_KEY]
     margins = {
-        CLEAN_PAPER: f"the paper's {-100 * paper['threshold']['value']:.1g}-point margin",
-        CLEAN: f"a {-100 * claims[CLEAN]['threshold']['value']:.1g}-point margin",
+        CLEAN_PAPER_KEY: f"the paper's {-100 * paper['threshold']['value']:.1g}-point margin",
+        CLEAN_KEY: f"a {-100 * claims[CLEAN_KEY]['threshold']['value']:.1g}-point margin",
     }
     verdicts = {name: verdict_of(payload, name) for name in margins}
     by_verdict: dict[str, list[str]] = {}
@@ -299,7 +292,7 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
             seeds = (
                 f" (at this seed-to-seed spread about {needed} seeds would narrow it to the "
                 "paper's margin)"
-                if needed and CLEAN_PAPER in unresolved
+                if needed and CLEAN_PAPER_KEY in unresolved
                 else ""
             )
             power = (
@@ -323,10 +316,10 @@ MONOTONE_VERDICTS = {
 
 
 def _video(payload: Mapping[str, Any]) -> Sentence:
-    claims = claims_by_name(payload)
+    claims = claims_by_key(payload)
     labels = {
-        VIDEO_NOISE: "lower error beyond the training noise",
-        VIDEO_MONOTONE: "per-layer losses that fall layer by layer",
+        VIDEO_NOISE_KEY: "lower error beyond the training noise",
+        VIDEO_MONOTONE_KEY: "per-layer losses that fall layer by layer",
     }
     verdicts = {name: verdict_of(payload, name) for name in labels}
     by_verdict: dict[str, list[str]] = {}
@@ -339,7 +332,7 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
         f"{'both' if len(found) == 2 else 'all'} {verdict}"
         for verdict, found in by_verdict.items()
     )
-    bound, measured = _binding(claims[VIDEO_NOISE])
+    bound, measured = _binding(claims[VIDEO_NOISE_KEY])
     video = payload["data"]["video"]["selected"]["constrained"]
     selected = _strength(video)
     if bound:
@@ -363,7 +356,7 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
     )
     return Sentence(
         f"For the street-video denoiser {outcome}: the selected constraints ({selected}) "
-        f"barely bound ({measured}), so {_what_ran(claims[VIDEO_NOISE])}{excluded}"
+        f"barely bound ({measured}), so {_what_ran(claims[VIDEO_NOISE_KEY])}{excluded}"
         f"{_revised_pick(payload)}; constraints act only while lambda is above zero, so check "
         "that share of steps before expecting any effect.",
         verdicts,
@@ -394,9 +387,8 @@ def _revised_pick(payload: Mapping[str, Any]) -> str:
 
 
 def _text_layers(payload: Mapping[str, Any]) -> Sentence:
-    claims = claims_by_name(payload)
-    claim = claims[TEXT_MONOTONE]
-    verdict = verdict_of(payload, TEXT_MONOTONE)
+    claim = claims_by_key(payload)[TEXT_MONOTONE_KEY]
+    verdict = verdict_of(payload, TEXT_MONOTONE_KEY)
     text = MONOTONE_VERDICTS[verdict]
     bumps = _check(claim, BUMP_CHECK)
     if verdict == "untested" and bumps["value"] is not None and not bumps["passed"]:
@@ -409,7 +401,7 @@ def _text_layers(payload: Mapping[str, Any]) -> Sentence:
         )
     elif verdict == "untested":
         text += f": {_binding(claim)[1]}"
-    return Sentence(text + ".", {TEXT_MONOTONE: verdict})
+    return Sentence(text + ".", {TEXT_MONOTONE_KEY: verdict})
 
 
 CLEAN_WIN = {
@@ -419,10 +411,10 @@ CLEAN_WIN = {
     "untested": "leaving the paper's 50 % untested{why}",
 }
 NOISE_WIN = {
-    "reproduced": "clearing the test's {floor} (reproduced; the paper: 69.93 %)",
-    "not reproduced": "short of the test's {floor} (not reproduced; the paper: 69.93 %)",
-    "inconclusive": "not resolved against the test's {floor} (inconclusive; the paper: 69.93 %)",
-    "untested": "leaving the paper's 69.93 % untested",
+    "reproduced": "clearing the test's {floor} (reproduced; the paper: {paper})",
+    "not reproduced": "short of the test's {floor} (not reproduced; the paper: {paper})",
+    "inconclusive": "not resolved against the test's {floor} (inconclusive; the paper: {paper})",
+    "untested": "leaving the paper's {paper} untested",
 }
 LANGUAGE_LAYERS = {
     "reproduced": "its per-layer losses fell layer by layer where ERM's did not (reproduced)",
@@ -504,8 +496,8 @@ def _open_for_language(payload: Mapping[str, Any]) -> str:
 
 def _language(payload: Mapping[str, Any]) -> Sentence:
     """Part (c): the two win rates and the per-layer claim, with the strength that ran."""
-    claims = claims_by_name(payload)
-    names = (LANGUAGE_CLEAN, LANGUAGE_NOISE, LANGUAGE_MONOTONE)
+    claims = claims_by_key(payload)
+    names = (LANGUAGE_CLEAN_KEY, LANGUAGE_NOISE_KEY, LANGUAGE_MONOTONE_KEY)
     verdicts = {name: verdict_of(payload, name) for name in names}
     clean, noise, layers = (claims[name] for name in names)
     spec = payload["config"]["language"]
@@ -520,8 +512,8 @@ def _language(payload: Mapping[str, Any]) -> Sentence:
             f"{model} the selected constraints barely bound ({measured}), so its three "
             f"claims are untested; measured anyway, the constrained model won {_share(clean)} "
             f"of the test windows against ERM without noise and {_share(noise)}"
-            f"{_share_interval(noise)} under Gaussian embedding noise at gamma 1.5 (the paper: "
-            f"69.93 %), which this design cannot count as the constraints' effect"
+            f"{_share_interval(noise)} under Gaussian embedding noise at gamma "
+            f"{LANGUAGE_CLAIM_GAMMA:g} (the paper: {PAPER_NOISY}), which this design cannot count as the constraints' effect"
             f"{_open_for_language(payload)}.",
             verdicts,
         )
@@ -534,21 +526,21 @@ def _language(payload: Mapping[str, Any]) -> Sentence:
         else ""
     )
     floor = _percent(float(noise["threshold"]["value"]))
-    layer_text = LANGUAGE_LAYERS[verdicts[LANGUAGE_MONOTONE]]
+    layer_text = LANGUAGE_LAYERS[verdicts[LANGUAGE_MONOTONE_KEY]]
     bumps = _check(layers, BUMP_CHECK)
-    if verdicts[LANGUAGE_MONOTONE] == "untested" and bumps["passed"] is False:
+    if verdicts[LANGUAGE_MONOTONE_KEY] == "untested" and bumps["passed"] is False:
         layer_text += " (ERM's own already fell layer by layer)"
     selected = _strength(payload["data"]["language"]["selected"]["constrained"])
     effect = None if clean["effect"] is None else float(clean["effect"])
     advice = _language_advice(
-        verdicts[LANGUAGE_NOISE], verdicts[LANGUAGE_CLEAN], effect, margin, floor
+        verdicts[LANGUAGE_NOISE_KEY], verdicts[LANGUAGE_CLEAN_KEY], effect, margin, floor
     )
     return Sentence(
         f"{model} the selected constraints ({selected}) bound ({measured}); the constrained "
         f"model won {_share(clean)} of the test windows against ERM without "
-        f"noise, {CLEAN_WIN[verdicts[LANGUAGE_CLEAN]].format(margin=margin, why=why)}, and "
-        f"{_share(noise)} under Gaussian embedding noise at gamma 1.5, "
-        f"{NOISE_WIN[verdicts[LANGUAGE_NOISE]].format(floor=floor)}, and {layer_text}{advice}.",
+        f"noise, {CLEAN_WIN[verdicts[LANGUAGE_CLEAN_KEY]].format(margin=margin, why=why)}, and "
+        f"{_share(noise)} under Gaussian embedding noise at gamma {LANGUAGE_CLAIM_GAMMA:g}, "
+        f"{NOISE_WIN[verdicts[LANGUAGE_NOISE_KEY]].format(floor=floor, paper=PAPER_NOISY)}, and {layer_text}{advice}.",
         verdicts,
     )
 
@@ -571,6 +563,6 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
         Five sentences, each declaring the verdicts it states.
     """
     opening = [_scale(payload), _robustness(payload), _clean(payload)]
-    if LANGUAGE_CLEAN not in claims_by_name(payload):
+    if LANGUAGE_CLEAN_KEY not in claims_by_key(payload):
         return [*opening, _video(payload), _text_layers(payload)]
     return [*opening, _joined(_video(payload), _text_layers(payload)), _language(payload)]

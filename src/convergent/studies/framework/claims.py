@@ -21,6 +21,9 @@ With one seed there is no interval and the point estimate decides. With fewer th
 ``results.json`` schema (the stable part): the top-level ``claims`` list holds one object per
 claim with
 
+- ``key`` (str): the claim's stable name, ``study.snake_case`` (e.g.
+  ``sparsity.horst_survives_sparsegpt_70``); summaries, reports and the history tables find a
+  claim by it, never by its wording, which may be reworded.
 - ``statement`` (str): the claim in the paper's terms.
 - ``verdict`` (str): one of ``reproduced``, ``not reproduced``, ``inconclusive``, ``untested``.
 - ``preview`` (bool): true when ``n`` < 3.
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,6 +62,18 @@ T_INTERVAL = "95 % Student-t interval over the per-seed values"
 PAIRED_T_INTERVAL = "95 % Student-t interval over the paired per-seed differences"
 
 Form = Literal[">=", "<=", "within"]
+# A claim's key: the study's name, a dot, then snake case (dots may group further).
+KEY = re.compile(r"[a-z][a-z0-9]*(\.[a-z0-9]+(_[a-z0-9]+)*)+")
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a claim key (``study.snake_case``), else raise a ValueError."""
+    if not isinstance(key, str) or KEY.fullmatch(key) is None:
+        raise ValueError(
+            f"a claim key is the study's name, a dot and snake case (e.g. "
+            f"'sparsity.horst_survives_sparsegpt_70'), got {key!r}"
+        )
+    return key
 
 
 @dataclass(frozen=True)
@@ -214,6 +230,8 @@ class Claim:
     Build one with :func:`claim_from_seeds` (it computes the effect and the interval).
 
     Attributes:
+        key: the claim's stable name (``study.snake_case``), by which summaries, reports and
+            history find it; a reworded statement keeps its key.
         statement: the claim in the paper's terms, and its form here.
         unit: what the effect measures, with its unit (e.g. ``"accuracy points"``).
         threshold: where the claim holds.
@@ -228,6 +246,7 @@ class Claim:
         revised: what changed in this claim's test since the previous design, and why.
     """
 
+    key: str
     statement: str
     unit: str
     threshold: Threshold
@@ -240,6 +259,9 @@ class Claim:
     extra: dict[str, Any] = field(default_factory=dict)
     exploratory: bool = False
     revised: str = ""
+
+    def __post_init__(self) -> None:
+        check_key(self.key)
 
     @property
     def n(self) -> int:
@@ -271,6 +293,7 @@ class Claim:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "key": self.key,
             "statement": self.statement,
             "verdict": self.verdict,
             "preview": self.preview,
@@ -294,6 +317,7 @@ def claim_from_seeds(
     per_seed: Sequence[float],
     threshold: Threshold,
     *,
+    key: str,
     unit: str,
     checks: Sequence[Check] = (),
     evidence: str = "",
@@ -308,6 +332,7 @@ def claim_from_seeds(
         per_seed: the effect in each seed; for a comparison, the paired difference
             (method minus baseline, or the claim's own contrast) of runs sharing a seed.
         threshold: where the claim holds.
+        key: the claim's stable name, ``study.snake_case``.
         unit: what the effect measures.
         checks: the manipulation checks.
         evidence: the numbers behind the effect.
@@ -319,6 +344,7 @@ def claim_from_seeds(
     finite = [v for v in values if math.isfinite(v)]
     effect = math.fsum(finite) / len(finite) if finite else None
     return Claim(
+        key=key,
         statement=statement,
         unit=unit,
         threshold=threshold,

@@ -28,6 +28,7 @@ from convergent.studies.framework.claims import (
     format_number,
     qualifiers,
 )
+from convergent.studies.framework.resolution import resolution_lines
 
 MODES = ("smoke", "quick", "full")
 
@@ -150,11 +151,13 @@ def printed_verdict(claim: Mapping[str, Any]) -> str:
 
 
 def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
-    """Markdown rows ``| claim | verdict | effect | 95 % interval | n | holds if | checks |``
-    from JSON claim records (the ``claims`` list of ``results.json``)."""
+    """Markdown rows ``| claim | key | verdict | effect | 95 % interval | unit | n (seeds) |
+    holds if | checks |`` from JSON claim records (the ``claims`` list of ``results.json``);
+    effect, interval and threshold are in the row's unit."""
     lines = [
-        "| claim | verdict | effect | 95 % interval | n | holds if | checks |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | key | verdict | effect | 95 % interval | unit | n (seeds) | holds if "
+        "(unit) | checks (value, need) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for claim in claims:
         verdict = printed_verdict(claim)
@@ -169,51 +172,27 @@ def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
             or "none"
         )
         lines.append(
-            f"| {table_cell(claim['statement'])} | {verdict} | {format_number(claim['effect'])} "
-            f"{table_cell(claim['unit'])} | {shown} | {claim['n']} | {claim['threshold']['text']} | "
-            f"{table_cell(checks)} |"
+            f"| {table_cell(claim['statement'])} | `{claim['key']}` | {verdict} | "
+            f"{format_number(claim['effect'])} | {shown} | {table_cell(claim['unit'])} | "
+            f"{claim['n']} | {claim['threshold']['text']} | {table_cell(checks)} |"
         )
     return lines
-
-
-def short_claim(statement: str) -> tuple[str, str]:
-    """A claim's statement split into the paper's words and the ``here: ...`` rendering of
-    the test (empty when there is none)."""
-    for marker, closing in ((" (here: ", ""), ("; here: ", ")")):
-        if marker in statement:
-            head, _, here = statement.partition(marker)
-            return head + closing, here.rstrip(").")
-    return statement.rstrip("."), ""
 
 
 def _short_check(name: str) -> str:
     return name.partition(" (")[0].rstrip(", ")
 
 
-def claim_names(claims: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each claim's name for a reader: its statement in the paper's words (`short_claim`);
-    claims of the same words (e.g. one per temperature) are told apart by the first clause of
-    their test that differs."""
-    heads = [short_claim(claim["statement"]) for claim in claims]
-    names = []
-    for head, here in heads:
-        others = [other.split(", ") for h, other in heads if h == head and other != here]
-        if others:
-            clauses = here.split(", ")
-            differing = [
-                c for i, c in enumerate(clauses) if any(i >= len(o) or o[i] != c for o in others)
-            ]
-            head = f"{head} ({differing[0] if differing else here})"
-        names.append(head)
-    return names
-
-
 def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
-    """Markdown rows ``| claim | verdict | effect [95 % interval] | n |`` from JSON claim records:
-    the claim's name (`claim_names`) and, for an untested one, the checks that did not pass by
-    name (their values, thresholds and the test's exact form are in the study's report)."""
-    lines = ["| claim | verdict | effect [95 % interval] | n |", "|---|---|---|---|"]
-    for claim, name in zip(claims, claim_names(claims), strict=True):
+    """Markdown rows ``| claim (key) | verdict | effect [95 % interval] | unit | n (seeds) |``
+    from JSON claim records: each claim by its key and, for an untested one, the checks that
+    did not pass by name (their values, thresholds and the test's exact statement are in the
+    study's report)."""
+    lines = [
+        "| claim (key) | verdict | effect [95 % interval] | unit | n (seeds) |",
+        "|---|---|---|---|---|",
+    ]
+    for claim in claims:
         words = [w for w in ("preview", "exploratory") if claim.get(w)]
         if claim["verdict"] == "untested":
             failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
@@ -222,8 +201,8 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
         interval = claim["interval"]
         shown = format_interval(None if interval is None else (interval[0], interval[1]))
         lines.append(
-            f"| {table_cell(name)} | {table_cell(verdict)} | {format_number(claim['effect'])} {shown} | "
-            f"{claim['n']} |"
+            f"| `{claim['key']}` | {table_cell(verdict)} | {format_number(claim['effect'])} "
+            f"{shown} | {table_cell(claim['unit'])} | {claim['n']} |"
         )
     return lines
 
@@ -288,6 +267,7 @@ def render_markdown(
             lines.append(f"{index}. {claim.evidence} ({claim.interval_method}.)")
             lines += [f"   - check note: {c.name}: {c.note}" for c in claim.checks if c.note]
         lines.append("")
+        lines += resolution_lines(records)
     lines += history
     if result.tuning:
         lines += ["## Tuning", "", *tuning_lines(result.tuning)]

@@ -5,12 +5,9 @@ A redesigned claim never silently replaces its predecessor. The committed result
 earlier designs live in ``docs/results/<study>-full/history/design<N>.results.json`` (or
 ``.json.gz``) with the claims they were scored with; :func:`history_lines` puts each claim's
 verdicts from all of them in one table, with what changed in its test and why (the claim's
-``revised`` field). Claims are matched across designs by their names (`claim_names`: the
-paper's words, which a redesign keeps), ignoring a parenthesis nested in a name's last one
-(a selection such as "lr tuned per beta (0: 0.8, ...)" that earlier designs' names carried).
-Where names still differ, an earlier name that is a current one with a qualifier appended
-(" (ratio HORST / AdamW)") matches it when neither side has another such candidate. An
-earlier claim with no counterpart is listed below the table.
+``revised`` field). Claims are matched across designs by their keys (a redesign keeps a
+claim's key; results written before keys got them from :mod:`convergent.studies.migrate_keys`). An earlier claim
+with no counterpart is listed below the table.
 """
 
 from __future__ import annotations
@@ -23,15 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from convergent.studies.framework.claims import format_interval, format_number
-from convergent.studies.framework.common import claim_names, printed_verdict, table_cell
+from convergent.studies.framework.common import printed_verdict, table_cell
 
 HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
-# A parenthesis inside a claim name's last one: " (0: 0.8, 0.25: 0.8)" in "(lr tuned per beta
-# (0: 0.8, 0.25: 0.8), 2000 steps)".
-NESTED = re.compile(r" \([^()]*\)(?=[^()]*\)$)")
-# A qualifier at a name's end: " (ratio HORST / AdamW)" in "... than an AdamW-trained one
-# (ratio HORST / AdamW)".
-QUALIFIER = re.compile(r" \([^()]*\)$")
 
 Records = Sequence[Mapping[str, Any]]
 Rescore = Callable[[Mapping[str, Any]], Records]
@@ -68,33 +59,8 @@ def _verdict_cell(claim: Mapping[str, Any] | None) -> str:
     return f"{printed_verdict(claim)}: {format_number(claim.get('effect'))} {shown}"
 
 
-def comparable_name(name: str) -> str:
-    """``name`` without a parenthesis nested in its last one: what matches across designs."""
-    return NESTED.sub("", name)
-
-
-def _by_name(claims: Records) -> dict[str, Mapping[str, Any]]:
-    return {comparable_name(n): c for n, c in zip(claim_names(claims), claims, strict=True)}
-
-
-def _counterparts(current: Sequence[str], earlier: Sequence[str]) -> dict[str, str]:
-    """Each current (comparable) name's earlier counterpart: the same name, else the one
-    earlier name that is it with a qualifier appended, where no other current name could
-    claim that earlier name."""
-    found = {name: name for name in current if name in earlier}
-    bases: dict[str, list[str]] = {}
-    for name in earlier:
-        if name not in found.values():
-            bases.setdefault(QUALIFIER.sub("", name), []).append(name)
-    unmatched = [name for name in current if name not in found]
-    for name in unmatched:
-        candidates = bases.get(name, [])
-        # Another current name that is this one with a qualifier: the qualifiers then tell
-        # claims apart, and an earlier one's may name either.
-        rivals = [other for other in current if other != name and QUALIFIER.sub("", other) == name]
-        if len(candidates) == 1 and not rivals:
-            found[name] = candidates[0]
-    return found
+def _by_key(claims: Records) -> dict[str, Mapping[str, Any]]:
+    return {str(claim["key"]): claim for claim in claims}
 
 
 def history_lines(
@@ -126,7 +92,7 @@ def history_lines(
             (
                 f"design {number}, {seeds_text(payload)}, as scored then",
                 f"Design {number}'s claims",
-                _by_name(payload["claims"]),
+                _by_key(payload["claims"]),
             )
         )
         if rescore is None or seeds_text(payload) == seeds_text(current):
@@ -139,7 +105,7 @@ def history_lines(
             (
                 f"design {design}'s tests on design {number}'s {seeds_text(payload)}",
                 f"Design {design}'s claims on design {number}'s data",
-                _by_name(rescored),
+                _by_key(rescored),
             )
         )
     claims = current["claims"]
@@ -147,11 +113,8 @@ def history_lines(
     now = f"design {design}'s tests on {seeds_text(current)}" + (
         " (an earlier design's data)" if exploratory else ""
     )
-    names = claim_names(claims)
-    comparable = [comparable_name(name) for name in names]
-    counterparts = [_counterparts(comparable, list(by_name)) for _, _, by_name in columns]
     header = [
-        "claim",
+        "claim (key)",
         *(title for title, _, _ in columns),
         now,
         f"changed in design {design}, and why",
@@ -159,28 +122,30 @@ def history_lines(
     lines = [
         "## Verdicts across designs",
         "",
-        "Every verdict each claim has had: verdict, effect and 95 % interval. A test changed "
-        "after its data was seen is exploratory on that data; only seeds no earlier design read "
-        "confirm it.",
+        "Every verdict each claim has had: verdict, effect and 95 % interval (in the claim's "
+        "unit, as in the claims table). A test changed after its data was seen is exploratory "
+        "on that data; only seeds no earlier design read confirm it.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    for name, key, claim in zip(names, comparable, claims, strict=True):
-        cells = [
-            _verdict_cell(by_name.get(found.get(key, "")))
-            for (_, _, by_name), found in zip(columns, counterparts, strict=True)
-        ]
+    for claim in claims:
+        key = str(claim["key"])
+        cells = [_verdict_cell(by_key.get(key)) for _, _, by_key in columns]
         cells.append(_verdict_cell(claim))
         lines.append(
             "| "
-            + " | ".join(table_cell(text) for text in [name, *cells, claim.get("revised") or "—"])
+            + " | ".join(
+                [f"`{key}`", *(table_cell(t) for t in [*cells, claim.get("revised") or "—"])]
+            )
             + " |"
         )
     lines.append("")
-    for (_, whose, by_name), found in zip(columns, counterparts, strict=True):
-        matched = set(found.values())
-        dropped = [f"{n} ({_verdict_cell(c)})" for n, c in by_name.items() if n not in matched]
+    current_keys = {str(claim["key"]) for claim in claims}
+    for _, whose, by_key in columns:
+        dropped = [
+            f"`{k}` ({_verdict_cell(c)})" for k, c in by_key.items() if k not in current_keys
+        ]
         if dropped:
             lines += [f"{whose} with no counterpart now: " + "; ".join(dropped) + ".", ""]
     return lines

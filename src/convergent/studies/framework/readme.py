@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from convergent.studies.framework.advice import Advise, advice_lines
 from convergent.studies.framework.common import VERDICT_LEGEND, compact_claim_rows
 from convergent.studies.framework.summary import Summarize, summary_lines
 
@@ -69,18 +70,26 @@ def _resumed(payload: dict) -> str:
 
 
 def results_section(
-    root: str | Path, relative_to: str | Path = ".", summarize: Summarize | None = None
+    root: str | Path,
+    relative_to: str | Path = ".",
+    summarize: Summarize | None = None,
+    advise: Advise | None = None,
 ) -> str:
-    """The markdown of the results section: per study, its plain summary and its claims with
-    verdicts.
+    """The markdown of the results section: the "What to use" table, then per study its
+    short summary and its claims with verdicts.
 
     Args:
         root: a folder holding one folder per study report (``NAME/results.json``).
         relative_to: the folder the report links are written relative to (the README's).
         summarize: a study's summary sentences from its payload (none without).
+        advise: a study's "What to use" rows from its payload (no table without).
     """
-    lines = [VERDICT_LEGEND, ""]
-    for folder, payload in _payloads(Path(root)):
+    payloads = _payloads(Path(root))
+    rows = [
+        (payload, row) for _, payload in payloads for row in (advise(payload) if advise else [])
+    ]
+    lines = [*advice_lines(rows), VERDICT_LEGEND, ""]
+    for folder, payload in payloads:
         seeds = len(payload["config"].get("seeds", ())) or "?"
         link = Path(os.path.relpath(folder / "report.md", Path(relative_to))).as_posix()
         lines += [
@@ -121,7 +130,11 @@ def replace_section(text: str, section: str) -> str:
 
 
 def update_readme(
-    readme: str | Path, root: str | Path, check: bool = False, summarize: Summarize | None = None
+    readme: str | Path,
+    root: str | Path,
+    check: bool = False,
+    summarize: Summarize | None = None,
+    advise: Advise | None = None,
 ) -> bool:
     """Regenerate the README's results section from ``root``; True if it was up to date.
 
@@ -129,9 +142,8 @@ def update_readme(
     """
     path = Path(readme)
     text = path.read_text()
-    updated = replace_section(
-        text, results_section(root, relative_to=path.parent, summarize=summarize)
-    )
+    section = results_section(root, relative_to=path.parent, summarize=summarize, advise=advise)
+    updated = replace_section(text, section)
     if updated != text and not check:
         path.write_text(updated)
     return updated == text

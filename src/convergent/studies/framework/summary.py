@@ -2,10 +2,11 @@
 
 A study's ``summary(payload)`` returns :class:`Sentence` objects: what was tested and at what
 scale, what a user should conclude and do (which method, at which strength, when), and what
-stays unknown. Each sentence declares the verdicts it states, by claim name (`claim_names`),
-so that `misstated_verdicts` can check them against the results: a sentence cannot say
-"reproduced" of a claim the results hold untested. A study builds its sentences by reading the
-verdicts (`verdict_of`), so a rescored result rewrites its own summary.
+stays unknown. Each sentence declares the verdicts it states, by claim key, so that
+`misstated_verdicts` can check them against the results: a sentence cannot say "reproduced" of
+a claim the results hold untested, nor name a claim the results do not hold. A study builds its
+sentences by reading the verdicts (`verdict_of`), so a rescored result rewrites its own
+summary; it finds a claim by its key, never by its wording.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convergent.studies.framework.claims import VERDICTS
-from convergent.studies.framework.common import claim_names
 
 Summarize = Callable[[Mapping[str, Any]], Sequence["Sentence"]]
 
@@ -26,27 +26,31 @@ class Sentence:
 
     Attributes:
         text: the sentence.
-        verdicts: ``{claim name: verdict}`` for every claim whose verdict the sentence states
-            (names as `claim_names` gives them; verdicts among `VERDICTS`).
+        verdicts: ``{claim key: verdict}`` for every claim whose verdict the sentence states
+            (verdicts among `VERDICTS`).
     """
 
     text: str
     verdicts: Mapping[str, str] = field(default_factory=dict)
 
 
-def claims_by_name(payload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The payload's claim records keyed by their names."""
-    claims = payload["claims"]
-    return dict(zip(claim_names(claims), claims, strict=True))
+def claims_by_key(payload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The payload's claim records by their keys, in the payload's order."""
+    return {str(claim["key"]): claim for claim in payload["claims"]}
 
 
-def verdict_of(payload: Mapping[str, Any], name: str) -> str:
-    """The verdict the results hold for the claim named ``name``; a KeyError names the known
-    claims when there is none (a study's summary must follow its claims' wording)."""
-    claims = claims_by_name(payload)
-    if name not in claims:
-        raise KeyError(f"no claim named {name!r}; the claims are: {sorted(claims)}")
-    return str(claims[name]["verdict"])
+def claim_of(payload: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The claim record of ``key``; a KeyError names the known keys when the results hold no
+    such claim (a summary that refers to a key no claim has fails here)."""
+    claims = claims_by_key(payload)
+    if key not in claims:
+        raise KeyError(f"no claim has the key {key!r}; the keys are: {sorted(claims)}")
+    return claims[key]
+
+
+def verdict_of(payload: Mapping[str, Any], key: str) -> str:
+    """The verdict the results hold for the claim of ``key`` (a KeyError as `claim_of`)."""
+    return str(claim_of(payload, key)["verdict"])
 
 
 def named_verdicts(text: str) -> list[str]:
@@ -62,13 +66,16 @@ def named_verdicts(text: str) -> list[str]:
 def misstated_verdicts(sentences: Sequence[Sentence], payload: Mapping[str, Any]) -> list[str]:
     """Each verdict a sentence states that the results do not hold (empty when all agree),
     and each verdict a sentence's text names without declaring it."""
-    claims = claims_by_name(payload)
+    claims = claims_by_key(payload)
     problems = []
     for sentence in sentences:
-        for name, verdict in sentence.verdicts.items():
-            held = claims[name]["verdict"] if name in claims else None
+        for key, verdict in sentence.verdicts.items():
+            if key not in claims:
+                problems.append(f"{sentence.text!r} declares {key!r}, which no claim has")
+                continue
+            held = claims[key]["verdict"]
             if held != verdict:
-                problems.append(f"{sentence.text!r} says {name!r} is {verdict}, results: {held}")
+                problems.append(f"{sentence.text!r} says {key!r} is {verdict}, results: {held}")
         undeclared = set(named_verdicts(sentence.text)) - set(sentence.verdicts.values())
         if undeclared:
             problems.append(f"{sentence.text!r} names {sorted(undeclared)} without declaring it")

@@ -31,25 +31,29 @@ the verdicts, in `summary`.
 
 from __future__ import annotations
 
+from convergent.studies.langevin.brief import advice, brief
 from convergent.studies.langevin.claims import DESIGN, claims_from_results
 from convergent.studies.langevin.config import VARIANTS, Config
 from convergent.studies.langevin.measures import Bound, bound_of
 from convergent.studies.langevin.null import NULL_SEED_OFFSET, joint_excess, null_runs
 from convergent.studies.langevin.runs import gradient_rms
-from convergent.studies.langevin.study import run
+from convergent.studies.langevin.study import STUDY, LangevinStudy
 from convergent.studies.langevin.summary import summary
 
 __all__ = [
     "DESIGN",
     "NULL_SEED_OFFSET",
+    "STUDY",
     "VARIANTS",
     "Bound",
     "Config",
+    "LangevinStudy",
+    "advice",
     "bound_of",
+    "brief",
     "claims_from_results",
     "gradient_rms",
     "joint_excess",
     "null_runs",
-    "run",
     "summary",
 ]

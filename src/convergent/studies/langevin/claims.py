@@ -54,20 +54,22 @@ from convergent.studies.framework import (
     within,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.measures import (
-    Experiment,
+from convergent.studies.langevin.checks import (
     acted_check,
     diverged_checks,
-    final,
     fit_kept_check,
-    gap_trend,
-    growth,
-    largest,
-    mean,
     norm_moved_check,
     outcome_moved_check,
     overfit_check,
     run_length_check,
+)
+from convergent.studies.langevin.measures import (
+    Experiment,
+    final,
+    gap_trend,
+    growth,
+    largest,
+    mean,
     total_end_norm,
     total_norm,
 )
@@ -77,6 +79,19 @@ DESIGN = 7
 # Earlier designs whose stored runs these claims can score (exploratory).
 RESCORABLE = (6,)
 TARGETS = {"attention": "W_Q and W_K", "lora": "the LoRA factors A and B"}
+# Each claim's kind, in its key: claims 1 and 2 are tested at ``bound_temperature`` only,
+# claims 3-5 at each of ``claim_temperatures`` (the temperature ends their keys).
+BOUNDED, GROWS = "norm_bounded_with_penalty", "norm_grows_without_penalty"
+GAP_BOUNDED, GAP_CREEPS = "gap_flat_with_penalty", "gap_creeps_without_penalty"
+ACCURACY = "same_accuracy"
+TEMPERATURE_KINDS = (GAP_BOUNDED, GAP_CREEPS, ACCURACY)
+
+
+def claim_key(experiment: str, kind: str, temperature: str = "") -> str:
+    """The key of ``experiment``'s claim of ``kind`` (at ``temperature``, for claims 3-5): the
+    summary and the plots find claims by it."""
+    return f"langevin.{experiment}_{kind}" + (f"_{temperature}" if temperature else "")
+
 
 # What changed in each claim's test since design 6, and why (issue 37's audit).
 NORM_NOISE_REVISED = (
@@ -131,6 +146,7 @@ def grows_claim(
         f"at least {format_percent(threshold)} above its start)",
         [growth(r) for r in records],
         at_least(threshold),
+        key=claim_key(experiment.name, GROWS),
         unit="relative growth of the total norm without regularizer (end / start - 1)",
         checks=list(checks),
         evidence=f"Mean total end norm {format_number(mean(ends))} against "
@@ -180,6 +196,7 @@ def gap_bounded_claim(
         "power)",
         _per_seed_worst(trends),
         at_most(margin),
+        key=claim_key(experiment.name, GAP_BOUNDED, temperature),
         unit="gap trend / phase-1 test RMSE (the larger of log and power)",
         checks=checks,
         evidence=_gap_evidence(experiment, temperature) + lam,
@@ -198,6 +215,7 @@ def gap_creeps_claim(
         f"{format_percent(margin)} of the phase-1 test RMSE)",
         relative_gap_trends(experiment, temperature, "none"),
         at_least(margin),
+        key=claim_key(experiment.name, GAP_CREEPS, temperature),
         unit="gap trend / phase-1 test RMSE without regularizer",
         checks=checks,
         evidence=_gap_evidence(experiment, temperature),
@@ -236,6 +254,7 @@ def same_accuracy_claim(
         "either way)",
         [farthest_from_zero(seed) for seed in zip(*difference.values(), strict=True)],
         within(-margin, margin),
+        key=claim_key(experiment.name, ACCURACY, temperature),
         unit="relative difference of the final test RMSE from none's (per seed the one of log "
         "and power farther from 0)",
         checks=checks,
@@ -263,7 +282,9 @@ def experiment_claims(
             *diverged_checks(experiment, bound, penalties),
         ]
         tolerance = number(config["bound_tolerance"])
-        bounded = joint_bounded_claim(experiment, bound, tolerance, checks)
+        bounded = joint_bounded_claim(
+            experiment, bound, tolerance, checks, claim_key(experiment.name, BOUNDED)
+        )
         claims.append(
             dataclasses.replace(
                 bounded, evidence=bounded.evidence + lam, revised=NORM_NOISE_REVISED

@@ -158,7 +158,7 @@ def null_criterion_check(
 
 
 def joint_bounded_claim(
-    experiment: Experiment, temperature: str, tolerance: float, checks: Sequence[Check]
+    experiment: Experiment, temperature: str, tolerance: float, checks: Sequence[Check], key: str
 ) -> Claim:
     """Claim 1: per seed, the largest over log and power of `joint_excess`, at most
     ``tolerance``; the chains' statistic and the per-matrix peaks go in the evidence."""
@@ -188,6 +188,7 @@ def joint_bounded_claim(
         f"{round(100 * tolerance)} % above the joint stationary radius sqrt(sum r^2))",
         per_seed,
         at_most(tolerance),
+        key=key,
         unit="max(joint peak, joint asymptote) / joint r - 1 (the larger of log and power)",
         checks=[*checks, null_criterion_check(experiment, penalties, tolerance)],
         evidence="Mean over seeds: " + "; ".join(parts) + ".",

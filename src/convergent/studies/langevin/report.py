@@ -8,9 +8,9 @@ from typing import Any
 
 from convergent.optim import implied_noise_variance
 from convergent.studies.framework import stored_number as number
+from convergent.studies.langevin.checks import diverged_at
 from convergent.studies.langevin.measures import (
     Record,
-    diverged_at,
     final,
     mean,
     mean_noise_ratio,

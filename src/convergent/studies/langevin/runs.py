@@ -1,5 +1,6 @@
-"""What the ``langevin`` study's units compute: the temperatures, each lam selection and each
-(experiment, seed)'s final runs, all built on one phase-2 run (`langevin_run`).
+"""What the ``langevin`` study's units compute: the temperatures, each lam selection (in
+:mod:`.selection`) and each (experiment, seed)'s final runs, all built on one phase-2 run
+(`langevin_run`).
 
 Each job is a top-level function of plain arguments (the config as a dict, the data), so that
 a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,14 +41,13 @@ from convergent.losses import task_loss
 from convergent.models import Transformer
 from convergent.optim import Langevin, calibrated_s
 from convergent.regularize import (
-    PENALTIES,
     Penalty,
     VillaniRegularizer,
     lam_for_stationary_radius,
     radial_relaxation_time,
     stationary_radius,
 )
-from convergent.studies.langevin.measures import diverged_at
+from convergent.studies.langevin.checks import diverged_at
 from convergent.studies.langevin.models import (
     DarcyData,
     phase2_model,
@@ -56,7 +56,7 @@ from convergent.studies.langevin.models import (
     targeted,
 )
 from convergent.studies.langevin.null import null_runs
-from convergent.train import RegularizedStep, evaluate, fit
+from convergent.train import RegularizedStep, fit
 
 EXPERIMENTS = ("attention", "lora")
 
@@ -243,7 +243,7 @@ def _start_weights(experiment: str, base: Any, settings: dict, seed: int) -> dic
     return targeted(experiment, model, "log", float(settings["power_eps"])).weights()
 
 
-def _lam(
+def start_lam(
     experiment: str,
     base: Any,
     kind: Penalty,
@@ -255,116 +255,6 @@ def _lam(
     """The radius rule's lam for the start weights of ``base``'s phase-2 matrices."""
     weights = list(_start_weights(experiment, base, settings, seed).values())
     return radius_lam(kind, weights, factor, s_hot, float(settings["power_eps"]))
-
-
-def coldest_moved(moved: dict[str, float], s: dict[str, float], required: float) -> str:
-    """The coldest temperature of ``moved`` (name -> how far the noise moved the outcome) whose
-    move is at least ``required``; the hottest of them where none is."""
-    by_s = sorted(moved, key=lambda name: s[name])
-    return next((name for name in by_s if moved[name] >= required), by_s[-1])
-
-
-def selection_temperature(
-    experiment: str, base: Any, data: DarcyData, settings: dict[str, Any], s: dict[str, float]
-) -> dict[str, Any]:
-    """Where lam is selected: the unregularized run at s = 0 and at each claim temperature,
-    coldest first, until the noise moves the final validation RMSE by ``outcome_moved`` x the
-    phase-1 validation RMSE (`coldest_moved`). Validation only: no test number enters."""
-    seed = int(settings["selection_seed"])
-    phase1 = float(evaluate(base, data.validation, "regression")["rmse"])
-
-    def validation(diffusion: float) -> float:
-        _, _, trace = langevin_run(
-            experiment,
-            base,
-            data,
-            kind="log",
-            lam=0.0,
-            s=diffusion,
-            steps=int(settings["langevin_steps"]),
-            settings=settings,
-            seed=seed,
-        )
-        return float(trace[-1]["validation_rmse"])
-
-    required = float(settings["outcome_moved"])
-    at_zero = validation(0.0)
-    if not math.isfinite(at_zero):
-        raise ValueError(
-            f"the selection seed's {experiment} run at s = 0 diverged (validation RMSE "
-            f"{at_zero}); lower langevin_lr (now {settings['langevin_lr']})."
-        )
-    moved: dict[str, float] = {}
-    for name in sorted(settings["claim_temperatures"], key=lambda name: s[name]):
-        noisy = validation(s[name])
-        # a run the noise made diverge: the noise moved the outcome beyond measuring
-        moved[name] = abs(noisy - at_zero) / phase1 if math.isfinite(noisy) else math.inf
-        if moved[name] >= required:
-            break
-    return {
-        "temperature": coldest_moved(moved, s, required),
-        "moved": moved,
-        "required": required,
-        "phase1_validation_rmse": phase1,
-    }
-
-
-def select_lam(
-    experiment: str, settings: dict[str, Any], data: DarcyData, d_model: int, s: dict[str, float]
-) -> dict[str, Any]:
-    """The selection temperature (`selection_temperature`) and, per penalty, the radius-factor
-    grid's final validation RMSEs there and the selected factor."""
-    seed = int(settings["selection_seed"])
-    base = pretrained_model(experiment, data, d_model, settings, seed)
-    where = selection_temperature(experiment, base, data, settings, s)
-    selection_s = s[where["temperature"]]
-    out: dict[str, Any] = {}
-    for name in PENALTIES:
-        if name not in settings["variants"]:
-            continue
-        kind = cast(Penalty, name)
-        rows = []
-        for factor in settings["radius_factors"]:
-            lam = _lam(experiment, base, kind, factor, s["hot"], settings, seed)
-            _, _, trace = langevin_run(
-                experiment,
-                base,
-                data,
-                kind=kind,
-                lam=lam,
-                s=selection_s,
-                steps=int(settings["langevin_steps"]),
-                settings=settings,
-                seed=seed,
-            )
-            rows.append(
-                {
-                    "radius_factor": float(factor),
-                    "lam": lam,
-                    "validation_rmse": trace[-1]["validation_rmse"],
-                }
-            )
-        tolerance = float(settings["selection_tolerance"])
-        out[kind] = {
-            "grid": rows,
-            "selected": selected_factor(rows, tolerance),
-            "tolerance": tolerance,
-            "temperature": where["temperature"],
-        }
-    return {"temperature": where, "penalties": out}
-
-
-def selected_factor(rows: list[dict[str, float]], tolerance: float) -> float:
-    """The smallest ``radius_factor`` among ``rows`` whose ``validation_rmse`` is at most
-    (1 + tolerance) x the lowest finite one (a NaN or infinite RMSE is never selected)."""
-    finite = [row for row in rows if math.isfinite(row["validation_rmse"])]
-    if not finite:
-        raise ValueError(
-            "every radius factor's validation RMSE is NaN or infinite; no factor can be selected."
-        )
-    best = min(row["validation_rmse"] for row in finite)
-    within = [row for row in finite if row["validation_rmse"] <= best * (1.0 + tolerance)]
-    return float(min(row["radius_factor"] for row in within))
 
 
 def bound_steps(lams: dict[Penalty, float], numel: dict[str, int], s: float, settings: dict) -> int:
@@ -397,7 +287,7 @@ def final_runs(
     base = pretrained_model(experiment, data, d_model, settings, seed)
     eps, lr = float(settings["power_eps"]), float(settings["langevin_lr"])
     lams = {
-        kind: _lam(experiment, base, kind, factors[kind], s["hot"], settings, seed)
+        kind: start_lam(experiment, base, kind, factors[kind], s["hot"], settings, seed)
         for kind in factors
     }
     start = _start_weights(experiment, base, settings, seed)

@@ -1,10 +1,8 @@
-"""The ``langevin`` study's run: the unit session, the pilot, the temperatures, each lam
-selection and each (experiment, seed)'s final runs as units of the resumable `UnitCache`, then
-the claims scored from the stored (JSON) data by the code that rescores a ``results.json``."""
+"""The ``langevin`` study's parts: the pilot, the temperatures, each lam selection and each
+(experiment, seed)'s final runs, as units of the framework's resumable `UnitCache`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,34 +10,20 @@ from typing import Any
 
 import torch
 
-from convergent.studies.framework import (
-    StudyResult,
-    UnitCache,
-    finish,
-    json_ready,
-    run_jobs,
-    unit_session,
-)
+from convergent.studies.framework import Measured, Report, Session, Study, json_ready, run_jobs
+from convergent.studies.langevin.brief import advice, brief
 from convergent.studies.langevin.claims import DESIGN, claims_from_results
 from convergent.studies.langevin.config import Config
 from convergent.studies.langevin.models import DarcyData, darcy_pool
 from convergent.studies.langevin.pilot import PILOT_OVERFIT, regime_named, run_pilot
 from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.studies.langevin.report import notes_of, tables_of
-from convergent.studies.langevin.runs import EXPERIMENTS, final_runs, select_lam, temperatures
+from convergent.studies.langevin.runs import EXPERIMENTS, final_runs, temperatures
+from convergent.studies.langevin.selection import select_lam
+from convergent.studies.langevin.summary import summary
 
-# The design of this study's units (`units.UnitCache`): raise it when the study's own code
-# would compute other numbers for the same config; the library's numbers are fingerprinted
-# (docs/design.md, "Unit keys").
+# The design of this study's units (`Study.unit_design`).
 UNIT_DESIGN = 2
-
-
-def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run the study; figures go into `out_dir` (the caller writes report.md / results.json)."""
-    with unit_session(
-        "langevin", config, out_dir, config.threads, progress, design=UNIT_DESIGN
-    ) as session:
-        return _run(config, *session)
 
 
 @dataclass(frozen=True)
@@ -61,93 +45,104 @@ def _compute(task: Task) -> Any:
     return task.function(*task.arguments)
 
 
-def _run(config: Config, out: Path, log: Callable[[str], None], cache: UnitCache) -> StudyResult:
-    started = time.perf_counter()
-    settings = json_ready(asdict(config))
+class LangevinStudy:
+    """The ``langevin`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
 
-    def units(tasks: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]]) -> list:
-        jobs = [
-            Task(key, function, arguments, config.threads) for key, function, arguments in tasks
-        ]
-        return run_jobs(cache, jobs, _compute, config.workers, log)
+    name = "langevin"
+    design = DESIGN
+    unit_design = UNIT_DESIGN
+    config = staticmethod(Config.for_mode)
+    claims_from_results = staticmethod(claims_from_results)
+    summary = staticmethod(summary)
+    brief = staticmethod(brief)
+    advice = staticmethod(advice)
 
-    if config.regime is None:
-        (pilot,) = units(
+    def reserved_seeds(self, config: Config) -> set[int]:
+        return {config.selection_seed}
+
+    def threads(self, config: Config) -> int:
+        return config.threads
+
+    def measure(self, config: Config, session: Session) -> Measured:
+        """The pilot (unless the config names a regime), the temperatures, each experiment's
+        lam selection and its final runs."""
+        settings = json_ready(asdict(config))
+
+        def units(tasks: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]]) -> list:
+            jobs = [
+                Task(key, function, arguments, config.threads) for key, function, arguments in tasks
+            ]
+            return run_jobs(session.cache, jobs, _compute, config.workers, session.log)
+
+        if config.regime is None:
+            (pilot,) = units(
+                [
+                    (
+                        {"part": "pilot"},
+                        run_pilot,
+                        (config.pilot_steps, config.validation_fields, config.selection_seed, None),
+                    )
+                ]
+            )
+            regime = regime_named(pilot["chosen"])
+        else:
+            pilot, regime = None, regime_named(config.regime)
+        data: DarcyData = darcy_pool(
+            regime["train_fields"], config.validation_fields, config.test_fields
+        )
+        d_model = int(regime["d_model"])
+        (levels,) = units([({"part": "temperatures"}, temperatures, (settings, data, d_model))])
+        selections = units(
             [
                 (
-                    {"part": "pilot"},
-                    run_pilot,
-                    (config.pilot_steps, config.validation_fields, config.selection_seed, None),
+                    {"part": "selection", "experiment": e},
+                    select_lam,
+                    (e, settings, data, d_model, levels["s"]),
                 )
+                for e in EXPERIMENTS
             ]
         )
-        regime = regime_named(pilot["chosen"])
-    else:
-        pilot, regime = None, regime_named(config.regime)
-    data: DarcyData = darcy_pool(
-        regime["train_fields"], config.validation_fields, config.test_fields
-    )
-    d_model = int(regime["d_model"])
-    (levels,) = units([({"part": "temperatures"}, temperatures, (settings, data, d_model))])
-    selections = units(
-        [
+        factors = {
+            e: {k: v["selected"] for k, v in chosen["penalties"].items()}
+            for e, chosen in zip(EXPERIMENTS, selections, strict=True)
+        }
+        jobs = [
             (
-                {"part": "selection", "experiment": e},
-                select_lam,
-                (e, settings, data, d_model, levels["s"]),
+                {"part": "final", "experiment": e, "seed": seed},
+                final_runs,
+                (e, seed, settings, data, d_model, levels["s"], factors[e]),
             )
+            for seed in config.seeds
             for e in EXPERIMENTS
         ]
-    )
-    factors = {
-        e: {k: v["selected"] for k, v in chosen["penalties"].items()}
-        for e, chosen in zip(EXPERIMENTS, selections, strict=True)
-    }
-    jobs = [
-        (
-            {"part": "final", "experiment": e, "seed": seed},
-            final_runs,
-            (e, seed, settings, data, d_model, levels["s"], factors[e]),
+        outcomes = units(jobs)
+        runs: dict[str, list[Any]] = {e: [] for e in EXPERIMENTS}
+        for (unit, _, _), outcome in zip(jobs, outcomes, strict=True):
+            runs[str(unit["experiment"])].append(outcome)
+        chosen_by = dict(zip(EXPERIMENTS, selections, strict=True))
+        return Measured(
+            {
+                "regime": {**regime, **_overfit(pilot, regime)},
+                "pilot": pilot,
+                "labels_std": data.labels_std,
+                "temperatures": levels["s"],
+                "noise_variance": levels["noise_variance"],
+                "calibration": levels,
+                "selection": {e: chosen["penalties"] for e, chosen in chosen_by.items()},
+                "selection_temperature": {
+                    e: chosen["temperature"] for e, chosen in chosen_by.items()
+                },
+                "runs": runs,
+            }
         )
-        for seed in config.seeds
-        for e in EXPERIMENTS
-    ]
-    outcomes = units(jobs)
-    runs: dict[str, list[Any]] = {e: [] for e in EXPERIMENTS}
-    for (unit, _, _), outcome in zip(jobs, outcomes, strict=True):
-        runs[str(unit["experiment"])].append(outcome)
-    overfit = _overfit(pilot, regime)
-    data_out = {
-        "design": DESIGN,
-        "regime": {**regime, **overfit},
-        "pilot": pilot,
-        "labels_std": data.labels_std,
-        "temperatures": levels["s"],
-        "noise_variance": levels["noise_variance"],
-        "calibration": levels,
-        "selection": {
-            e: chosen["penalties"] for e, chosen in zip(EXPERIMENTS, selections, strict=True)
-        },
-        "selection_temperature": {
-            e: chosen["temperature"] for e, chosen in zip(EXPERIMENTS, selections, strict=True)
-        },
-        "runs": runs,
-    }
-    stored = json_ready(data_out)
-    # Scored from the JSON form, by the same code that re-scores a committed results.json.
-    claims = claims_from_results({"config": json_ready(config), "data": stored})
-    figures = [*plot_norms(stored, config, out), *plot_curves(stored, out)]
-    return finish(
-        "langevin",
-        config,
-        started,
-        cache.summary(),
-        claims=claims,
-        data=data_out,
-        tables=tables_of(stored, config),
-        figures=figures,
-        notes=notes_of(config, stored),
-    )
+
+    def report(self, config: Config, measured: Measured, folder: Path) -> Report:
+        stored = json_ready(measured.data)
+        return Report(
+            tables_of(stored, config),
+            [*plot_norms(stored, config, folder), *plot_curves(stored, folder)],
+            notes_of(config, stored),
+        )
 
 
 def _overfit(pilot: dict[str, Any] | None, regime: dict[str, Any]) -> dict[str, Any]:
@@ -157,3 +152,6 @@ def _overfit(pilot: dict[str, Any] | None, regime: dict[str, Any]) -> dict[str, 
         "overfit_ratio": float(row["ratio"]) if row else float("nan"),
         "overfit_required": PILOT_OVERFIT,
     }
+
+
+STUDY: Study = LangevinStudy()

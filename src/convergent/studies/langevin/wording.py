@@ -5,19 +5,26 @@ the sentences from them)."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from convergent.studies.framework import claims_by_name
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.measures import (
+from convergent.studies.langevin.checks import (
     FIT_CHECK,
     NORM_CHECK,
     OUTCOME_CHECK,
     OVERFIT_CHECK,
     REGULARIZER_CHECK,
+)
+from convergent.studies.langevin.claims import (
+    ACCURACY,
+    BOUNDED,
+    GAP_BOUNDED,
+    GAP_CREEPS,
+    GROWS,
+    TARGETS,
+    claim_key,
 )
 
 LABELS = {"attention": "attention", "lora": "LoRA"}
@@ -26,14 +33,14 @@ MEANINGS = {
     "warm": "the geometric mean of hot and calibrated",
     "calibrated": "the Bayesian posterior of the averaged squared error",
 }
-# A claim's kind from its statement; the first match wins ("stay bounded" before "norms of").
-KINDS = (
-    ("stay bounded", "bounded"),
-    ("norms of", "grows"),
-    ("does not creep up", "gap bounded"),
-    ("creeps up", "gap creeps"),
-    ("accuracy", "accuracy"),
-)
+# Each claim kind of `claims` (the middle of its key) as this module's words name it.
+KINDS = {
+    BOUNDED: "bounded",
+    GROWS: "grows",
+    GAP_BOUNDED: "gap bounded",
+    GAP_CREEPS: "gap creeps",
+    ACCURACY: "accuracy",
+}
 TEMPERATURE_KINDS = ("accuracy", "gap bounded", "gap creeps")  # tested at each temperature
 KIND_WORDS = {"accuracy": "accuracy", "gap bounded": "the gap with a penalty"}
 KIND_WORDS["gap creeps"] = "the gap without one"
@@ -80,10 +87,10 @@ PERCENT_CHECKS = (OUTCOME_CHECK, NORM_CHECK)
 
 @dataclass(frozen=True)
 class StudyClaim:
-    """One claim record, with its name (`claim_names`: what a Sentence declares), experiment
-    (``attention`` or ``lora``), kind (one of `KINDS`) and the temperature its statement names."""
+    """One claim record, with its key (what a Sentence declares), experiment (``attention`` or
+    ``lora``), kind (one of `KINDS`' words) and temperature."""
 
-    name: str
+    key: str
     experiment: str
     kind: str
     temperature: str
@@ -95,16 +102,23 @@ class StudyClaim:
 
 
 def study_claims(payload: Mapping[str, Any]) -> list[StudyClaim]:
-    """The payload's claims, each with its experiment, kind and temperature."""
+    """The payload's claims, in its order, each with the experiment, kind and temperature
+    whose key (`claims.claim_key`) it has (claims 1 and 2: the bound temperature, which their
+    keys leave out); a KeyError names a key no such triple gives."""
+    config = payload["config"]
+    bound = str(config["bound_temperature"])
+    meaning = {
+        claim_key(experiment, kind, temperature): (experiment, words, temperature or bound)
+        for experiment in TARGETS
+        for kind, words in KINDS.items()
+        for temperature in ["", *map(str, config["claim_temperatures"])]
+    }
     found = []
-    for name, record in claims_by_name(payload).items():
-        statement = str(record["statement"])
-        kind = next(kind for words, kind in KINDS if words in statement)
-        temperature = re.search(r"at the (\w+) temperature", statement)
-        experiment = statement.partition(":")[0]
-        found.append(
-            StudyClaim(name, experiment, kind, temperature[1] if temperature else "", record)
-        )
+    for record in payload["claims"]:
+        key = str(record["key"])
+        if key not in meaning:
+            raise KeyError(f"{key!r} is no langevin claim key of this config")
+        found.append(StudyClaim(key, *meaning[key], record))
     return found
 
 
@@ -203,7 +217,7 @@ def clauses(
 
 
 def declared(claims: Sequence[StudyClaim]) -> dict[str, str]:
-    return {claim.name: claim.verdict for claim in claims}
+    return {claim.key: claim.verdict for claim in claims}
 
 
 def reason(untested: Sequence[StudyClaim], moved: Mapping[str, Sequence[float]]) -> str:

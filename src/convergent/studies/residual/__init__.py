@@ -17,17 +17,27 @@ residual connections. Claims checked here, in the theorem's form and in each ste
 Parts: (a), claims 1-4, full-batch GD on weather-hourly in fixed step-size regimes and in a
 regime with each beta's step size tuned on selection seeds; (b), claim 5, MiniLM cut or
 extended to a depth on rt-sentences. Modules: `config` (settings and modes), `models`, `runs`
-(one unit's training and measurements), `study` (the run), `measures`, `checks` and `claims`
+(one unit's training and measurements), `study` (its parts, for the framework's run), `measures`, `checks` and `claims`
 (scored from the stored data alone), `report`, `summary` (the plain sentences a user reads
 first). Every (regime, seed, beta) and (seed, depth, beta) run is a resumable unit.
-Usage: ``run(Config.for_mode("quick"), out_dir)``; ``convergent reproduce residual`` calls it.
+Usage: ``convergent reproduce residual`` (or ``run_config(STUDY, Config.for_mode("quick"), out)``).
 """
 
 from __future__ import annotations
 
+from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, claims_from_results
 from convergent.studies.residual.config import Config
-from convergent.studies.residual.study import run
+from convergent.studies.residual.study import STUDY, ResidualStudy
 from convergent.studies.residual.summary import summary
 
-__all__ = ["DESIGN", "Config", "claims_from_results", "run", "summary"]
+__all__ = [
+    "DESIGN",
+    "STUDY",
+    "Config",
+    "ResidualStudy",
+    "advice",
+    "brief",
+    "claims_from_results",
+    "summary",
+]

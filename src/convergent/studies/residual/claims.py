@@ -123,6 +123,20 @@ DEPTH_REVISED = (
 )
 
 
+# Each claim's key (claims 1-3 per step-size regime, `regime_key`): the summary finds claims
+# by it, never by their wording.
+LINEAR, SPEED, RATE = "converges_linearly", "speeds_up_with_beta", "rate_follows_sigma_ratio"
+FLOOR_KEY = "residual.sigma_min_kept_from_zero"
+DEPTH_KEY = "residual.advantage_grows_with_depth"
+
+
+def regime_key(claim: str, lr: float | None) -> str:
+    """The key of claim ``claim`` (`LINEAR`, `SPEED` or `RATE`) in the regime of step size
+    ``lr`` (None: tuned per beta): ``residual.converges_linearly_lr_0p1``."""
+    regime = "lr_tuned" if lr is None else "lr_" + f"{lr:g}".replace(".", "p").replace("-", "m")
+    return f"residual.{claim}_{regime}"
+
+
 def _listed(values: Sequence[float], digits: str = ".3g") -> str:
     return "[" + ", ".join(format(v, digits) for v in values) + "]"
 
@@ -155,6 +169,7 @@ def bound_claim(
         "window's ends)",
         per_seed,
         at_most(tolerance),
+        key=regime_key(LINEAR, regime.lr),
         unit="largest log excess over the geometric envelope (beta > 0 runs)",
         checks=checks,
         evidence=f"largest excess per seed {_listed(per_seed)} (a diverged run counts as "
@@ -193,6 +208,7 @@ def speed_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
         "steep at each beta as at the one below it)",
         per_seed,
         at_least(0.0),
+        key=regime_key(SPEED, regime.lr),
         unit="smallest log(band speed at the next beta / at this one) over consecutive betas",
         checks=checks,
         evidence=f"band speed (-d log L / d step), mean over seeds, by beta: {speeds}; "
@@ -230,6 +246,7 @@ def rate_claim(regime: Regime, checks: Sequence[Check]) -> Claim:
         f"{RATE_SLOPE:g})",
         per_seed,
         at_least(RATE_SLOPE),
+        key=regime_key(RATE, regime.lr),
         unit="slope of log speed on log (sigma_min/sigma_max)^2 over beta > 0 (1: proportional, "
         "0: independent)",
         checks=checks,
@@ -259,6 +276,7 @@ def floor_claim(regime: Regime, collapse: Check) -> Claim:
         "sigma_min of beta X + Attn(X) at every beta > 0 at least 10x that at beta = 0)",
         per_seed,
         at_least(KEPT_AWAY_DECADES),
+        key=FLOOR_KEY,
         unit="decades (log10 of smallest beta > 0 floor / beta = 0 floor)",
         checks=[collapse],
         evidence=f"per seed log10 ratio {_listed_finite(per_seed)}; smallest sigma_min of beta X "
@@ -307,6 +325,7 @@ def depth_claim(config: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) ->
         "minus beta 1 strictly increases with depth)",
         growth,
         at_least(DEPTH_GAP_GROWTH),
+        key=DEPTH_KEY,
         unit="training loss (nats), smallest gap increase between consecutive depths",
         checks=[trained, chance],
         evidence="final training-loss gap (beta 0 minus beta 1; final = mean over the last "

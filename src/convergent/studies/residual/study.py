@@ -1,11 +1,10 @@
-"""The ``residual`` study's run: part (a)'s GD runs and step-size tuning, part (b)'s depth runs,
-each a resumable unit, then the report and the claims scored from the stored data."""
+"""The ``residual`` study's parts: part (a)'s GD runs and step-size tuning, part (b)'s depth
+runs, each a resumable unit of the framework's run."""
 
 from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,15 @@ import torch
 
 from convergent.data import minilm_path
 from convergent.studies.framework import (
-    StudyResult,
+    Measured,
+    Report,
+    Session,
+    Study,
     UnitCache,
-    finish,
     json_ready,
     run_jobs,
-    unit_session,
 )
+from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import regimes_of, worst_final_losses
@@ -35,10 +36,9 @@ from convergent.studies.residual.runs import (
     train_one_depth,
     train_one_layer,
 )
+from convergent.studies.residual.summary import summary
 
-# The design of this study's units (`UnitCache`): raise it when the study's own code would
-# compute other numbers for the same config; the library's numbers are fingerprinted
-# (docs/design.md, "Unit keys").
+# The design of this study's units (`Study.unit_design`).
 UNIT_DESIGN = 1
 
 Log = Callable[[str], None]
@@ -180,47 +180,59 @@ def _depth_runs(config: Config, units: UnitCache, log: Log) -> list[DepthRun]:
     return runs
 
 
-def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run parts (a) and (b), write the figures into ``out_dir`` and return the results.
+class ResidualStudy:
+    """The ``residual`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
 
-    Each (seed, beta) run of part (a) and (seed, depth, beta) run of part (b) is a unit kept
-    in ``out_dir / "units"``: a rerun reuses the finished ones.
-    """
-    started = time.perf_counter()
-    # Part (a)'s runs hold themselves to one thread each (`runs.train_one_layer`); part (b)'s
-    # run on torch's own thread count.
-    with unit_session(
-        "residual", config, out_dir, torch.get_num_threads(), progress, design=UNIT_DESIGN
-    ) as (folder, log, units):
-        gd_runs, tuning, tuned_runs = _one_layer_runs(config, units, log)
-        depth_runs = _depth_runs(config, units, log) if config.run_depth else []
-    data: dict[str, Any] = {
-        # The claims' design (`claims.DESIGN`), so a rescore knows which tests these runs had.
-        "design": DESIGN,
-        "one_layer_runs": [vars(run) for run in gd_runs],
-        "lr_tuning": tuning,
-        "tuned_runs": [vars(run) for run in tuned_runs],
-    }
-    # The regimes as the claims see them, from the stored form.
-    regimes = regimes_of(json_ready(config), json_ready(data))
-    tables, figures = one_layer_report(config, regimes, gd_runs, tuning, tuned_runs, folder)
-    if config.run_depth:
-        depth_tables, depth_figures = depth_report(depth_runs, folder)
-        tables.update(depth_tables)
-        figures += depth_figures
-        data["depth_runs"] = [vars(run) for run in depth_runs]
-    lines = notes(config)
-    if config.mode == "smoke":
-        lines.append("Smoke size: one seed, so every verdict is a preview.")
-    return finish(
-        "residual",
-        config,
-        started,
-        f"Units: {units.summary()}",
-        # New runs and committed results are scored by the same function, from the stored data.
-        claims=claims_from_results({"config": json_ready(config), "data": json_ready(data)}),
-        data=data,
-        tables=tables,
-        figures=figures,
-        notes=lines,
-    )
+    name = "residual"
+    design = DESIGN
+    unit_design = UNIT_DESIGN
+    config = staticmethod(Config.for_mode)
+    claims_from_results = staticmethod(claims_from_results)
+    summary = staticmethod(summary)
+    brief = staticmethod(brief)
+    advice = staticmethod(advice)
+
+    def reserved_seeds(self, config: Config) -> set[int]:
+        return set(config.selection_seeds)
+
+    def threads(self, config: Config) -> int:
+        # Part (a)'s runs hold themselves to one thread each (`runs.train_one_layer`); part
+        # (b)'s run on torch's own thread count.
+        return torch.get_num_threads()
+
+    def measure(self, config: Config, session: Session) -> Measured:
+        """Parts (a) and (b): each (regime, seed, beta) run of part (a), each tuning run and
+        each (seed, depth, beta) run of part (b) is a unit (a rerun reuses the finished ones)."""
+        gd_runs, tuning, tuned_runs = _one_layer_runs(config, session.cache, session.log)
+        data: dict[str, Any] = {
+            "one_layer_runs": [vars(run) for run in gd_runs],
+            "lr_tuning": tuning,
+            "tuned_runs": [vars(run) for run in tuned_runs],
+        }
+        if config.run_depth:
+            depth_runs = _depth_runs(config, session.cache, session.log)
+            data["depth_runs"] = [vars(run) for run in depth_runs]
+        return Measured(data)
+
+    def report(self, config: Config, measured: Measured, folder: Path) -> Report:
+        data = measured.data
+        # The regimes as the claims see them, from the stored form.
+        regimes = regimes_of(json_ready(config), json_ready(data))
+        gd_runs = [GradientDescentRun(**run) for run in data["one_layer_runs"]]
+        tuned_runs = [GradientDescentRun(**run) for run in data["tuned_runs"]]
+        tables, figures = one_layer_report(
+            config, regimes, gd_runs, data["lr_tuning"], tuned_runs, folder
+        )
+        if config.run_depth:
+            depth_tables, depth_figures = depth_report(
+                [DepthRun(**run) for run in data["depth_runs"]], folder
+            )
+            tables.update(depth_tables)
+            figures += depth_figures
+        lines = notes(config)
+        if config.mode == "smoke":
+            lines.append("Smoke size: one seed, so every verdict is a preview.")
+        return Report(tables, figures, lines)
+
+
+STUDY: Study = ResidualStudy()

@@ -19,7 +19,7 @@ from typing import Any
 from convergent.studies.framework import (
     VERDICTS,
     Sentence,
-    claims_by_name,
+    claims_by_key,
     finite_mean,
     verdict_of,
 )
@@ -30,7 +30,15 @@ from convergent.studies.residual.checks import (
     STEP_NAME,
     TRAINED_NAME,
 )
-from convergent.studies.residual.claims import RATE_SLOPE
+from convergent.studies.residual.claims import (
+    DEPTH_KEY,
+    FLOOR_KEY,
+    LINEAR,
+    RATE,
+    RATE_SLOPE,
+    SPEED,
+    regime_key,
+)
 from convergent.studies.residual.measures import (
     Regime,
     chance_fractions,
@@ -38,12 +46,6 @@ from convergent.studies.residual.measures import (
     regimes_of,
     seeds_in,
 )
-
-BOUND = "Full-batch GD on a one-layer Transformer with residual connections converges linearly"
-SPEED = "Convergence speeds up as beta goes from"
-RATE = "The rate is governed by sigma_min^2 / sigma_max^2"
-FLOOR = "Residuals keep sigma_min away from zero"
-DEPTH = "With depth, the advantage of residuals grows"
 
 
 def _num(value: float) -> str:
@@ -108,13 +110,11 @@ def _too_large(record: Mapping[str, Any]) -> bool:
 TOO_LARGE = "the loss rose after the transient, so the step was too large for the theorem to apply"
 
 
-def _name(payload: Mapping[str, Any], stem: str, regime: Regime | None = None) -> str | None:
-    """The name of the claim whose statement starts with ``stem`` (in ``regime``'s test)."""
-    for name, record in claims_by_name(payload).items():
-        statement = str(record["statement"])
-        if statement.startswith(stem) and (regime is None or f"({regime.name};" in statement):
-            return name
-    return None
+def _key(payload: Mapping[str, Any], claim: str, regime: Regime | None = None) -> str | None:
+    """The key of ``claim`` (a key, or with ``regime`` one of `LINEAR`, `SPEED` and `RATE`)
+    where the results hold such a claim (a part or regime that did not run has none)."""
+    key = claim if regime is None else regime_key(claim, regime.lr)
+    return key if key in claims_by_key(payload) else None
 
 
 def _label(regime: Regime) -> str:
@@ -191,8 +191,8 @@ def _scale(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence:
 
 def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 4 (the sigma_min floor, first regime) and claim 3 (the rate bound, per regime)."""
-    claims = claims_by_name(payload)
-    name = _name(payload, FLOOR)
+    claims = claims_by_key(payload)
+    name = _key(payload, FLOOR_KEY)
     if name is None or not regimes:
         return None
     first, verdict, record = regimes[0], verdict_of(payload, name), claims[name]
@@ -227,7 +227,7 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
     declared = {name: verdict}
     items, too_large = [], []
     for regime in regimes:
-        rate = _name(payload, RATE, regime)
+        rate = _key(payload, RATE, regime)
         if rate is None:
             continue
         declared[rate] = verdict_of(payload, rate)
@@ -282,10 +282,10 @@ def _speed_opener(verdicts: set[str]) -> str:
 
 def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 2 per regime, with the tuned step sizes and the fastest tuned beta."""
-    claims = claims_by_name(payload)
+    claims = claims_by_key(payload)
     declared, items = {}, []
     for regime in regimes:
-        name = _name(payload, SPEED, regime)
+        name = _key(payload, SPEED, regime)
         if name is None:
             continue
         declared[name] = verdict_of(payload, name)
@@ -335,12 +335,12 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
 
 def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 1 per regime: which step sizes it holds at, fails at, or was too large for."""
-    claims = claims_by_name(payload)
+    claims = claims_by_key(payload)
     declared, items = {}, []
     lrs: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
     too_large: list[Regime] = []
     for regime in regimes:
-        name = _name(payload, BOUND, regime)
+        name = _key(payload, LINEAR, regime)
         if name is None:
             continue
         verdict = declared[name] = verdict_of(payload, name)
@@ -377,7 +377,7 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
     held = lrs["reproduced"]
     larger = lrs["not reproduced"] + [lr for regime in too_large for lr in _lrs(regime)]
     unsteady = [claims[n] for n, v in declared.items() if v == "not reproduced"] + [
-        claims[_name(payload, BOUND, regime) or ""] for regime in too_large
+        claims[_key(payload, LINEAR, regime) or ""] for regime in too_large
     ]
     trained = all(not _failed(record, TRAINED_NAME) for record in unsteady)
     if held and larger and max(held) < min(larger):
@@ -424,13 +424,13 @@ def _at_chance(runs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _depth(payload: Mapping[str, Any]) -> Sentence:
-    name = _name(payload, DEPTH)
+    name = _key(payload, DEPTH_KEY)
     runs = payload["data"].get("depth_runs") or []
     if name is None or not runs:
         return Sentence(
             "Depth was not run, so whether residuals matter more in deeper models stays unknown."
         )
-    verdict, record = verdict_of(payload, name), claims_by_name(payload)[name]
+    verdict, record = verdict_of(payload, name), claims_by_key(payload)[name]
     seeds = seeds_in(payload["config"], runs)
     per_seed = [depth_gaps([run for run in runs if int(run["seed"]) == seed]) for seed in seeds]
     depths = sorted({depth for gaps_of_seed in per_seed for depth in gaps_of_seed})

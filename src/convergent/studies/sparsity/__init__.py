@@ -9,29 +9,34 @@ configurations are scored on test from disjoint final seeds.
 
 Parts: ``config`` (the settings, the modes as data, the selection rules), ``models`` (the ViT on
 Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit: training with
-AC/DC or densely, pruning, measuring), ``study`` (the selection and final runs of both parts),
-``claims`` (the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the
-plain sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the
-full mode's ViT, on validation with AdamW alone).
+AC/DC or densely, pruning, measuring), ``measures`` (pruned perplexities, the near-zero share),
+``study`` (the selection and final runs of both parts, for the framework's run), ``claims``
+(the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the plain
+sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the full
+mode's ViT, on validation with AdamW alone).
 """
 
 from __future__ import annotations
 
+from convergent.studies.sparsity.brief import advice, brief
 from convergent.studies.sparsity.claims import DESIGN, claims_from_results
 from convergent.studies.sparsity.config import PRESETS, Config
 from convergent.studies.sparsity.models import language_model, subset, vision_model
 from convergent.studies.sparsity.pilot import run_pilot
-from convergent.studies.sparsity.study import pruned_score_of_good_dense, run
+from convergent.studies.sparsity.study import STUDY, SparsityStudy, pruned_score_of_good_dense
 from convergent.studies.sparsity.summary import summary
 
 __all__ = [
     "DESIGN",
     "PRESETS",
+    "STUDY",
     "Config",
+    "SparsityStudy",
+    "advice",
+    "brief",
     "claims_from_results",
     "language_model",
     "pruned_score_of_good_dense",
-    "run",
     "run_pilot",
     "subset",
     "summary",

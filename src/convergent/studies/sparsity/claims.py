@@ -117,6 +117,33 @@ def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Seque
     )
 
 
+def target_tag(label: str) -> str:
+    """A sparsity label in a claim key: ``"70%" -> "70"`` (``"87.5%" -> "87p5"``)."""
+    return label.rstrip("%").replace(".", "p")
+
+
+def vision_key(baseline: str, label: str) -> str:
+    """The key of the AC/DC claim that HORST beats ``baseline`` at sparsity ``label``."""
+    return f"sparsity.horst_beats_{baseline}_acdc_{target_tag(label)}"
+
+
+def half_loss_key(labels: Sequence[str]) -> str:
+    """The key of the AC/DC claim that HORST loses at most half of AdamW's accuracy loss."""
+    return "sparsity.horst_loses_half_of_adamw_acdc_" + "_".join(map(target_tag, labels))
+
+
+def near_zero_key(model: str) -> str:
+    """The key of the claim that HORST's weights concentrate near zero in ``model``."""
+    return "sparsity.horst_near_zero_" + model.lower().replace("character ", "char_")
+
+
+def pruned_key(pruner: str, label: str, survives: bool = False) -> str:
+    """The key of the one-shot claim after ``pruner`` to ``label`` (``survives``: claim 7,
+    HORST's advantage under the stronger pruner)."""
+    claim = "survives" if survives else "lower_perplexity"
+    return f"sparsity.horst_{claim}_{pruner}_{target_tag(label)}"
+
+
 def _seeds(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4f}" for v in values)
 
@@ -171,6 +198,7 @@ def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[C
                 f"top-1 HORST minus {shown} paired per seed)",
                 [h - o for h, o in zip(horst_top, other, strict=True)],
                 at_least(0.0),
+                key=vision_key(baseline, top),
                 unit=f"top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
                 checks=checks,
                 evidence=(
@@ -196,6 +224,7 @@ def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[C
                 "of AdamW's)",
                 [h - HALF * a for h, a in zip(horst, adamw, strict=True)],
                 at_most(0.0),
+                key=half_loss_key(high),
                 unit="accuracy lost by HORST minus half that lost by AdamW (fraction)",
                 checks=[
                     _move_check(
@@ -237,6 +266,7 @@ def _near_zero_claim(
         f"{weights} lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
         [h - a for h, a in zip(horst, adamw, strict=True)],
         at_least(0.0),
+        key=near_zero_key(model),
         unit=f"share of weights below {fraction:g} x RMS, HORST minus AdamW",
         checks=list(checks),
         evidence=(
@@ -378,6 +408,7 @@ def _pruned_claim(
         statement,
         [h / a for h, a in zip(horst, adamw, strict=True)],
         at_most(1.0),
+        key=pruned_key(pruner, key, survives),
         unit=f"test perplexity after {shown} to {key}, HORST over AdamW",
         checks=list(checks),
         evidence=(

@@ -27,7 +27,6 @@ Every run is a unit in ``OUT/units`` (resumable) and units run in ``workers`` pr
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,17 +34,18 @@ from typing import Any
 import torch
 
 from convergent.studies.framework import (
-    StudyResult,
+    Measured,
+    PilotedStudy,
+    Report,
+    Session,
     Tuning,
     UnitCache,
     extension_points,
-    finish,
     grid_points,
-    json_ready,
     run_jobs,
     select_points,
-    unit_session,
 )
+from convergent.studies.sparsity.brief import advice, brief
 from convergent.studies.sparsity.claims import DESIGN, claims_from_results
 from convergent.studies.sparsity.config import (
     LANGUAGE_CRITERION,
@@ -56,6 +56,7 @@ from convergent.studies.sparsity.config import (
     Config,
     sparsity_key,
 )
+from convergent.studies.sparsity.pilot import run_pilot
 from convergent.studies.sparsity.report import (
     plot_alpha_sweep,
     plot_histograms,
@@ -70,6 +71,7 @@ from convergent.studies.sparsity.runs import (
     language_unit,
     vision_unit,
 )
+from convergent.studies.sparsity.summary import summary
 
 VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
 LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"
@@ -147,6 +149,28 @@ def pruned_score_of_good_dense(
     return score
 
 
+def _selections(
+    tunings: dict[str, Tuning[dict[str, Any]]], shown: str, scored: str
+) -> dict[str, Any]:
+    """Each optimizer's selected point and its grid as ``results.json`` keeps them: every point
+    with its unit's ``scored`` validation number (as ``shown``), move ratio and strength."""
+    return {
+        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selection": {
+            name: [
+                {
+                    **point,
+                    shown: unit[scored],
+                    "move_ratio": unit["move_ratio"],
+                    "strength": unit["strength"],
+                }
+                for point, unit in zip(tuning.points, tuning.runs, strict=True)
+            ]
+            for name, tuning in tunings.items()
+        },
+    }
+
+
 def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
     tunings = _select(
         config,
@@ -195,19 +219,7 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
         if job.optimizer in moves:
             moves[job.optimizer][key].append(unit["move_ratio"])
     return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
-        "selection": {
-            name: [
-                {
-                    **point,
-                    "validation_accuracy": unit["validation_accuracy"],
-                    "move_ratio": unit["move_ratio"],
-                    "strength": unit["strength"],
-                }
-                for point, unit in zip(tuning.points, tuning.runs, strict=True)
-            ]
-            for name, tuning in tunings.items()
-        },
+        **_selections(tunings, "validation_accuracy", "validation_accuracy"),
         "accuracy": accuracy,
         "achieved": achieved,
         "move_ratio": moves,
@@ -257,19 +269,7 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
         if job.seed == config.seeds[0] and unit["histogram"] is not None:
             histograms[job.optimizer] = unit["histogram"]
     return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
-        "selection": {
-            name: [
-                {
-                    **point,
-                    "validation_perplexity": unit["perplexity"],
-                    "move_ratio": unit["move_ratio"],
-                    "strength": unit["strength"],
-                }
-                for point, unit in zip(tuning.points, tuning.runs, strict=True)
-            ]
-            for name, tuning in tunings.items()
-        },
+        **_selections(tunings, "validation_perplexity", "perplexity"),
         "perplexity": perplexity,
         "move_ratio": moves,
         "strength": strength,
@@ -279,46 +279,64 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
     }
 
 
-def run(config: Config, out_dir: str | Path, progress: bool = True) -> StudyResult:
-    """Run the study (resuming from ``out_dir / "units"``) and draw its figures into ``out_dir``."""
-    started = time.perf_counter()
-    with unit_session(
-        "sparsity", config, out_dir, config.threads, progress, design=UNIT_DESIGN
-    ) as session:
-        folder, log, cache = session
-        vision = _vision_part(config, cache, log)
-        language = _language_part(config, cache, log)
-    log(cache.summary())
-    figures = [
-        plot_sparsity_curves(
-            config, vision["accuracy"], language["perplexity"], folder / "sparsity_curves.png"
-        ),
-        plot_alpha_sweep(vision["selection"], folder / "alpha_sweep.png"),
-        plot_histograms(
-            vision["histograms"], language["histograms"], folder / "weight_histograms.png"
-        ),
-    ]
-    hidden = ("histograms", "tunings")
-    data = {
-        "design": DESIGN,
-        "vision": {k: v for k, v in vision.items() if k not in hidden},
-        "language": {k: v for k, v in language.items() if k not in hidden},
-        "rms_fraction": RMS_FRACTION,
-    }
-    tuning = {
-        VISION_TUNING: {name: t.to_json() for name, t in vision["tunings"].items()},
-        LANGUAGE_TUNING: {name: t.to_json() for name, t in language["tunings"].items()},
-    }
-    claims = claims_from_results({"config": json_ready(config), "data": json_ready(data)})
-    return finish(
-        "sparsity",
-        config,
-        started,
-        cache.summary(),
-        claims=claims,
-        data=data,
-        tables=study_tables(config, data),
-        figures=[f.name for f in figures],
-        notes=study_notes(config, data, tuning),
-        tuning=tuning,
-    )
+class SparsityStudy:
+    """The ``sparsity`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
+
+    name = "sparsity"
+    design = DESIGN
+    unit_design = UNIT_DESIGN
+    config = staticmethod(Config.for_mode)
+    claims_from_results = staticmethod(claims_from_results)
+    summary = staticmethod(summary)
+    brief = staticmethod(brief)
+    advice = staticmethod(advice)
+    run_pilot = staticmethod(run_pilot)
+
+    def reserved_seeds(self, config: Config) -> set[int]:
+        return {config.selection_seed}
+
+    def threads(self, config: Config) -> int:
+        return config.threads
+
+    def measure(self, config: Config, session: Session) -> Measured:
+        """Both parts, each a selection on validation and final runs."""
+        vision = _vision_part(config, session.cache, session.log)
+        language = _language_part(config, session.cache, session.log)
+        hidden = ("histograms", "tunings")
+        return Measured(
+            data={
+                "vision": {k: v for k, v in vision.items() if k not in hidden},
+                "language": {k: v for k, v in language.items() if k not in hidden},
+                "rms_fraction": RMS_FRACTION,
+            },
+            tuning={
+                VISION_TUNING: {name: t.to_json() for name, t in vision["tunings"].items()},
+                LANGUAGE_TUNING: {name: t.to_json() for name, t in language["tunings"].items()},
+            },
+            unsaved={
+                "histograms": {"vision": vision["histograms"], "language": language["histograms"]}
+            },
+        )
+
+    def report(self, config: Config, measured: Measured, folder: Path) -> Report:
+        data, histograms = measured.data, measured.unsaved["histograms"]
+        figures = [
+            plot_sparsity_curves(
+                config,
+                data["vision"]["accuracy"],
+                data["language"]["perplexity"],
+                folder / "sparsity_curves.png",
+            ),
+            plot_alpha_sweep(data["vision"]["selection"], folder / "alpha_sweep.png"),
+            plot_histograms(
+                histograms["vision"], histograms["language"], folder / "weight_histograms.png"
+            ),
+        ]
+        return Report(
+            study_tables(config, data),
+            [f.name for f in figures],
+            study_notes(config, data, measured.tuning),
+        )
+
+
+STUDY: PilotedStudy = SparsityStudy()

@@ -20,7 +20,7 @@ from convergent.diagnostics import acting
 from convergent.studies.framework import (
     Sentence,
     check_design,
-    claims_by_name,
+    claims_by_key,
     finite_mean,
     stored_number,
     verdict_of,
@@ -31,17 +31,18 @@ from convergent.studies.sparsity.claims import (
     FLOOR_CHECK,
     HIGH_SPARSITY,
     PRUNER_NAMES,
+    STRONGER_PRUNER,
+    STRONGER_TARGET,
+    half_loss_key,
+    near_zero_key,
+    pruned_key,
+    vision_key,
 )
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 
-# A stable part of each claim's name (the rest carries the configured sparsities).
-BEATS_ADAMW = "higher top-1 accuracy than AdamW"
-BEATS_HAM = "higher top-1 accuracy than HAM"
-HALF_THE_LOSS = "loses at most half"
-NEAR_ZERO_VIT = "concentrate near zero in the ViT"
-NEAR_ZERO_LM = "concentrate near zero in the character LM"
-ONE_SHOT = "a HORST-trained character LM keeps a lower perplexity"
-SURVIVES = "survives a stronger pruner"
+# The role of each claim a sentence reads (`role_keys` gives its key for a payload's config).
+BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS = "beats AdamW", "beats HAM", "half the loss"
+NEAR_ZERO_VIT, NEAR_ZERO_LM, SURVIVES = "near zero, ViT", "near zero, LM", "survives"
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
 
 
@@ -56,19 +57,38 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     return sentences
 
 
-def _claim(payload: Mapping[str, Any], part: str) -> tuple[str, Mapping[str, Any]] | None:
-    """The name and record of the claim whose name contains ``part`` (None when absent)."""
-    found = [(name, record) for name, record in claims_by_name(payload).items() if part in name]
-    return found[0] if len(found) == 1 else None
+def role_keys(payload: Mapping[str, Any]) -> dict[str, str]:
+    """The key of each role's claim under the payload's config (the claims' own key builders,
+    given the sparsities the claims read)."""
+    config = payload["config"]
+    top = sparsity_key(max(config["sparsities"]))
+    high = [sparsity_key(t) for t in config["sparsities"] if t >= HIGH_SPARSITY - 1e-9]
+    return {
+        BEATS_ADAMW: vision_key("adamw", top),
+        BEATS_HAM: vision_key("ham", top),
+        HALF_THE_LOSS: half_loss_key(high),
+        NEAR_ZERO_VIT: near_zero_key("ViT"),
+        NEAR_ZERO_LM: near_zero_key("character LM"),
+        SURVIVES: pruned_key(STRONGER_PRUNER, sparsity_key(STRONGER_TARGET), survives=True),
+    }
+
+
+def _claim(payload: Mapping[str, Any], role: str) -> tuple[str, Mapping[str, Any]] | None:
+    """The key and record of ``role``'s claim (None when the results hold none)."""
+    key = role_keys(payload)[role]
+    record = claims_by_key(payload).get(key)
+    return None if record is None else (key, record)
 
 
 def _one_shot(payload: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The one-shot claims (claim 5), one per pruner and target, in the payload's order."""
-    return [
-        (name, record)
-        for name, record in claims_by_name(payload).items()
-        if ONE_SHOT in name and SURVIVES not in name
-    ]
+    config = payload["config"]
+    keys = {
+        pruned_key(pruner, sparsity_key(target))
+        for pruner in config["lm_pruners"]
+        for target in config["lm_sparsities"]
+    }
+    return [(key, record) for key, record in claims_by_key(payload).items() if key in keys]
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -94,7 +114,7 @@ def _effect(record: Mapping[str, Any], scale: float = 1.0) -> str:
 
 def _verdict(payload: Mapping[str, Any], name: str) -> str:
     """The verdict as written in a sentence: ``reproduced``, or ``reproduced, a preview``."""
-    preview = claims_by_name(payload)[name].get("preview")
+    preview = claims_by_key(payload)[name].get("preview")
     return verdict_of(payload, name) + (", a preview" if preview else "")
 
 
@@ -406,22 +426,24 @@ def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
     unknown = [(n, r) for n, r in found if verdicts[n] == "untested"]
     parts = []
     if unknown:
-        claims = " and whether ".join(_by_part(what, name) for name, _ in unknown)
+        claims = " and whether ".join(_by_role(payload, what, name) for name, _ in unknown)
         reasons = list(dict.fromkeys(_why_untested(record, top) for _, record in unknown))
         stays = "stay" if len(unknown) > 1 else "stays"
         parts.append(f"whether {claims} {stays} untested: {'; '.join(reasons)}")
     for name, record in found:
         if verdicts[name] != "untested":
             parts.append(
-                f"{_by_part(tested, name)[verdicts[name]]} ({_by_part(effects, name)}: "
+                f"{_by_role(payload, tested, name)[verdicts[name]]} "
+                f"({_by_role(payload, effects, name)}: "
                 f"{_effect(record, 100)} points; {_verdict(payload, name)})"
             )
     return Sentence(f"Under AC/DC, {'; and '.join(parts)}.", verdicts)
 
 
-def _by_part(table: Mapping[str, Any], name: str) -> Any:
-    """The entry of ``table`` whose key is part of the claim's ``name``."""
-    return next(entry for part, entry in table.items() if part in name)
+def _by_role(payload: Mapping[str, Any], table: Mapping[str, Any], key: str) -> Any:
+    """The entry of ``table`` (by role) for the claim of ``key``."""
+    keys = role_keys(payload)
+    return next(entry for role, entry in table.items() if keys[role] == key)
 
 
 def _why_untested(record: Mapping[str, Any], top: str = "the highest sparsity") -> str:

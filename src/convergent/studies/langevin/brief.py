@@ -1,0 +1,162 @@
+"""What the ``langevin`` study tells a user in a minute: what the noise did at each
+temperature (from the checks' measurements, `summary.temperature_fits`), the penalty, what
+stays unknown (the README summary), and its "What to use" row; the report keeps the long
+findings (`summary`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from convergent.studies.framework import Advice, Sentence, verdict_words
+from convergent.studies.framework import stored_number as number
+from convergent.studies.langevin.claims import experiments
+from convergent.studies.langevin.measures import mean
+from convergent.studies.langevin.summary import temperature_fits
+from convergent.studies.langevin.wording import (
+    LABELS,
+    TEMPERATURE_KINDS,
+    StudyClaim,
+    declared,
+    significant,
+    study_claims,
+)
+
+STATE_WORDS = {
+    "lost": "lost the fit",
+    "unmoved": "ended as plain gradient descent",
+    "mixed": "acted in some variants only",
+}
+
+
+def _states(payload: Mapping[str, Any]) -> dict[str, str]:
+    """Per claim temperature, what the noise did (`TemperatureFit.state`)."""
+    config = payload["config"]
+    kept, moved = number(config["fit_kept"]), number(config["outcome_moved"])
+    return {t: fit.state(kept, moved) for t, fit in temperature_fits(payload).items()}
+
+
+def _noise(payload: Mapping[str, Any]) -> Sentence | None:
+    """Where the noise acted without wrecking the fit (the checks' measurements, no verdict)."""
+    states = _states(payload)
+    if not states:
+        return None
+    acting = [t for t, state in states.items() if state == "acts"]
+    if acting:
+        return Sentence(
+            f"Use Langevin noise at the {' and '.join(acting)} temperature, where it changed "
+            "the outcome and kept the pre-trained fit."
+        )
+    others = [
+        f"{' and '.join(t for t, s in states.items() if s == state)}: {words}"
+        for state, words in STATE_WORDS.items()
+        if state in states.values()
+    ]
+    return Sentence(
+        "Expect plain gradient descent's result from Langevin fine-tuning here: no tested "
+        f"temperature changed the outcome and kept the fit ({'; '.join(others)})."
+    )
+
+
+def _norms(claims: Sequence[StudyClaim]) -> Sentence | None:
+    bounded = [c for c in claims if c.kind == "bounded"]
+    grows = [c for c in claims if c.kind == "grows"]
+    if not bounded and not grows:
+        return None
+    parts = []
+    if bounded:
+        words = verdict_words([c.verdict for c in bounded])
+        lead = (
+            "To keep the weights bounded under the noise, add a log or power penalty"
+            if all(c.verdict == "reproduced" for c in bounded)
+            else "A log or power penalty kept the weights bounded in some experiments only"
+        )
+        parts.append(f"{lead} ({words})")
+    if grows:
+        words = verdict_words([c.verdict for c in grows])
+        grew = words == "reproduced"
+        parts.append(
+            f"without one the norm grew ({words})"
+            if grew
+            else f"whether the norm grows without one: {words}"
+        )
+    return Sentence("; ".join(parts) + ".", declared(bounded + grows))
+
+
+def _gap(claims: Sequence[StudyClaim]) -> Sentence | None:
+    gap = [c for c in claims if c.kind in TEMPERATURE_KINDS]
+    if not gap:
+        return None
+    words = verdict_words([c.verdict for c in gap])
+    return Sentence(
+        "Whether a penalty stops the generalization gap creeping up, or keeps accuracy, stays "
+        f"unknown ({words}): where the noise did not act or wrecked the fit, the claims could "
+        "not be tested."
+        if any(c.verdict == "untested" for c in gap)
+        else f"The gap and accuracy claims were decided ({words}).",
+        declared(gap),
+    )
+
+
+def brief(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README summary: what the noise did, whether to add a penalty, what stays unknown."""
+    claims = study_claims(payload)
+    found = (_noise(payload), _norms(claims), _gap(claims))
+    return [sentence for sentence in found if sentence is not None]
+
+
+def _lams(payload: Mapping[str, Any], temperature: str) -> str:
+    """lam per experiment and penalty, mean over seeds: ``"attention: log 0.0011, power
+    0.0027"``."""
+    config, data = payload["config"], payload["data"]
+    parts = []
+    for experiment in experiments(config, data):
+        lams = [
+            f"{p} {significant(mean([number(r['lam']) for r in experiment.records(temperature, p)]))}"
+            for p in experiment.penalties(temperature)
+        ]
+        if lams:
+            parts.append(f"{LABELS.get(experiment.name, experiment.name)}: {', '.join(lams)}")
+    return "; ".join(parts)
+
+
+def advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """The study's row of the "What to use" table."""
+    claims = study_claims(payload)
+    states = _states(payload)
+    acting = [t for t, state in states.items() if state == "acts"]
+    bounded = [c for c in claims if c.kind == "bounded"]
+    when = (
+        f"at the {' and '.join(acting)} temperature, where the noise acted"
+        if acting
+        else "not shown to change the outcome here: plain gradient descent ends the same"
+    )
+    if bounded and all(c.verdict == "reproduced" for c in bounded):
+        when += "; add the penalty to keep weights bounded"
+    temperatures = payload["data"]["temperatures"]
+    s = ", ".join(
+        f"{significant(number(temperatures[t]))} ({t})"
+        for t in payload["config"]["claim_temperatures"]
+    )
+    bound = str(payload["config"]["bound_temperature"])
+    setting = (
+        f"Langevin step size {significant(number(payload['config']['langevin_lr']))}; s = {s} "
+        f"(s/2 the temperature, in loss units); penalty lam (loss units) {_lams(payload, bound)}"
+    )
+    untested = [c for c in claims if c.kind in TEMPERATURE_KINDS and c.verdict == "untested"]
+    at = sorted({c.temperature for c in untested}, key=list(states).index)
+    where = "every temperature" if len(at) == len(states) else f"the {' and '.join(at)} temperature"
+    unknown = (
+        f"the gap and accuracy claims at {where} (untested)"
+        if untested
+        else "larger models and data"
+    )
+    return [
+        Advice(
+            "Langevin fine-tuning with a log or power penalty",
+            when,
+            setting,
+            tuple(c.key for c in claims),
+            unknown,
+        )
+    ]

@@ -1,0 +1,185 @@
+"""What the ``sparsity`` study tells a user in a minute: HORST before one-shot pruning, its
+weights near zero, AC/DC left open (the README summary), and its two "What to use" rows; the
+report keeps the long findings (`summary`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
+from convergent.studies.sparsity.claims import PRUNER_NAMES
+from convergent.studies.sparsity.config import sparsity_key
+from convergent.studies.sparsity.summary import (
+    BEATS_ADAMW,
+    BEATS_HAM,
+    HALF_THE_LOSS,
+    NEAR_ZERO_LM,
+    NEAR_ZERO_VIT,
+    SURVIVES,
+    _mean,
+    _number,
+    _one_shot,
+    _why_untested,
+    role_keys,
+)
+
+ACDC_ROLES = (BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS)
+
+
+def _present(payload: Mapping[str, Any], roles: tuple[str, ...]) -> list[str]:
+    """The keys of ``roles``' claims that the results hold, in that order."""
+    keys, claims = role_keys(payload), claims_by_key(payload)
+    return [keys[role] for role in roles if keys[role] in claims]
+
+
+def _one_shot_keys(payload: Mapping[str, Any]) -> list[str]:
+    return [key for key, _ in _one_shot(payload)] + _present(payload, (SURVIVES,))
+
+
+def _verdicts(payload: Mapping[str, Any], keys: list[str]) -> dict[str, str]:
+    return {key: verdict_of(payload, key) for key in keys}
+
+
+def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
+    verdicts = _verdicts(payload, _one_shot_keys(payload))
+    if not verdicts:
+        return None
+    held = set(verdicts.values())
+    words = verdict_words(list(verdicts.values()))
+    if held == {"reproduced"}:
+        text = (
+            "Train with HORST a model you will prune once after training: it kept a lower "
+            f"perplexity than AdamW after every pruner and target tested ({words})."
+        )
+    elif "reproduced" in held:
+        text = (
+            "Train with HORST a model you will prune once, with the pruners and targets where "
+            f"it kept a lower perplexity than AdamW ({words}; the report lists which)."
+        )
+    elif "not reproduced" in held:
+        text = f"Keep AdamW for one-shot pruning: HORST did not pay ({words})."
+    else:
+        text = f"Whether HORST helps one-shot pruning stays open here ({words})."
+    return Sentence(text, verdicts)
+
+
+def _near_zero_sentence(payload: Mapping[str, Any]) -> Sentence | None:
+    verdicts = _verdicts(payload, _present(payload, (NEAR_ZERO_VIT, NEAR_ZERO_LM)))
+    if not verdicts:
+        return None
+    words = verdict_words(list(verdicts.values()))
+    held = set(verdicts.values())
+    lead = (
+        "HORST's weights sat nearer zero than AdamW's in both models"
+        if held == {"reproduced"}
+        else "Whether HORST's weights sit nearer zero than AdamW's varied by model"
+    )
+    return Sentence(f"{lead} ({words}).", verdicts)
+
+
+def _acdc_sentence(payload: Mapping[str, Any]) -> Sentence | None:
+    verdicts = _verdicts(payload, _present(payload, ACDC_ROLES))
+    if not verdicts:
+        return None
+    words = verdict_words(list(verdicts.values()))
+    held = set(verdicts.values())
+    if held == {"untested"}:
+        text = (
+            "For sparse training with AC/DC, keep AdamW or HAM: whether HORST beats them stays "
+            f"untested, as the baselines lost too little accuracy to leave room ({words})."
+        )
+    elif held == {"reproduced"}:
+        text = f"For sparse training with AC/DC, HORST beat AdamW and HAM ({words})."
+    else:
+        text = f"For sparse training with AC/DC, HORST's claims came out mixed ({words})."
+    return Sentence(text, verdicts)
+
+
+def brief(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README summary: what to do for one-shot pruning, what HORST does to the weights,
+    and what stays unknown under AC/DC."""
+    found = (_one_shot_sentence(payload), _near_zero_sentence(payload), _acdc_sentence(payload))
+    return [sentence for sentence in found if sentence is not None]
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
+    keys = _one_shot_keys(payload)
+    language = payload["data"]["language"]
+    if not keys or "horst" not in language["selected"]:
+        return None
+    verdicts = _verdicts(payload, keys)
+    claims = claims_by_key(payload)
+    helped = [
+        f"{PRUNER_NAMES[claims[key]['extra']['pruner']]} at {claims[key]['extra']['sparsity']}"
+        for key, _ in _one_shot(payload)
+        if verdicts[key] == "reproduced"
+    ]
+    everywhere = len(helped) == len(_one_shot(payload))
+    when = (
+        "you will prune a trained model once (magnitude, Wanda or SparseGPT)"
+        if everywhere
+        else f"you will prune once with {_listed(helped)}"
+        if helped
+        else "not shown to help here: keep AdamW"
+    )
+    selected = language["selected"]["horst"]
+    strength = _number(_mean(language["strength"]["horst"]))
+    targets = list(dict.fromkeys(claims[key]["extra"]["sparsity"] for key, _ in _one_shot(payload)))
+    setting = (
+        f"HORST(strength={strength}) (alpha {selected['alpha']:g} on these weights), "
+        f"learning rate {selected['lr']:g}; pruned to {_listed(targets)} sparsity"
+    )
+    survives = _present(payload, (SURVIVES,))
+    open_survival = survives and verdicts[survives[0]] != "reproduced"
+    unknown = (
+        "whether the advantage survives SparseGPT"
+        if open_survival
+        else "models beyond a 2-layer character LM; pruners beyond the three tested"
+    )
+    near_lm = _present(payload, (NEAR_ZERO_LM,))
+    return Advice("HORST, then one-shot pruning", when, setting, tuple(keys + near_lm), unknown)
+
+
+def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
+    keys = _present(payload, ACDC_ROLES)
+    vision = payload["data"]["vision"]
+    if not keys or "horst" not in vision["selected"]:
+        return None
+    verdicts = _verdicts(payload, keys)
+    claims = claims_by_key(payload)
+    held = set(verdicts.values())
+    top = sparsity_key(max(payload["config"]["sparsities"]))
+    when = {
+        frozenset({"reproduced"}): f"training sparse with AC/DC (up to {top})",
+        frozenset({"untested"}): "not known: keep AdamW or HAM",
+    }.get(frozenset(held), "not settled here: keep AdamW or HAM")
+    horst = vision["selected"]["horst"]
+    strength = _number(_mean(vision["strength"].get("horst", [])))
+    sparsities = [sparsity_key(t) for t in payload["config"]["sparsities"]]
+    setting = (
+        f"HORST alpha {horst['alpha']:g} (strength {strength}), learning rate "
+        f"{horst['lr']:g}; AC/DC to {_listed(sparsities)} sparsity"
+    )
+    untested = [key for key in keys if verdicts[key] == "untested"]
+    unknown = (
+        "whether HORST beats AdamW or HAM: " + _why_untested(claims[untested[0]], top)
+        if untested
+        else "larger vision models"
+    )
+    return Advice(
+        "HORST under AC/DC sparse training",
+        when,
+        setting,
+        tuple(keys + _present(payload, (NEAR_ZERO_VIT,))),
+        unknown,
+    )
+
+
+def advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """The study's rows of the "What to use" table."""
+    return [row for row in (_one_shot_row(payload), _acdc_row(payload)) if row is not None]

@@ -29,8 +29,10 @@ def pilot_of(name: str) -> Callable[..., dict[str, Any]] | None:
     """Study ``name``'s regime pilot, ``pilot(folder, log=...) -> result``; None if it has
     none."""
     from convergent.studies import get_study
+    from convergent.studies.framework import PilotedStudy
 
-    return getattr(get_study(name), "run_pilot", None)
+    study = get_study(name)
+    return study.run_pilot if isinstance(study, PilotedStudy) else None
 
 
 def piloted_studies() -> list[str]:
@@ -153,13 +155,13 @@ def run_pilot(names: list[str], out: Path, progress: bool = True) -> Path:
     from convergent.io import write_text_atomically
     from convergent.studies.framework import json_ready
 
-    pilots = [pilot_of(name) for name in names]
-    if len(names) != 1 or pilots[0] is None:
+    pilot = pilot_of(names[0]) if len(names) == 1 else None
+    if pilot is None:
         raise UserError(
             f"--pilot runs one study that has a pilot ({' or '.join(piloted_studies())}),"
             f" got {', '.join(names)}"
         )
-    (name,), (pilot,) = names, pilots
+    (name,) = names
     folder = out / f"{name}-pilot"
     result = pilot(folder, log=print if progress else lambda line: None)
     path = folder / "pilot.json"

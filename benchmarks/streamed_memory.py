@@ -168,9 +168,9 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=1536)
     parser.add_argument("--intermediate", type=int, default=4096)
     parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--calibration-examples", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--examples", type=int, default=32, help="evaluation examples")
+    parser.add_argument("--calibration-examples", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=32)
+    parser.add_argument("--examples", type=int, default=8, help="evaluation examples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--folder",

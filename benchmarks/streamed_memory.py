@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument(
         "--blocks",
         type=int,
-        nargs="+",
+        nargs="*",
         default=[2, 4, 8],
         help="the streamed runs' block counts (default 2 4 8)",
     )

@@ -35,7 +35,7 @@ for the whole run; they are printed beside the reference, not counted in it.
     python benchmarks/streamed_memory.py --blocks 2 --in-memory-blocks 0 ...   # one run alone
 
 The time is SparseGPT's float64 arithmetic, which grows with d_model times the weights: the
-default sizes took about 4 minutes on an idle 2-core machine, far longer under load
+default sizes took about 7 minutes on an idle 2-core machine, far longer under load
 (benchmarks/README.md has the figures).
 Runs of one size each (``--blocks N --in-memory-blocks 0``, ``--blocks --in-memory-blocks 8``)
 may run side by side: each peak is its own process's.

@@ -9,6 +9,7 @@ it produce, which is what the driver's cached, block-at-a-time passes must repro
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -370,3 +371,29 @@ def test_the_report_counts_the_zeros_and_the_model_keeps_its_mode(method, traini
     with torch.no_grad():
         sparse = model.eval()(**inputs).logits
     assert not torch.allclose(dense, sparse)
+
+
+def test_each_hessian_is_dropped_once_the_layers_reading_it_are_pruned(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import convergent.sparse.sparsegpt as sparsegpt_module
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=16)  # fmt: skip
+    seen: list[weakref.ref] = []
+    others_alive: list[int] = []
+
+    def recording(weight, hessian, *args, **kwargs):
+        others_alive.append(sum(ref() is not None and ref() is not hessian for ref in seen))
+        seen.append(weakref.ref(hessian))
+        return sparsegpt_prune(weight, hessian, *args, **kwargs)
+
+    monkeypatch.setattr(sparsegpt_module, "sparsegpt_prune", recording)
+    prune_one_shot(LlamaForCausalLM(config), 0.5, spec=MaskSpec(), method="sparsegpt",
+                   calibration=calibration(), options=SPARSEGPT_OPTIONS)  # fmt: skip
+    # q, k, v, o, gate, up, down in each of 2 blocks; q, k and v share one Hessian, as do gate
+    # and up, so when a layer is pruned no Hessian of a layer already pruned is still held
+    assert len(seen) == 14
+    assert others_alive == [0] * 14

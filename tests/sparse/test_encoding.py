@@ -117,3 +117,24 @@ def test_parts_that_do_not_fit_the_entry_are_refused():
         decode_tensor(encoded.entry, parts, "w")
     with pytest.raises(EncodingError, match="unknown kind"):
         decode_tensor({**encoded.entry, "kind": "zip"}, encoded.parts, "w")
+
+
+def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
+    import convergent.sparse.encoding as encoding
+
+    built: list[int] = []
+    bitmask = encoding._bitmask
+    monkeypatch.setattr(encoding, "_bitmask", lambda flat, signs: built.append(1) or
+                        bitmask(flat, signs))  # fmt: skip
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(3)).abs()
+    # no zeros, or 1 %: values alone cost as much as dense, so the layout is dense, uncopied
+    for kept in (1.0, 0.99):
+        assert encode_tensor(_unstructured(weight, kept)).entry["kind"] == "dense"
+    assert built == []
+    # 1/32 of the entries zero saves exactly the bits' cost: a tie, which dense keeps
+    tie = weight.clone().reshape(-1)
+    tie[::32] = 0
+    assert encode_tensor(tie.reshape(64, 64)).entry["kind"] == "dense"
+    assert built == []
+    assert encode_tensor(_unstructured(weight, 0.5)).entry["kind"] == "bitmask"
+    assert built == [1]

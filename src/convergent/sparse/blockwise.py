@@ -398,6 +398,8 @@ class BlockwisePruner:
             new = from_rank_zero(new.contiguous())
             mask = from_rank_zero(mask.to(torch.uint8)).bool()
             weight.data.copy_(new)
+            if statistics is not None:
+                statistics.release(name)
             if self.keep_masks:
                 self.masks[name] = mask.to(self.home)
             self._record(name, self.pruner.name, stage, sparsity, mask, start)

@@ -80,6 +80,7 @@ class Statistics:
         # (reader, input) of each layer's first call; the tensors are held so that their
         # memory cannot be reused by a later input that would then look like the same one
         self._first_inputs: list[tuple[str, Tensor]] = []
+        self._released: set[str] = set()
         self._handles = [
             module.register_forward_hook(self._hook(name)) for name, module in layers.items()
         ]
@@ -111,6 +112,15 @@ class Statistics:
                 f"{name} saw no calibration input: the calibration batches never reached it"
             )
         return self.sums[owner]
+
+    def release(self, name: str) -> None:
+        """``name`` is pruned: drop the summed statistic it reads once every layer sharing it
+        is released (a block's largest Hessian is then the only one left when it is used)."""
+        self._released.add(name)
+        owner = self.alias.get(name)
+        readers = [reader for reader, shared in self.alias.items() if shared == owner]
+        if owner is not None and all(reader in self._released for reader in readers):
+            self.sums.pop(owner, None)
 
     def tokens_of(self, name: str) -> int:
         return self.tokens.get(self.alias.get(name, name), 0)

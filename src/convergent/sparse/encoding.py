@@ -174,7 +174,16 @@ def encode_tensor(tensor: Tensor, group_dim: int = 1) -> Encoded:
         best.entry["nonzero"] = entry["nonzero"]
         flat = tensor.reshape(-1)
         signs = _zero_signs(flat)
-        candidates = [Encoded({**entry, "kind": BITMASK}, _bitmask(flat, signs))]
+        # The bitmask layout copies every nonzero: build it only when it can be the smaller
+        # (a dense embedding table, written last by a streamed prune, would be copied whole).
+        bitmask_bytes = (
+            entry["nonzero"] * tensor.element_size()
+            + (flat.numel() + 7) // 8
+            + sum(part.numel() * part.element_size() for part in signs.values())
+        )
+        candidates = []
+        if bitmask_bytes < best.stored_bytes:
+            candidates.append(Encoded({**entry, "kind": BITMASK}, _bitmask(flat, signs)))
         dim = group_dim % tensor.ndim
         for n, m, groups in _n_m_candidates(tensor, dim):
             layout = {"kind": N_M, "n": n, "m": m, "group_dim": dim}

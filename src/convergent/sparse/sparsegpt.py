@@ -121,7 +121,7 @@ def sparsegpt_prune(
         raise ValueError(f"damping must be a finite number >= 0, got {damping}")
 
     work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
-    w = weight.detach().to(work).clone()
+    w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
     factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping).to(work)
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, block_size):
@@ -171,21 +171,30 @@ def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) ->
 
     A damping that leaves ``H`` (or its inverse) without a Cholesky factor is raised tenfold, up
     to :data:`DAMPING_RETRIES` times (none when it is 0), each retry logged."""
-    h = hessian.to(torch.float64).clone()
-    diagonal = h.diagonal()  # a view
+    # At most two [in, in] matrices beside ``hessian`` are alive at any time (each step's input
+    # is dropped once its output exists, as the authors' code does by rebinding ``H``): for an
+    # MLP's down projection each is a quarter of a gigabyte at in = 5632.
+    diagonal = hessian.diagonal().to(torch.float64, copy=True)  # never the caller's
     dead = diagonal == 0
     diagonal[dead] = 1.0
     weight[:, dead] = 0.0
     mean = diagonal.mean()
     tries = [damping * 10**attempt for attempt in range(DAMPING_RETRIES + 1 if damping else 1)]
     for attempt, current in enumerate(tries):
-        damped = h.clone()
-        damped.diagonal().add_(current * mean)
+        damped = hessian.to(torch.float64, copy=True)
+        damped.diagonal().copy_(diagonal + current * mean)
         lower, info = torch.linalg.cholesky_ex(damped)
+        del damped
         if int(info) == 0:
-            factor, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(lower), upper=True)
+            inverse = torch.cholesky_inverse(lower)
+            del lower
+            factor, info = torch.linalg.cholesky_ex(inverse, upper=True)
+            del inverse
             if int(info) == 0 and bool(torch.isfinite(factor).all()):
                 return factor
+            del factor
+        else:
+            del lower
         if attempt + 1 < len(tries):
             logger.warning(
                 "SparseGPT: the Hessian damped at %g is not positive definite; retrying at"

@@ -62,7 +62,7 @@ def group_dims(model: nn.Module) -> dict[str, int]:
 
 def _sha256(tensor: Tensor) -> str:
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-    return hashlib.sha256(data.numpy().tobytes()).hexdigest()
+    return hashlib.sha256(data.numpy()).hexdigest()  # the buffer itself, not a bytes copy
 
 
 def _storage_key(tensor: Tensor) -> tuple[Any, ...]:

@@ -1,5 +1,5 @@
 """What both sides of ``llmcompressor_compare.py`` share: loading a model, GPT-2's ``Conv1D`` as
-``nn.Linear``, the perplexity on the held-apart windows, and the peak resident memory.
+``nn.Linear``, the perplexity on the held-apart windows.
 
 This module imports only torch and transformers, so that llm-compressor's own virtual
 environment (which has no ``convergent``) runs it unchanged: both libraries' models are
@@ -9,46 +9,12 @@ loaded, converted and scored by the same lines.
 from __future__ import annotations
 
 import math
-import os
-import threading
 from pathlib import Path
 
 import torch
 from torch import nn
 
-PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
 EVALUATION_BATCH = 32
-
-
-def resident_mib() -> float:
-    """This process's resident memory in MiB (Linux)."""
-    with open("/proc/self/statm") as statm:  # size, resident, ... in pages
-        return int(statm.read().split()[1]) * PAGE_MIB
-
-
-class PeakResident:
-    """The largest resident memory while the block runs, sampled every millisecond by a
-    thread (the process's own high-water mark would include the loading)."""
-
-    def __enter__(self) -> PeakResident:
-        self.start = self.peak = resident_mib()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.001):
-            self.peak = max(self.peak, resident_mib())
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, resident_mib())
-
-    @property
-    def above_start(self) -> float:
-        return self.peak - self.start
 
 
 def conv1d_as_linear(model: nn.Module) -> int:

@@ -34,12 +34,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_common import (  # after the path that finds it
-    PeakResident,
     load_model,
     load_windows,
     perplexity,
     prunable_zeros,
 )
+from resident import PeakResident
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "llmcompressor_worker.py"

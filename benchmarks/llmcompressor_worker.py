@@ -25,12 +25,12 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_common import (  # after the path that finds it
-    PeakResident,
     load_model,
     load_windows,
     perplexity,
     prunable_zeros,
 )
+from resident import PeakResident
 
 BATCH_SIZE = 16  # the calibration batch size, the same on our side
 

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
 import torch
+from resident import PeakResident
 
 from convergent.commands.hf_folders import evaluation_batch_size, evaluation_data, load_hf_folder
 from convergent.commands.runs import load_run
@@ -47,39 +46,6 @@ TARGETS: dict[str, tuple[float, MaskSpec]] = {
     "2:4": (0.5, MaskSpec(pattern="2:4")),
 }
 BATCH_SIZE = 16
-
-
-PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _resident_mib() -> float:
-    with open("/proc/self/statm") as statm:  # Linux: size, resident, ... in pages
-        return int(statm.read().split()[1]) * PAGE_MIB
-
-
-class PeakResident:
-    """The largest resident memory of this process while the block runs, sampled every
-    millisecond by a thread (the process's own high-water mark would report the loading's)."""
-
-    def __enter__(self) -> PeakResident:
-        self.start = self.peak = _resident_mib()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.001):
-            self.peak = max(self.peak, _resident_mib())
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, _resident_mib())
-
-    @property
-    def above_start(self) -> float:
-        return self.peak - self.start
 
 
 def _load(kind: str, path: str, examples: int, calibration_examples: int) -> dict[str, Any]:

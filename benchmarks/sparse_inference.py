@@ -199,7 +199,10 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1, 16, 128])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--settings", nargs="+", default=[], help=f"a subset of {[label for label, *_ in SETTINGS]}"
+        "--settings",
+        nargs="+",
+        default=[],
+        help=f"a subset of {[label for label, *_ in SETTINGS]}".replace("%", "%%"),
     )
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     arguments = parser.parse_args()

@@ -62,7 +62,8 @@ def group_dims(model: nn.Module) -> dict[str, int]:
 
 def _sha256(tensor: Tensor) -> str:
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-    return hashlib.sha256(data.numpy()).hexdigest()  # the buffer itself, not a bytes copy
+    # The buffer itself, not a bytes copy (numpy's stubs do not declare its buffer protocol).
+    return hashlib.sha256(data.numpy()).hexdigest()  # type: ignore[arg-type]
 
 
 def _storage_key(tensor: Tensor) -> tuple[Any, ...]:

@@ -34,7 +34,7 @@ from convergent.studies.framework import (
     write_study,
 )
 from convergent.studies.framework.advice import Advice
-from convergent.studies.framework.claims import OtherDesign
+from convergent.studies.framework.designs import OtherDesign
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
 

@@ -25,22 +25,14 @@ from convergent.studies.framework.claims import (
     VERDICTS,
     Check,
     Claim,
-    OtherDesign,
     Threshold,
     as_exploratory,
     at_least,
     at_most,
-    check_design,
     check_key,
     claim_from_seeds,
     decide,
-    finite_mean,
-    finite_or_none,
-    format_interval,
-    format_number,
-    format_percent,
     not_measured,
-    stored_number,
     t_interval,
     within,
 )
@@ -59,7 +51,16 @@ from convergent.studies.framework.common import (
     tuning_lines,
     write_study,
 )
+from convergent.studies.framework.designs import OtherDesign, check_design
 from convergent.studies.framework.history import earlier_designs, history_lines
+from convergent.studies.framework.numbers import (
+    finite_mean,
+    finite_or_none,
+    format_interval,
+    format_number,
+    format_percent,
+    stored_number,
+)
 from convergent.studies.framework.study import (
     Measured,
     PilotedStudy,
@@ -72,6 +73,7 @@ from convergent.studies.framework.summary import (
     Sentence,
     claim_of,
     claims_by_key,
+    listed,
     misstated_verdicts,
     named_verdicts,
     verdict_of,
@@ -134,6 +136,7 @@ __all__ = [
     "grid_points",
     "history_lines",
     "json_ready",
+    "listed",
     "load_study",
     "misstated_verdicts",
     "named_verdicts",

@@ -15,7 +15,7 @@ from typing import Any
 
 from convergent.studies.framework.claims import VERDICTS
 from convergent.studies.framework.common import table_cell
-from convergent.studies.framework.summary import claim_of
+from convergent.studies.framework.summary import claim_of, listed
 
 WORDS_PER_BRIEF = 110  # a study's README summary is about 100 words; this is the hard limit
 
@@ -88,4 +88,4 @@ def verdict_words(verdicts: Sequence[str]) -> str:
     if len(counts) == 1:
         return next(iter(counts))
     parts = [f"{counts[verdict]} {verdict}" for verdict in VERDICTS if counts[verdict]]
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
+    return listed(parts)

@@ -49,11 +49,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scipy import stats
+
+from convergent.studies.framework.numbers import finite_or_none, format_interval, format_number
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "untested")
 PREVIEW_BELOW = 3
@@ -375,12 +377,6 @@ def not_measured(name: str, required: Threshold, why: str) -> Check:
     return Check(name, None, required, note=f"not measured: {why}")
 
 
-def format_interval(interval: tuple[float, float] | None) -> str:
-    if interval is None:
-        return "none (1 seed)"
-    return f"[{format_number(interval[0])}, {format_number(interval[1])}]"
-
-
 def format_checks(checks: Sequence[Check]) -> str:
     if not checks:
         return "none"
@@ -391,86 +387,3 @@ def format_checks(checks: Sequence[Check]) -> str:
             f"{check.name} = {format_number(check.value)} (need {check.required.text}) {state}"
         )
     return "; ".join(parts)
-
-
-def format_number(value: float | None) -> str:
-    """A number for a report: 4 significant digits, ``n/a`` for None or non-finite."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if value == 0 or 1e-3 <= abs(value) < 1e4:
-        return f"{value:.4g}"
-    return f"{value:.3g}"
-
-
-def stored_number(value: Any) -> float:
-    """A number read back from ``results.json``: JSON keeps NaN and inf as strings, and None
-    means missing (NaN here)."""
-    if value is None:
-        return math.nan
-    return float(value)
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """``value`` as a float when finite, else None (JSON's null)."""
-    return float(value) if value is not None and math.isfinite(value) else None
-
-
-def finite_mean(values: Sequence[float]) -> float:
-    """The mean of the finite values (``statistics.fmean``'s sum); NaN when there are none."""
-    finite = [float(v) for v in values if math.isfinite(v)]
-    return math.fsum(finite) / len(finite) if finite else math.nan
-
-
-def format_percent(fraction: float) -> str:
-    """A fraction as a percentage for a claim's text: 0.05 -> ``"5 %"`` (``:g`` digits)."""
-    return f"{fraction * 100:g} %"
-
-
-class OtherDesign(ValueError):
-    """Results of a design that a study's current code does not score.
-
-    Attributes:
-        found: the payload's design (1 when it carries no number).
-        current: the design the study's code scores.
-    """
-
-    def __init__(self, message: str, found: int, current: int) -> None:
-        super().__init__(message)
-        self.found = found
-        self.current = current
-
-
-def check_design(
-    study: str, found: int | None, current: int, rescorable: Collection[int] = ()
-) -> bool:
-    """Refuse results of a design the study's code cannot score; say whether the scoring is
-    exploratory.
-
-    Args:
-        study: the study's name.
-        found: the payload's design (None when it carries no number: the first design's).
-        current: the design the study's scorer implements.
-        rescorable: earlier designs whose stored data the current claims can be scored on;
-            such a scoring is exploratory (its forms were chosen after that data was seen).
-
-    Returns:
-        True when ``found`` is one of ``rescorable`` (the claims are exploratory), False when it
-        is ``current``.
-
-    Raises:
-        OtherDesign: a ValueError, one sentence naming both designs and where the earlier
-            ones are kept.
-    """
-    if found in rescorable and found != current:
-        return True
-    if found != current:
-        stated = "1 (no design number)" if found is None else found
-        also = "".join(f" and, exploratory, design {d}'s data" for d in sorted(rescorable))
-        raise OtherDesign(
-            f"these {study} results are of design {stated}, and this code scores design "
-            f"{current}{also} only; earlier designs' full results, with the claims they were scored "
-            f"with, are in docs/results/{study}-full/history/",
-            1 if found is None else found,
-            current,
-        )
-    return False

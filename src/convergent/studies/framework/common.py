@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from convergent.io import write_text_atomically
-from convergent.studies.framework.claims import (
-    PREVIEW_BELOW,
-    Claim,
-    format_interval,
-    format_number,
-    qualifiers,
-)
+from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, qualifiers
+from convergent.studies.framework.numbers import format_interval, format_number
 from convergent.studies.framework.resolution import resolution_lines
 
 MODES = ("smoke", "quick", "full")

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.framework.claims import format_interval, format_number
 from convergent.studies.framework.common import printed_verdict, table_cell
+from convergent.studies.framework.numbers import format_interval, format_number
 
 HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
 

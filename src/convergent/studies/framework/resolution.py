@@ -25,7 +25,8 @@ from typing import Any
 
 from scipy import stats
 
-from convergent.studies.framework.claims import CONFIDENCE, format_number, stored_number
+from convergent.studies.framework.claims import CONFIDENCE
+from convergent.studies.framework.numbers import format_number, stored_number
 
 MAX_SEEDS = 10_000  # beyond this many seeds, "more than" is said instead of a count
 

@@ -85,3 +85,8 @@ def misstated_verdicts(sentences: Sequence[Sentence], payload: Mapping[str, Any]
 def summary_lines(sentences: Sequence[Sentence]) -> list[str]:
     """The sentences as one markdown paragraph (nothing for none)."""
     return [" ".join(sentence.text for sentence in sentences), ""] if sentences else []
+
+
+def listed(items: Sequence[str]) -> str:
+    """Items as a sentence lists them: ``a``, ``a and b``, ``a, b and c`` (empty: ``""``)."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from convergent.studies.framework.claims import finite_or_none
+from convergent.studies.framework.numbers import finite_or_none
 
 Run = TypeVar("Run")
 

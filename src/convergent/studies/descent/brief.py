@@ -18,15 +18,21 @@ from convergent.studies.descent.claims import (
     VIDEO_NOISE_KEY,
     robustness_key,
 )
-from convergent.studies.descent.summary import (
+from convergent.studies.descent.wording import (
     ACTIVE_CHECK,
     BUMP_CHECK,
     PEAK_CHECK,
     SHIFTS,
-    _join,
-    _strength,
+    strength,
 )
-from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
+from convergent.studies.framework import (
+    Advice,
+    Sentence,
+    claims_by_key,
+    listed,
+    verdict_of,
+    verdict_words,
+)
 
 # The claims a user reads together, by what they are about (those the results hold are used).
 GROUPS = {
@@ -60,7 +66,7 @@ def _robustness(payload: Mapping[str, Any]) -> Sentence:
     held = set(verdicts.values())
     if helped:
         text = (
-            f"Where you expect {_join(helped)} at test time, try descent constraints on a text "
+            f"Where you expect {listed(helped)} at test time, try descent constraints on a text "
             f"classifier ({words})."
         )
     elif held == {"untested"}:
@@ -114,10 +120,10 @@ def _open(payload: Mapping[str, Any]) -> list[Sentence]:
             found.append(Sentence(f"The claims on {group}: {words}.", mine))
     if not untested:
         return found
-    why = _join(_reasons(payload, list(verdicts)))
+    why = listed(_reasons(payload, list(verdicts)))
     return [
         Sentence(
-            f"Still unknown: the claims on {_join(untested)}, untested because {why}.", verdicts
+            f"Still unknown: the claims on {listed(untested)}, untested because {why}.", verdicts
         ),
         *found,
     ]
@@ -135,12 +141,12 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     verdicts = _verdicts(payload, list(kinds.values()))
     helped = [SHIFTS.get(k, k) for k, key in kinds.items() if verdicts[key] == "reproduced"]
     when = (
-        f"you expect {_join(helped)} at test time (text classifiers)"
+        f"you expect {listed(helped)} at test time (text classifiers)"
         if helped
         else "not at this scale: it bought no robustness over plain ERM, which is simpler"
     )
     text = payload["data"]["text"]["selected"]["constrained"]
-    setting = f"text: {_strength(text)}; {payload['config']['text_steps']} training steps"
+    setting = f"text: {strength(text)}; {payload['config']['text_steps']} training steps"
     keys = [key for keys in (kinds.values(), (CLEAN_PAPER_KEY, CLEAN_KEY)) for key in keys]
     others = [key for group in GROUPS.values() for key in group]
     every = [key for key in [*keys, *others] if key in claims_by_key(payload)]
@@ -151,6 +157,6 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
         g for g, group in GROUPS.items() if set(_verdicts(payload, group).values()) == {"untested"}
     ]
     if groups:
-        open_parts.append(f"the claims on {_join(groups)} (untested)")
+        open_parts.append(f"the claims on {listed(groups)} (untested)")
     unknown = "; ".join(open_parts) or "larger models"
     return [Advice("Layer-wise descent constraints", when, setting, tuple(every), unknown)]

@@ -7,146 +7,36 @@ tuning grids, so a rescored or re-run result rewrites its own summary.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from fractions import Fraction
+from collections.abc import Mapping
 from typing import Any
 
 from convergent.studies.descent.claims import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,
-    LANGUAGE_MONOTONE_KEY,
-    LANGUAGE_NOISE_KEY,
-    PAPER_NOISY_WIN,
     TEXT_MONOTONE_KEY,
     VIDEO_MONOTONE_KEY,
     VIDEO_NOISE_KEY,
     robustness_key,
 )
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
+from convergent.studies.descent.language_summary import language_sentence
 from convergent.studies.descent.selection import (
     constraints_act,
     denoising_score,
     selected_index,
 )
-from convergent.studies.framework import Sentence, claims_by_key, verdict_of
-
-# Each perturbation kind (a key of ``data.text.levels``) in a user's words.
-SHIFTS = {
-    "gaussian": "Gaussian embedding noise",
-    "uniform": "uniform embedding noise",
-    "discrete": "random token swaps",
-    "typos": "typos",
-    "word_dropout": "word dropout",
-}
-PAPER_NOISY = f"{100 * PAPER_NOISY_WIN:.2f} %"  # the paper's win rate under noise
-# The manipulation checks that say whether the constraints bound, by how their names start.
-PEAK_CHECK = "largest multiplier"
-ACTIVE_CHECK = "share of training steps"
-BUMP_CHECK = "share of ERM seeds"
-MAX_TEST_SIZE = 100_000  # accuracies are read as exact shares of a test set at most this large
-
-Claim = Mapping[str, Any]
-
-
-def _join(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _points(value: float) -> str:
-    """An accuracy difference (a fraction) in signed percentage points."""
-    return f"{100 * value:+.1f}"
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.0f} %"
-
-
-def _short_of(value: float, floor: float, digits: int) -> str:
-    """A value that missed ``floor``, with ``digits`` more significant digits (``.Ng``; for
-    ``digits`` 0, whole numbers) until it no longer prints as the floor: 0.0996 against 0.1
-    reads 0.0996, not 0.1."""
-    for extra in range(digits, digits + 6):
-        text = f"{value:.{extra}f}" if digits == 0 else f"{value:.{extra + 1}g}"
-        if float(text) != floor:
-            return text
-    return f"{value:g}"
-
-
-def _floor(check: Mapping[str, Any]) -> float:
-    """The number in a check's requirement (``">= 0.1"`` gives 0.1)."""
-    return float(str(check["required"]).split()[-1])
-
-
-def _check(claim: Claim, start: str) -> Mapping[str, Any]:
-    return next(check for check in claim["checks"] if check["name"].startswith(start))
-
-
-def _strength(point: Mapping[str, Any]) -> str:
-    """A selected constrained point in a user's terms."""
-    cost = point["resilient_cost"]
-    slack = "hard, no slack" if cost is None else f"slack allowed at cost c = {cost:g}"
-    return (
-        f"alpha = {point['alpha']:g}, each layer to cut the loss by {_percent(point['alpha'])}; "
-        f"{slack}"
-    )
-
-
-def _binding(claim: Claim) -> tuple[bool, str]:
-    """Whether the constraints bound in every seed (the claim's manipulation checks), and the
-    measured multiplier and active share in words."""
-    peak, active = _check(claim, PEAK_CHECK), _check(claim, ACTIVE_CHECK)
-    if peak["value"] is None or active["value"] is None:
-        return False, "a seed recorded no multiplier"
-    if peak["passed"] and active["passed"]:
-        steps = (
-            "every training step"
-            if active["value"] >= 1
-            else f"at least {_percent(active['value'])} of training steps"
-        )
-        return True, (
-            f"lambda reached at least {peak['value']:.2g} in every seed, and some lambda was "
-            f"positive in {steps}"
-        )
-    low_peak = (
-        f"the largest lambda was as low as {_short_of(peak['value'], _floor(peak), 1)}, where "
-        f"the check needs {_floor(peak):g}"
-    )
-    few_steps = (
-        "some lambda was positive in as few as "
-        f"{_short_of(100 * active['value'], 100 * _floor(active), 0)} % of training steps, "
-        f"where the check needs {_percent(_floor(active))}"
-    )
-    if not peak["passed"] and not active["passed"]:
-        return False, f"{low_peak}, and {few_steps}"
-    if not peak["passed"]:  # name the passed check as passed, not as a reason
-        return False, f"{low_peak}, though some lambda was positive in at least " + (
-            f"{_percent(active['value'])} of training steps"
-        )
-    return False, f"lambda reached at least {peak['value']:.2g} in every seed, but {few_steps}"
-
-
-def _what_ran(claim: Claim) -> str:
-    """What unbound constrained runs were: ERM in all but name when both binding checks failed;
-    when one passed, runs the declared check does not count as constrained."""
-    peak, active = _check(claim, PEAK_CHECK), _check(claim, ACTIVE_CHECK)
-    if peak["value"] is None or active["value"] is None:
-        return "the declared check cannot count those runs as constrained training"
-    if not peak["passed"] and not active["passed"]:
-        return "those runs were ERM in all but name"
-    return "the declared check does not count those runs as constrained training"
-
-
-def _test_sentences(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> int | None:
-    """The test-set size behind the clean accuracies (each a share of the same test set, so
-    their common denominator), or None when they are not exact shares of one."""
-    accuracies = [float(record["clean"]) for records in runs.values() for record in records]
-    shares = [Fraction(value).limit_denominator(MAX_TEST_SIZE) for value in accuracies]
-    if not shares or any(abs(s - a) > 1e-12 for s, a in zip(shares, accuracies, strict=True)):
-        return None
-    size = math.lcm(*(share.denominator for share in shares))
-    return size if 1 < size <= MAX_TEST_SIZE else None
+from convergent.studies.descent.wording import (
+    BUMP_CHECK,
+    SHIFTS,
+    Claim,
+    binding,
+    check_named,
+    signed_points,
+    strength,
+    test_sentences,
+    what_ran,
+)
+from convergent.studies.framework import Sentence, claims_by_key, listed, verdict_of
 
 
 def _ruled_out(payload: Mapping[str, Any], part: str) -> list[float]:
@@ -168,7 +58,7 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
     config, data = payload["config"], payload["data"]
     layers = config.get("text_layers")
     model = "MiniLM-L6" if layers is None else f"MiniLM-L6 cut to {layers} layers"
-    sentences = _test_sentences(data["text"]["runs"])
+    sentences = test_sentences(data["text"]["runs"])
     test = f", {sentences:,} test sentences" if sentences else ""
     grids = {
         len(record["points"])
@@ -202,22 +92,22 @@ def _robustness(payload: Mapping[str, Any]) -> Sentence:
     kinds = list(payload["data"]["text"]["levels"])
     names = [robustness_key(kind) for kind in kinds]
     verdicts = {name: verdict_of(payload, name) for name in names}
-    bound, measured = _binding(claims[CLEAN_PAPER_KEY])
-    selected = _strength(payload["data"]["text"]["selected"]["constrained"])
+    bound, measured = binding(claims[CLEAN_PAPER_KEY])
+    selected = strength(payload["data"]["text"]["selected"]["constrained"])
     effects = [float(claims[name]["effect"]) for name in names]
     by_verdict: dict[str, list[str]] = {}
     for kind, name in zip(kinds, names, strict=True):
         by_verdict.setdefault(verdicts[name], []).append(SHIFTS.get(kind, kind.replace("_", " ")))
     gain = f"{100 * float(claims[names[0]]['threshold']['value']):g} point"
     outcome = "; ".join(
-        SHIFT_VERDICTS[v].format(gain=gain, shifts=_join(s)) for v, s in by_verdict.items()
+        SHIFT_VERDICTS[v].format(gain=gain, shifts=listed(s)) for v, s in by_verdict.items()
     )
     counts = {len(gammas) for gammas in payload["data"]["text"]["levels"].values()}
     levels = (
         f"averaged over {counts.pop()} strengths of each shift" if len(counts) == 1 else "averaged"
     )
     if "reproduced" in by_verdict:
-        advice = f"where you expect {_join(by_verdict['reproduced'])} at test time, try them"
+        advice = f"where you expect {listed(by_verdict['reproduced'])} at test time, try them"
     elif set(by_verdict) == {"untested"}:
         advice = "whether they help is unknown"
     elif "inconclusive" in by_verdict:
@@ -230,7 +120,7 @@ def _robustness(payload: Mapping[str, Any]) -> Sentence:
     return Sentence(
         f"On text the selected constraints ({selected}) {'did' if bound else 'barely'} bind "
         f"({measured}), and against ERM the constrained model's accuracy under shifted inputs "
-        f"changed by {_points(min(effects))} to {_points(max(effects))} points ({levels}; the "
+        f"changed by {signed_points(min(effects))} to {signed_points(max(effects))} points ({levels}; the "
         f"claim, as tested: a gain of at least {gain}): it was {outcome}, so {advice}.",
         verdicts,
     )
@@ -267,7 +157,7 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
     by_verdict: dict[str, list[str]] = {}
     for name, margin in margins.items():
         by_verdict.setdefault(verdicts[name], []).append(margin)
-    outcome = "; it ".join(CLEAN_VERDICTS[v].format(_join(m)) for v, m in by_verdict.items())
+    outcome = "; it ".join(CLEAN_VERDICTS[v].format(listed(m)) for v, m in by_verdict.items())
     effect = float(paper["effect"])
     text = (
         f"Clean test accuracy was {abs(100 * effect):.1f} point "
@@ -277,7 +167,7 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
     if paper["interval"] is not None:
         low, high = paper["interval"]
         over = " over test sentences and seeds" if "sentences" in paper["interval_method"] else ""
-        text += f" (95 % interval{over} [{_points(low)}, {_points(high)}] points)"
+        text += f" (95 % interval{over} [{signed_points(low)}, {signed_points(high)}] points)"
         unresolved = [
             name
             for name in margins
@@ -286,9 +176,9 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
         ]
         if unresolved:
             half_width, needed = _half_width(paper), _seeds_needed(paper)
-            sentences = _test_sentences(payload["data"]["text"]["runs"])
+            sentences = test_sentences(payload["data"]["text"]["runs"])
             on = f" on {sentences:,} test sentences" if sentences else ""
-            wider = _join([margins[name] for name in unresolved])
+            wider = listed([margins[name] for name in unresolved])
             seeds = (
                 f" (at this seed-to-seed spread about {needed} seeds would narrow it to the "
                 "paper's margin)"
@@ -328,13 +218,13 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
     outcome = "; ".join(
         f"the claim of {found[0]} is {verdict}"
         if len(found) == 1
-        else f"the claims of {_join([found[0], *(f'of {f}' for f in found[1:])])} are "
+        else f"the claims of {listed([found[0], *(f'of {f}' for f in found[1:])])} are "
         f"{'both' if len(found) == 2 else 'all'} {verdict}"
         for verdict, found in by_verdict.items()
     )
-    bound, measured = _binding(claims[VIDEO_NOISE_KEY])
+    bound, measured = binding(claims[VIDEO_NOISE_KEY])
     video = payload["data"]["video"]["selected"]["constrained"]
-    selected = _strength(video)
+    selected = strength(video)
     if bound:
         return Sentence(
             f"For the street-video denoiser the selected constraints ({selected}) bound "
@@ -349,14 +239,14 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
         else "by the selection rule"
     )
     excluded = (
-        f"; {stronger}alpha = {_join([f'{a:g}' for a in ruled_out])} was ruled out in tuning "
+        f"; {stronger}alpha = {listed([f'{a:g}' for a in ruled_out])} was ruled out in tuning "
         f"{reason}"
         if ruled_out
         else ""
     )
     return Sentence(
         f"For the street-video denoiser {outcome}: the selected constraints ({selected}) "
-        f"barely bound ({measured}), so {_what_ran(claims[VIDEO_NOISE_KEY])}{excluded}"
+        f"barely bound ({measured}), so {what_ran(claims[VIDEO_NOISE_KEY])}{excluded}"
         f"{_revised_pick(payload)}; constraints act only while lambda is above zero, so check "
         "that share of steps before expecting any effect.",
         verdicts,
@@ -390,7 +280,7 @@ def _text_layers(payload: Mapping[str, Any]) -> Sentence:
     claim = claims_by_key(payload)[TEXT_MONOTONE_KEY]
     verdict = verdict_of(payload, TEXT_MONOTONE_KEY)
     text = MONOTONE_VERDICTS[verdict]
-    bumps = _check(claim, BUMP_CHECK)
+    bumps = check_named(claim, BUMP_CHECK)
     if verdict == "untested" and bumps["value"] is not None and not bumps["passed"]:
         seeds = int(claim["n"])
         smooth = seeds - round(float(bumps["value"]) * seeds)
@@ -400,149 +290,8 @@ def _text_layers(payload: Mapping[str, Any]) -> Sentence:
             "contrast to show"
         )
     elif verdict == "untested":
-        text += f": {_binding(claim)[1]}"
+        text += f": {binding(claim)[1]}"
     return Sentence(text + ".", {TEXT_MONOTONE_KEY: verdict})
-
-
-CLEAN_WIN = {
-    "reproduced": "within {margin} points of the paper's 50 % (reproduced)",
-    "not reproduced": "more than {margin} points from the paper's 50 % (not reproduced)",
-    "inconclusive": "not resolved against the paper's 50 % +- {margin} points (inconclusive)",
-    "untested": "leaving the paper's 50 % untested{why}",
-}
-NOISE_WIN = {
-    "reproduced": "clearing the test's {floor} (reproduced; the paper: {paper})",
-    "not reproduced": "short of the test's {floor} (not reproduced; the paper: {paper})",
-    "inconclusive": "not resolved against the test's {floor} (inconclusive; the paper: {paper})",
-    "untested": "leaving the paper's {paper} untested",
-}
-LANGUAGE_LAYERS = {
-    "reproduced": "its per-layer losses fell layer by layer where ERM's did not (reproduced)",
-    "not reproduced": "its per-layer losses did not fall layer by layer where ERM's did not "
-    "(not reproduced)",
-    "inconclusive": "whether its per-layer losses fall layer by layer where ERM's do not is "
-    "inconclusive",
-    "untested": "whether its per-layer losses fall layer by layer where ERM's do not is untested",
-}
-
-
-def _language_advice(
-    noise: str, clean: str, clean_effect: float | None, margin: str, floor: str
-) -> str:
-    """What part (c) tells a user who fine-tunes a language model, from the noisy and clean
-    win-rate verdicts (declared before part (c)'s full run); the clean claim is two-sided, so
-    its "not reproduced" reads by the side its win rate fell on."""
-    if noise == "reproduced":
-        if clean == "reproduced":
-            return (
-                "; for a language model whose inputs may be noisy, constrained fine-tuning at "
-                f"this strength is worth trying: without noise it cost no more than {margin} "
-                "points of win rate"
-            )
-        if clean == "not reproduced" and clean_effect is not None and clean_effect < 0.5:
-            return (
-                "; constrained fine-tuning helped under noise but lost without it, so use it "
-                "only where inputs are noisy"
-            )
-        return "; where inputs are noisy, constrained fine-tuning is worth trying"
-    if noise == "not reproduced":
-        return (
-            f"; at this scale the constraints' win rate under embedding noise stayed below the "
-            f"test's {floor}, so plain fine-tuning remains the simpler choice"
-        )
-    if noise == "inconclusive":
-        return (
-            "; whether the constraints make a fine-tuned language model more robust to "
-            "embedding noise stays open at this scale"
-        )
-    return ""
-
-
-def _share(claim: Claim) -> str:
-    """A win-rate claim's effect as a percentage (n/a when every seed diverged)."""
-    return "n/a" if claim["effect"] is None else _percent(float(claim["effect"]))
-
-
-def _share_interval(claim: Claim) -> str:
-    """A win-rate claim's interval in percent, after a space (nothing when it has none)."""
-    if claim["interval"] is None:
-        return ""
-    low, high = claim["interval"]
-    return f" [{100 * low:.0f}, {100 * high:.0f}]"
-
-
-def _open_for_language(payload: Mapping[str, Any]) -> str:
-    """What unbound part (c) runs leave a language-model user: the claim open, and the measured
-    range of the constrained runs' active share to read in their own runs (nothing when no
-    run recorded one)."""
-    shares = [
-        float(record["multiplier_active_share"])
-        for record in payload["data"]["language"]["runs"]["constrained"]
-        if record.get("multiplier_active_share") is not None
-    ]
-    if not shares:
-        return ""
-    spread = (
-        _percent(shares[0])
-        if _percent(min(shares)) == _percent(max(shares))
-        else f"{_percent(min(shares))} to {_percent(max(shares))}"
-    )
-    return (
-        "; for a language-model fine-tune this leaves the paper's robustness claim open at this "
-        f"scale: some lambda was positive in {spread} of the steps across seeds, so read that "
-        "share (`fit` logs it) before crediting the constraints with any gain"
-    )
-
-
-def _language(payload: Mapping[str, Any]) -> Sentence:
-    """Part (c): the two win rates and the per-layer claim, with the strength that ran."""
-    claims = claims_by_key(payload)
-    names = (LANGUAGE_CLEAN_KEY, LANGUAGE_NOISE_KEY, LANGUAGE_MONOTONE_KEY)
-    verdicts = {name: verdict_of(payload, name) for name in names}
-    clean, noise, layers = (claims[name] for name in names)
-    spec = payload["config"]["language"]
-    bound, measured = _binding(noise)
-    model = (
-        f"On a {spec['layers']}-layer GPT-style language model pretrained on Jane Austen's "
-        f"novels and fine-tuned on held-apart text ({clean['n']} seed"
-        f"{'' if clean['n'] == 1 else 's'})"
-    )
-    if not bound:
-        return Sentence(
-            f"{model} the selected constraints barely bound ({measured}), so its three "
-            f"claims are untested; measured anyway, the constrained model won {_share(clean)} "
-            f"of the test windows against ERM without noise and {_share(noise)}"
-            f"{_share_interval(noise)} under Gaussian embedding noise at gamma "
-            f"{LANGUAGE_CLAIM_GAMMA:g} (the paper: {PAPER_NOISY}), which this design cannot count as the constraints' effect"
-            f"{_open_for_language(payload)}.",
-            verdicts,
-        )
-    low, high = clean["threshold"]["value"]
-    margin = f"{100 * (high - low) / 2:g}"
-    fit = _check(clean, "ERM's clean test perplexity")
-    why = (
-        ", since ERM's own fine-tune did not improve on its start"
-        if fit["passed"] is not True
-        else ""
-    )
-    floor = _percent(float(noise["threshold"]["value"]))
-    layer_text = LANGUAGE_LAYERS[verdicts[LANGUAGE_MONOTONE_KEY]]
-    bumps = _check(layers, BUMP_CHECK)
-    if verdicts[LANGUAGE_MONOTONE_KEY] == "untested" and bumps["passed"] is False:
-        layer_text += " (ERM's own already fell layer by layer)"
-    selected = _strength(payload["data"]["language"]["selected"]["constrained"])
-    effect = None if clean["effect"] is None else float(clean["effect"])
-    advice = _language_advice(
-        verdicts[LANGUAGE_NOISE_KEY], verdicts[LANGUAGE_CLEAN_KEY], effect, margin, floor
-    )
-    return Sentence(
-        f"{model} the selected constraints ({selected}) bound ({measured}); the constrained "
-        f"model won {_share(clean)} of the test windows against ERM without "
-        f"noise, {CLEAN_WIN[verdicts[LANGUAGE_CLEAN_KEY]].format(margin=margin, why=why)}, and "
-        f"{_share(noise)} under Gaussian embedding noise at gamma {LANGUAGE_CLAIM_GAMMA:g}, "
-        f"{NOISE_WIN[verdicts[LANGUAGE_NOISE_KEY]].format(floor=floor, paper=PAPER_NOISY)}, and {layer_text}{advice}.",
-        verdicts,
-    )
 
 
 def _joined(first: Sentence, second: Sentence) -> Sentence:
@@ -565,4 +314,4 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     opening = [_scale(payload), _robustness(payload), _clean(payload)]
     if LANGUAGE_CLEAN_KEY not in claims_by_key(payload):
         return [*opening, _video(payload), _text_layers(payload)]
-    return [*opening, _joined(_video(payload), _text_layers(payload)), _language(payload)]
+    return [*opening, _joined(_video(payload), _text_layers(payload)), language_sentence(payload)]

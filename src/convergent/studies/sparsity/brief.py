@@ -7,21 +7,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
+from convergent.studies.framework import (
+    Advice,
+    Sentence,
+    claims_by_key,
+    listed,
+    verdict_of,
+    verdict_words,
+)
 from convergent.studies.sparsity.claims import PRUNER_NAMES
 from convergent.studies.sparsity.config import sparsity_key
-from convergent.studies.sparsity.summary import (
+from convergent.studies.sparsity.wording import (
     BEATS_ADAMW,
     BEATS_HAM,
     HALF_THE_LOSS,
     NEAR_ZERO_LM,
     NEAR_ZERO_VIT,
     SURVIVES,
-    _mean,
-    _number,
-    _one_shot,
-    _why_untested,
+    one_shot_claims,
     role_keys,
+    rounded,
+    stored_mean,
+    why_untested,
 )
 
 ACDC_ROLES = (BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS)
@@ -34,7 +41,7 @@ def _present(payload: Mapping[str, Any], roles: tuple[str, ...]) -> list[str]:
 
 
 def _one_shot_keys(payload: Mapping[str, Any]) -> list[str]:
-    return [key for key, _ in _one_shot(payload)] + _present(payload, (SURVIVES,))
+    return [key for key, _ in one_shot_claims(payload)] + _present(payload, (SURVIVES,))
 
 
 def _verdicts(payload: Mapping[str, Any], keys: list[str]) -> dict[str, str]:
@@ -103,10 +110,6 @@ def brief(payload: Mapping[str, Any]) -> list[Sentence]:
     return [sentence for sentence in found if sentence is not None]
 
 
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
     keys = _one_shot_keys(payload)
     language = payload["data"]["language"]
@@ -116,23 +119,25 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
     claims = claims_by_key(payload)
     helped = [
         f"{PRUNER_NAMES[claims[key]['extra']['pruner']]} at {claims[key]['extra']['sparsity']}"
-        for key, _ in _one_shot(payload)
+        for key, _ in one_shot_claims(payload)
         if verdicts[key] == "reproduced"
     ]
-    everywhere = len(helped) == len(_one_shot(payload))
+    everywhere = len(helped) == len(one_shot_claims(payload))
     when = (
         "you will prune a trained model once (magnitude, Wanda or SparseGPT)"
         if everywhere
-        else f"you will prune once with {_listed(helped)}"
+        else f"you will prune once with {listed(helped)}"
         if helped
         else "not shown to help here: keep AdamW"
     )
     selected = language["selected"]["horst"]
-    strength = _number(_mean(language["strength"]["horst"]))
-    targets = list(dict.fromkeys(claims[key]["extra"]["sparsity"] for key, _ in _one_shot(payload)))
+    strength = rounded(stored_mean(language["strength"]["horst"]))
+    targets = list(
+        dict.fromkeys(claims[key]["extra"]["sparsity"] for key, _ in one_shot_claims(payload))
+    )
     setting = (
         f"HORST(strength={strength}) (alpha {selected['alpha']:g} on these weights), "
-        f"learning rate {selected['lr']:g}; pruned to {_listed(targets)} sparsity"
+        f"learning rate {selected['lr']:g}; pruned to {listed(targets)} sparsity"
     )
     survives = _present(payload, (SURVIVES,))
     open_survival = survives and verdicts[survives[0]] != "reproduced"
@@ -159,15 +164,15 @@ def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
         frozenset({"untested"}): "not known: keep AdamW or HAM",
     }.get(frozenset(held), "not settled here: keep AdamW or HAM")
     horst = vision["selected"]["horst"]
-    strength = _number(_mean(vision["strength"].get("horst", [])))
+    strength = rounded(stored_mean(vision["strength"].get("horst", [])))
     sparsities = [sparsity_key(t) for t in payload["config"]["sparsities"]]
     setting = (
         f"HORST alpha {horst['alpha']:g} (strength {strength}), learning rate "
-        f"{horst['lr']:g}; AC/DC to {_listed(sparsities)} sparsity"
+        f"{horst['lr']:g}; AC/DC to {listed(sparsities)} sparsity"
     )
     untested = [key for key in keys if verdicts[key] == "untested"]
     unknown = (
-        "whether HORST beats AdamW or HAM: " + _why_untested(claims[untested[0]], top)
+        "whether HORST beats AdamW or HAM: " + why_untested(claims[untested[0]], top)
         if untested
         else "larger vision models"
     )

@@ -12,37 +12,32 @@ so a rescored or re-run result rewrites its own summary.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from convergent.diagnostics import acting
-from convergent.studies.framework import (
-    Sentence,
-    check_design,
-    claims_by_key,
-    finite_mean,
-    stored_number,
-    verdict_of,
-)
-from convergent.studies.sparsity.claims import (
-    ADVANTAGE_CHECK,
-    DESIGN,
-    FLOOR_CHECK,
-    HIGH_SPARSITY,
-    PRUNER_NAMES,
-    STRONGER_PRUNER,
-    STRONGER_TARGET,
-    half_loss_key,
-    near_zero_key,
-    pruned_key,
-    vision_key,
-)
+from convergent.studies.framework import Sentence, check_design, listed, stored_number, verdict_of
+from convergent.studies.sparsity.claims import ADVANTAGE_CHECK, DESIGN, HIGH_SPARSITY, PRUNER_NAMES
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
+from convergent.studies.sparsity.wording import (
+    BEATS_ADAMW,
+    BEATS_HAM,
+    HALF_THE_LOSS,
+    NEAR_ZERO_LM,
+    NEAR_ZERO_VIT,
+    SURVIVES,
+    by_role,
+    effect_with_interval,
+    key_shown,
+    one_shot_claims,
+    percent_shown,
+    role_claim,
+    rounded,
+    stored_mean,
+    verdict_phrase,
+    why_untested,
+)
 
-# The role of each claim a sentence reads (`role_keys` gives its key for a payload's config).
-BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS = "beats AdamW", "beats HAM", "half the loss"
-NEAR_ZERO_VIT, NEAR_ZERO_LM, SURVIVES = "near zero, ViT", "near zero, LM", "survives"
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
 
 
@@ -55,71 +50,6 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
         if sentence is not None:
             sentences.append(sentence)
     return sentences
-
-
-def role_keys(payload: Mapping[str, Any]) -> dict[str, str]:
-    """The key of each role's claim under the payload's config (the claims' own key builders,
-    given the sparsities the claims read)."""
-    config = payload["config"]
-    top = sparsity_key(max(config["sparsities"]))
-    high = [sparsity_key(t) for t in config["sparsities"] if t >= HIGH_SPARSITY - 1e-9]
-    return {
-        BEATS_ADAMW: vision_key("adamw", top),
-        BEATS_HAM: vision_key("ham", top),
-        HALF_THE_LOSS: half_loss_key(high),
-        NEAR_ZERO_VIT: near_zero_key("ViT"),
-        NEAR_ZERO_LM: near_zero_key("character LM"),
-        SURVIVES: pruned_key(STRONGER_PRUNER, sparsity_key(STRONGER_TARGET), survives=True),
-    }
-
-
-def _claim(payload: Mapping[str, Any], role: str) -> tuple[str, Mapping[str, Any]] | None:
-    """The key and record of ``role``'s claim (None when the results hold none)."""
-    key = role_keys(payload)[role]
-    record = claims_by_key(payload).get(key)
-    return None if record is None else (key, record)
-
-
-def _one_shot(payload: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The one-shot claims (claim 5), one per pruner and target, in the payload's order."""
-    config = payload["config"]
-    keys = {
-        pruned_key(pruner, sparsity_key(target))
-        for pruner in config["lm_pruners"]
-        for target in config["lm_sparsities"]
-    }
-    return [(key, record) for key, record in claims_by_key(payload).items() if key in keys]
-
-
-def _number(value: Any, digits: int = 2) -> str:
-    """``value`` to ``digits`` significant digits (at least to the units), "n/a" if missing."""
-    value = stored_number(value)
-    if not math.isfinite(value):
-        return "n/a"
-    if value == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{round(value, decimals):g}"
-
-
-def _effect(record: Mapping[str, Any], scale: float = 1.0) -> str:
-    """The claim's effect and 95 % interval, e.g. ``-2.3 [-3.6, -0.94]`` (times ``scale``)."""
-    effect = stored_number(record["effect"]) * scale
-    interval = record.get("interval")
-    if not interval:
-        return _number(effect)
-    low, high = (stored_number(v) * scale for v in interval)
-    return f"{_number(effect)} [{_number(low)}, {_number(high)}]"
-
-
-def _verdict(payload: Mapping[str, Any], name: str) -> str:
-    """The verdict as written in a sentence: ``reproduced``, or ``reproduced, a preview``."""
-    preview = claims_by_key(payload)[name].get("preview")
-    return verdict_of(payload, name) + (", a preview" if preview else "")
-
-
-def _mean(values: Sequence[Any]) -> float:
-    return finite_mean([stored_number(v) for v in values])
 
 
 def _grid_note(payload: Mapping[str, Any], part: str, optimizer: str) -> str:
@@ -143,21 +73,6 @@ def _grid_note(payload: Mapping[str, Any], part: str, optimizer: str) -> str:
     return ""
 
 
-def _shown(fraction: float) -> str:
-    """A sparsity as a sentence writes it: ``0.9 -> "90 %"``."""
-    return f"{round(100 * fraction)} %"
-
-
-def _key_shown(key: str) -> str:
-    """A data key as a sentence writes it: ``"90%" -> "90 %"``."""
-    return key.replace("%", " %")
-
-
-def _listed(items: Sequence[str]) -> str:
-    """``("50", "70", "90") -> "50, 70 and 90"``."""
-    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
-
-
 def _scale(payload: Mapping[str, Any]) -> Sentence:
     config = payload["config"]
     seeds = config["seeds"]
@@ -170,13 +85,12 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
         for part, what in (("(a)", "vision model"), ("(b)", "language model"))
         if (counts := sizes.get(part))
     )
-    sparsities = _listed([f"{round(100 * t)}" for t in config["sparsities"]])
-    lm_sparsities = _listed([f"{round(100 * t)}" for t in config["lm_sparsities"]])
-    pruners = _listed([PRUNER_NAMES[p] for p in config["lm_pruners"]])
+    sparsities = listed([f"{round(100 * t)}" for t in config["sparsities"]])
+    lm_sparsities = listed([f"{round(100 * t)}" for t in config["lm_sparsities"]])
+    pruners = listed([PRUNER_NAMES[p] for p in config["lm_pruners"]])
     calibrated = [PRUNER_NAMES[p] for p in config["lm_pruners"] if p != "magnitude"]
     calibration = (
-        f" ({_listed(calibrated)} calibrated on {config['lm_calibration_windows']} training "
-        "windows)"
+        f" ({listed(calibrated)} calibrated on {config['lm_calibration_windows']} training windows)"
         if calibrated
         else ""
     )
@@ -195,11 +109,11 @@ def _scale(payload: Mapping[str, Any]) -> Sentence:
 def _setting(record: Mapping[str, Any]) -> str:
     """A one-shot claim's pruner and target in words: ``"SparseGPT at 70 %"``."""
     extra = record["extra"]
-    return f"{PRUNER_NAMES[extra['pruner']]} at {_key_shown(extra['sparsity'])}"
+    return f"{PRUNER_NAMES[extra['pruner']]} at {key_shown(extra['sparsity'])}"
 
 
 def _language(payload: Mapping[str, Any]) -> Sentence | None:
-    found = _one_shot(payload)
+    found = one_shot_claims(payload)
     if not found:
         return None
     verdicts = {name: verdict_of(payload, name) for name, _ in found}
@@ -208,7 +122,7 @@ def _language(payload: Mapping[str, Any]) -> Sentence | None:
     if counts.get("untested") == total:
         lead = (
             "Whether HORST helps a model you will prune once after training is not known from "
-            f"this run ({_why_untested(found[0][1])})"
+            f"this run ({why_untested(found[0][1])})"
         )
     elif counts.get("reproduced") == total:
         lead = "For a model you will prune once after training, HORST helped with every pruner"
@@ -228,17 +142,17 @@ def _language(payload: Mapping[str, Any]) -> Sentence | None:
             "from AdamW"
         )
     ratios = "; ".join(
-        f"{_effect(record)} after {_setting(record)} ({_verdict(payload, name)})"
+        f"{effect_with_interval(record)} after {_setting(record)} ({verdict_phrase(payload, name)})"
         for name, record in found
     )
     perplexity = payload["data"]["language"]["perplexity"]
-    dense = {m: _mean(by[LM_SELECTION_PRUNER]["0%"]) for m, by in perplexity.items()}
+    dense = {m: stored_mean(by[LM_SELECTION_PRUNER]["0%"]) for m, by in perplexity.items()}
     text = (
         f"{lead}: the HORST-trained language model's test perplexity over the AdamW-trained "
-        f"one's was {ratios} (unpruned: {_number(dense['horst'], 3)} against "
-        f"{_number(dense['adamw'], 3)})"
+        f"one's was {ratios} (unpruned: {rounded(dense['horst'], 3)} against "
+        f"{rounded(dense['adamw'], 3)})"
     )
-    survives = _claim(payload, SURVIVES)
+    survives = role_claim(payload, SURVIVES)
     if survives is not None:
         name, record = survives
         verdict = verdicts[name] = verdict_of(payload, name)
@@ -250,7 +164,7 @@ def _language(payload: Mapping[str, Any]) -> Sentence | None:
         }[verdict]
         text += (
             f"; HORST's advantage {what} the stronger pruner, {_setting(record)} "
-            f"({_verdict(payload, name)})"
+            f"({verdict_phrase(payload, name)})"
         )
         if verdict == "untested":
             text += _no_advantage(record)
@@ -263,21 +177,21 @@ def _no_advantage(record: Mapping[str, Any]) -> str:
         if check["name"].startswith(ADVANTAGE_CHECK) and check.get("passed") is False:
             return (
                 ": there was no clear advantage to survive, as after magnitude pruning to "
-                f"{_key_shown(record['extra']['sparsity'])} the upper end of the ratio's 95 % "
-                f"interval was {_number(stored_number(check.get('value')))} (at most 1 needed)"
+                f"{key_shown(record['extra']['sparsity'])} the upper end of the ratio's 95 % "
+                f"interval was {rounded(stored_number(check.get('value')))} (at most 1 needed)"
             )
     return ""
 
 
 def _strength(payload: Mapping[str, Any]) -> Sentence | None:
-    found = _one_shot(payload)
+    found = one_shot_claims(payload)
     language = payload["data"]["language"]
     if not found or "horst" not in language["selected"]:
         return None
     verdicts = {name: verdict_of(payload, name) for name, _ in found}
     selected = language["selected"]["horst"]
-    strength = _number(_mean(language["strength"]["horst"]))
-    ratio = _number(_mean(language["move_ratio"]["horst"]))
+    strength = rounded(stored_mean(language["strength"]["horst"]))
+    ratio = rounded(stored_mean(language["move_ratio"]["horst"]))
     edge = _grid_note(payload, "(b)", "horst")
     where = (
         f"HORST(strength={strength}), which is alpha {selected['alpha']:g} on these weights, "
@@ -290,7 +204,7 @@ def _strength(payload: Mapping[str, Any]) -> Sentence | None:
         settings = (
             "(it helped with every pruner and target tested)"
             if len(helped) == len(found)
-            else f"with the pruners and targets where it helped ({_listed(helped)})"
+            else f"with the pruners and targets where it helped ({listed(helped)})"
         )
         lead = (
             f"Train with HORST a model you will prune once after training {settings}, at the "
@@ -320,7 +234,7 @@ def _strength(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _near_zero_part(payload: Mapping[str, Any], part: str, where: str) -> tuple[str, str] | None:
-    found = _claim(payload, part)
+    found = role_claim(payload, part)
     if found is None:
         return None
     name, record = found
@@ -333,21 +247,21 @@ def _near_zero_part(payload: Mapping[str, Any], part: str, where: str) -> tuple[
         "inconclusive": f"these seeds cannot tell whether HORST's unpruned {where} weights sit "
         "nearer zero than AdamW's",
         "untested": f"whether HORST's {where} weights sit nearer zero is not known "
-        f"({_why_untested(record)})",
+        f"({why_untested(record)})",
     }[verdict]
     fraction = stored_number(payload["data"].get("rms_fraction"))
     return name, (
-        f"{lead} (share below {_number(100 * fraction)} % of their tensor's RMS, HORST minus "
-        f"AdamW: {_effect(record, 100)} percentage points; {_verdict(payload, name)})"
+        f"{lead} (share below {rounded(100 * fraction)} % of their tensor's RMS, HORST minus "
+        f"AdamW: {effect_with_interval(record, 100)} percentage points; {verdict_phrase(payload, name)})"
     )
 
 
 def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
     parts, verdicts = [], {}
     near_zero = []
-    found = _claim(payload, BEATS_HAM)
+    found = role_claim(payload, BEATS_HAM)
     highest = max(payload["config"]["sparsities"])
-    top = _shown(highest)
+    top = percent_shown(highest)
     vision = payload["data"]["vision"]
     if found is not None:
         name, record = found
@@ -362,12 +276,12 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
             "reproduced": "HORST beat HAM",
             "not reproduced": f"HORST did worse than HAM{setting}, so prefer HAM there",
             "inconclusive": "these seeds cannot tell HORST from HAM",
-            "untested": f"HORST against HAM is not known ({_why_untested(record, top)})",
+            "untested": f"HORST against HAM is not known ({why_untested(record, top)})",
         }[verdict]
         parts.append(
             f"Training the vision transformer with AC/DC, {lead}: at {top} sparsity HORST's "
-            f"top-1 accuracy minus HAM's was {_effect(record, 100)} points "
-            f"({_verdict(payload, name)})"
+            f"top-1 accuracy minus HAM's was {effect_with_interval(record, 100)} points "
+            f"({verdict_phrase(payload, name)})"
         )
     for part, where in ((NEAR_ZERO_VIT, "vision-transformer"), (NEAR_ZERO_LM, "language-model")):
         near = _near_zero_part(payload, part, where)
@@ -379,27 +293,27 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
     if not parts:
         return None
     horst = vision["selected"].get("horst", {})
-    ratio = _mean(vision["move_ratio"].get("horst", {}).get(sparsity_key(highest), []))
-    strength = _mean(vision["strength"].get("horst", []))
+    ratio = stored_mean(vision["move_ratio"].get("horst", {}).get(sparsity_key(highest), []))
+    strength = stored_mean(vision["strength"].get("horst", []))
     edge = _grid_note(payload, "(a)", "horst")
     acted = ""
     if "alpha" in horst and math.isfinite(ratio):
         moved = "acted, moving" if ratio >= acting.MOVE_RATIO_FLOOR else "barely acted, moving only"
         acted = (
             f"; on the vision transformer HORST's mirror step {moved} the weights about "
-            f"{_number(ratio)} times as far as its Adam step at its selected alpha "
-            f"{horst['alpha']:g} (strength {_number(strength)})" + (f" ({edge})" if edge else "")
+            f"{rounded(ratio)} times as far as its Adam step at its selected alpha "
+            f"{horst['alpha']:g} (strength {rounded(strength)})" + (f" ({edge})" if edge else "")
         )
     text = "; ".join(parts)
     return Sentence(f"{text[0].upper()}{text[1:]}{acted}.", verdicts)
 
 
 def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
-    found = [c for c in (_claim(payload, BEATS_ADAMW), _claim(payload, HALF_THE_LOSS)) if c]
+    found = [c for c in (role_claim(payload, BEATS_ADAMW), role_claim(payload, HALF_THE_LOSS)) if c]
     if not found:
         return None
     sparsities = payload["config"]["sparsities"]
-    top = _shown(max(sparsities))
+    top = percent_shown(max(sparsities))
     high = "-".join(f"{round(100 * t)}" for t in sparsities if t >= HIGH_SPARSITY - 1e-9) + " %"
     what = {
         BEATS_ADAMW: f"HORST reaches a higher accuracy than AdamW at {top}",
@@ -426,61 +340,15 @@ def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
     unknown = [(n, r) for n, r in found if verdicts[n] == "untested"]
     parts = []
     if unknown:
-        claims = " and whether ".join(_by_role(payload, what, name) for name, _ in unknown)
-        reasons = list(dict.fromkeys(_why_untested(record, top) for _, record in unknown))
+        claims = " and whether ".join(by_role(payload, what, name) for name, _ in unknown)
+        reasons = list(dict.fromkeys(why_untested(record, top) for _, record in unknown))
         stays = "stay" if len(unknown) > 1 else "stays"
         parts.append(f"whether {claims} {stays} untested: {'; '.join(reasons)}")
     for name, record in found:
         if verdicts[name] != "untested":
             parts.append(
-                f"{_by_role(payload, tested, name)[verdicts[name]]} "
-                f"({_by_role(payload, effects, name)}: "
-                f"{_effect(record, 100)} points; {_verdict(payload, name)})"
+                f"{by_role(payload, tested, name)[verdicts[name]]} "
+                f"({by_role(payload, effects, name)}: "
+                f"{effect_with_interval(record, 100)} points; {verdict_phrase(payload, name)})"
             )
     return Sentence(f"Under AC/DC, {'; and '.join(parts)}.", verdicts)
-
-
-def _by_role(payload: Mapping[str, Any], table: Mapping[str, Any], key: str) -> Any:
-    """The entry of ``table`` (by role) for the claim of ``key``."""
-    keys = role_keys(payload)
-    return next(entry for role, entry in table.items() if keys[role] == key)
-
-
-def _why_untested(record: Mapping[str, Any], top: str = "the highest sparsity") -> str:
-    """The failed or unmeasured checks of a claim, in plain words (``top``: the sparsity the
-    room checks read)."""
-    reasons = []
-    for check in record.get("checks", []):
-        if check.get("passed"):
-            continue
-        name, value = check["name"], stored_number(check.get("value"))
-        required = _required_number(check.get("required", ""))
-        who = name.split()[0]  # AdamW, HAM or HORST
-        if name.startswith(("AdamW loses", "HAM loses")):
-            reasons.append(
-                f"{who} itself lost only {_number(100 * value)} points of accuracy from unpruned "
-                f"to {top} (the test needs at least {_number(100 * required)}), so this model "
-                f"leaves HORST no room to beat it"
-            )
-        elif name.startswith(("HORST mirror move", "HAM mirror move")):
-            reasons.append(
-                f"{who}'s mirror step moved the weights only {_number(value)} times as far as "
-                f"its Adam step (the test needs {_number(required)})"
-            )
-        elif name.startswith("AC/DC reached"):
-            reasons.append(f"AC/DC missed its sparsity targets by up to {_number(value)}")
-        elif name == FLOOR_CHECK and math.isfinite(value):
-            reasons.append(
-                f"a selected language model's unpruned validation perplexity was "
-                f"{_number(value, 3)} times the best one's (at most {_number(required)} is "
-                "selectable), so its selection fell back to a point nothing chose"
-            )
-        else:
-            reasons.append(f"{name} was {_number(value)}, needing {check.get('required')}")
-    return "; ".join(reasons) or "a check was not measured"
-
-
-def _required_number(required: str) -> float:
-    """The number in a check's requirement such as ``">= 0.03"`` (NaN when there is none)."""
-    match = re.search(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", str(required))
-    return float(match.group()) if match else math.nan

@@ -16,8 +16,9 @@ from convergent.studies.residual.claims import (
     SPEED,
     regime_key,
 )
+from convergent.studies.residual.depth_summary import at_chance, depth_errors
 from convergent.studies.residual.measures import regimes_of
-from convergent.studies.residual.summary import _at_chance, _depth_errors, _selected_lrs
+from convergent.studies.residual.wording import selected_lrs
 
 FLOOR_TEXT = {
     "reproduced": "Keep residual connections (beta > 0) in attention models: they kept the "
@@ -54,7 +55,7 @@ def _steps(payload: Mapping[str, Any]) -> Sentence | None:
         return None
     held = set(verdicts.values())
     words = verdict_words(list(verdicts.values()))
-    lower = _selected_lrs(payload)
+    lower = selected_lrs(payload)
     betas = sorted(lower)
     lead = (
         "Lower the step size as beta grows"
@@ -100,8 +101,8 @@ def _depth(payload: Mapping[str, Any]) -> Sentence | None:
     verdict = verdict_of(payload, DEPTH_KEY)
     runs = payload["data"]["depth_runs"]
     deepest = max(int(run["depth"]) for run in runs)
-    errors = _depth_errors(runs, deepest)
-    why = ", as deep models without them barely trained" if _at_chance(runs) else ""
+    errors = depth_errors(runs, deepest)
+    why = ", as deep models without them barely trained" if at_chance(runs) else ""
     keep = "; keep them in deep models either way" if errors[1.0] < errors[0.0] else ""
     return Sentence(f"{DEPTH_TEXT[verdict]}{why} ({verdict}){keep}.", {DEPTH_KEY: verdict})
 
@@ -123,7 +124,7 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
         else "not shown to help here"
     )
     betas = [float(b) for b in payload["config"]["betas"]]
-    lrs = _selected_lrs(payload)
+    lrs = selected_lrs(payload)
     linear = _verdicts(payload, _regime_keys(payload, LINEAR))
     steady = [
         f"{r.lr:g}"

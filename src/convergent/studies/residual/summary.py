@@ -21,79 +21,25 @@ from convergent.studies.framework import (
     Sentence,
     claims_by_key,
     finite_mean,
+    listed,
     verdict_of,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.residual.checks import (
-    CHANCE_FRACTION,
-    DEPTH_CLASSES,
-    STEP_NAME,
-    TRAINED_NAME,
+from convergent.studies.residual.checks import STEP_NAME, TRAINED_NAME
+from convergent.studies.residual.claims import FLOOR_KEY, LINEAR, RATE, RATE_SLOPE, SPEED
+from convergent.studies.residual.depth_summary import depth_sentence
+from convergent.studies.residual.measures import Regime, regimes_of, seeds_in
+from convergent.studies.residual.wording import (
+    counted,
+    failed_checks,
+    held_key,
+    interval_text,
+    regime_label,
+    regime_lrs,
+    selected_lrs,
+    two_figures,
+    untested_at,
 )
-from convergent.studies.residual.claims import (
-    DEPTH_KEY,
-    FLOOR_KEY,
-    LINEAR,
-    RATE,
-    RATE_SLOPE,
-    SPEED,
-    regime_key,
-)
-from convergent.studies.residual.measures import (
-    Regime,
-    chance_fractions,
-    depth_gaps,
-    regimes_of,
-    seeds_in,
-)
-
-
-def _num(value: float) -> str:
-    """Two significant figures; scientific notation outside [1e-4, 1e4)."""
-    if not math.isfinite(value):
-        return "n/a"
-    if value == 0:
-        return "0"
-    if 1e-4 <= abs(value) < 1e4:
-        digits = 1 - math.floor(math.log10(abs(value)))
-        return f"{round(value, digits):.{max(digits, 0)}f}"
-    return f"{value:.2g}"
-
-
-def _interval(record: Mapping[str, Any], scale: Any = None) -> str:
-    """`` [low, high]`` of a claim's interval (through ``scale``), nothing for none."""
-    interval = record.get("interval")
-    if not interval:
-        return ""
-    low, high = (number(v) for v in interval)
-    if scale is not None:
-        low, high = scale(low), scale(high)
-    return f" [{_num(low)}, {_num(high)}]"
-
-
-def _failed_checks(record: Mapping[str, Any]) -> str:
-    """Which manipulation checks of a claim did not pass, by their short names."""
-    names = [
-        "'" + str(c["name"]).partition(": ")[0].partition(" (")[0] + "'"
-        for c in record["checks"]
-        if c["passed"] is not True
-    ]
-    if not names:
-        return "every check passed"
-    names = list(dict.fromkeys(names))
-    return f"the check{'s' * (len(names) > 1)} {_listing(names)} did not pass"
-
-
-def _untested_at(regime: Regime, record: Mapping[str, Any]) -> str:
-    """``"<regime>, where <why>"`` for a claim left untested in ``regime``: its failed checks,
-    after how many of the regime's runs diverged where any did (a diverged run has no speed
-    or band, so a check reads "not measured" for it)."""
-    runs = [run for seed in regime.seeds for run in regime.runs[seed]]
-    diverged = sum(bool(run.get("diverged")) for run in runs)
-    why = _failed_checks(record)
-    if diverged:
-        why = f"{diverged} of {len(runs)} runs diverged and {why}"
-    return f"{_label(regime)}, where {why}"
 
 
 def _failed(record: Mapping[str, Any], check: str) -> bool:
@@ -110,24 +56,6 @@ def _too_large(record: Mapping[str, Any]) -> bool:
 TOO_LARGE = "the loss rose after the transient, so the step was too large for the theorem to apply"
 
 
-def _key(payload: Mapping[str, Any], claim: str, regime: Regime | None = None) -> str | None:
-    """The key of ``claim`` (a key, or with ``regime`` one of `LINEAR`, `SPEED` and `RATE`)
-    where the results hold such a claim (a part or regime that did not run has none)."""
-    key = claim if regime is None else regime_key(claim, regime.lr)
-    return key if key in claims_by_key(payload) else None
-
-
-def _label(regime: Regime) -> str:
-    if regime.lr is not None:
-        return f"step size {regime.lr:g}"
-    low, high = min(_lrs(regime)), max(_lrs(regime))
-    return f"tuned step sizes of {low:g}-{high:g}" if low < high else f"tuned step size {low:g}"
-
-
-def _lrs(regime: Regime) -> list[float]:
-    return [number(run["lr"]) for seed in regime.seeds for run in regime.runs[seed]]
-
-
 def _by_beta(regime: Regime, value: Any) -> dict[float, float]:
     """beta -> the mean over seeds of ``value(seed, beta)``."""
     return {b: finite_mean([value(s, b) for s in regime.seeds]) for b in regime.betas}
@@ -135,15 +63,6 @@ def _by_beta(regime: Regime, value: Any) -> dict[float, float]:
 
 def _floor_rows(regime: Regime, key: str) -> dict[float, float]:
     return {b: finite_mean([m.row[key] for m in regime.at(b)]) for b in regime.betas}
-
-
-def _count(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def _listing(parts: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _grouped(items: Sequence[tuple[str, str, str]], phrases: Mapping[str, str]) -> str:
@@ -154,11 +73,11 @@ def _grouped(items: Sequence[tuple[str, str, str]], phrases: Mapping[str, str]) 
     for verdict in VERDICTS:
         chosen = [(label, detail) for v, label, detail in items if v == verdict]
         if chosen:
-            labels = _listing([label for label, _ in chosen])
+            labels = listed([label for label, _ in chosen])
             parts = [detail for _, detail in chosen]
             # "at A, where x, and at B, where y": a plain "and" would read "x and B" as one.
             clause = any(", where " in part for part in parts)
-            details = ", and at ".join(parts) if clause else _listing(parts)
+            details = ", and at ".join(parts) if clause else listed(parts)
             phrase = phrases[verdict].format(labels=labels, details=details)
             clauses.append(f"{phrase} ({verdict})")
     return clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + ", but " + clauses[-1]
@@ -168,21 +87,21 @@ def _scale(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence:
     config, data = payload["config"], payload["data"]
     seeds = len(seeds_in(config, data["one_layer_runs"]))
     betas = ", ".join(f"{b:g}" for b in regimes[0].betas) if regimes else ""
-    settings = _listing([f"{_label(r)} ({r.steps} steps)" for r in regimes] or ["no step size"])
+    settings = listed([f"{regime_label(r)} ({r.steps} steps)" for r in regimes] or ["no step size"])
     text = (
         f"We ran full-batch gradient descent on a one-layer Transformer (softmax attention and "
         f"a feed-forward layer, model width {config['d_model']}, no LayerNorm) with residual "
         f"weight beta in {{{betas}}}, fitting {config['examples']} windows of "
-        f"{config['window']} hours of weather-hourly, {_count(seeds, 'seed')} each, "
+        f"{config['window']} hours of weather-hourly, {counted(seeds, 'seed')} each, "
         f"at {settings}"
     )
     depth_runs = data.get("depth_runs") or []
     if depth_runs:
         depths = [str(d) for d in sorted({int(run["depth"]) for run in depth_runs})]
         text += (
-            f"; for depth, MiniLM cut or extended to {_listing(depths)} layers was fine-tuned "
+            f"; for depth, MiniLM cut or extended to {listed(depths)} layers was fine-tuned "
             f"with and without residuals on {config['train_examples']} rt-sentences "
-            f"({_count(len(seeds_in(config, depth_runs)), 'seed')})"
+            f"({counted(len(seeds_in(config, depth_runs)), 'seed')})"
         )
     if any(claim.get("preview") for claim in payload["claims"]):
         text += ", too few seeds for more than a preview"
@@ -192,7 +111,7 @@ def _scale(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence:
 def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 4 (the sigma_min floor, first regime) and claim 3 (the rate bound, per regime)."""
     claims = claims_by_key(payload)
-    name = _key(payload, FLOOR_KEY)
+    name = held_key(payload, FLOOR_KEY)
     if name is None or not regimes:
         return None
     first, verdict, record = regimes[0], verdict_of(payload, name), claims[name]
@@ -200,49 +119,49 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
     collapsed = _floor_rows(first, "squared_ratio_mean").get(0.0, math.nan)
     positive = [b for b in first.betas if b > 0]
     decades = number(record["effect"])
-    ratio = f"log10 ratio {_num(decades)}{_interval(record)}"
+    ratio = f"log10 ratio {two_figures(decades)}{interval_text(record)}"
     at_zero = (
         f"at beta 0 softmax attention collapsed rank ((sigma_min/sigma_max)^2 of "
-        f"{_num(collapsed)}) and the smallest singular value of the attention output plus "
-        f"residual fell to {_num(floors.get(0.0, math.nan))}"
+        f"{two_figures(collapsed)}) and the smallest singular value of the attention output plus "
+        f"residual fell to {two_figures(floors.get(0.0, math.nan))}"
     )
     kept = (
-        f" ({_num(floors[positive[0]])} at beta {positive[0]:g}, "
-        f"{_num(floors[positive[-1]])} at beta {positive[-1]:g}; {ratio}, {verdict})"
+        f" ({two_figures(floors[positive[0]])} at beta {positive[0]:g}, "
+        f"{two_figures(floors[positive[-1]])} at beta {positive[-1]:g}; {ratio}, {verdict})"
         if positive
         else f" ({ratio}, {verdict})"
     )
     opening = {
         "reproduced": f"Residuals keep the attention layer well conditioned: {at_zero}, while "
-        f"every beta > 0 kept it about {_num(10**decades)} times higher{kept}",
+        f"every beta > 0 kept it about {two_figures(10**decades)} times higher{kept}",
         "not reproduced": f"Residuals did not keep the attention layer's smallest singular "
         f"value clear of zero: {at_zero}, and beta > 0 kept it only about "
-        f"{_num(10**decades)} times higher{kept}",
+        f"{two_figures(10**decades)} times higher{kept}",
         "inconclusive": "Whether residuals keep the attention layer's smallest singular value "
         f"clear of zero is unclear: {at_zero}, and beta > 0 kept it about "
-        f"{_num(10**decades)} times higher{kept}",
+        f"{two_figures(10**decades)} times higher{kept}",
         "untested": "Whether residuals keep the attention layer's smallest singular value "
-        f"clear of zero is untested ({_failed_checks(record)})",
+        f"clear of zero is untested ({failed_checks(record)})",
     }[verdict]
     declared = {name: verdict}
     items, too_large = [], []
     for regime in regimes:
-        rate = _key(payload, RATE, regime)
+        rate = held_key(payload, RATE, regime)
         if rate is None:
             continue
         declared[rate] = verdict_of(payload, rate)
         record = claims[rate]
         if declared[rate] == "untested" and _too_large(record):
-            too_large.append(_label(regime))
+            too_large.append(regime_label(regime))
             continue
         detail = (
-            _untested_at(regime, record)
+            untested_at(regime, record)
             if declared[rate] == "untested"
-            else f"{_num(number(record['effect']))}{_interval(record)} at {_label(regime)}"
+            else f"{two_figures(number(record['effect']))}{interval_text(record)} at {regime_label(regime)}"
         )
-        items.append((declared[rate], _label(regime), detail))
+        items.append((declared[rate], regime_label(regime), detail))
     if too_large:
-        items.append(("untested", "", f"{_listing(too_large)}, where {TOO_LARGE}"))
+        items.append(("untested", "", f"{listed(too_large)}, where {TOO_LARGE}"))
     phrases = {
         "reproduced": "the speed followed (sigma_min/sigma_max)^2: across beta > 0 log speed "
         f"rose with the log ratio at a slope of {{details}} (at least {RATE_SLOPE:g} needed)",
@@ -255,12 +174,6 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
     }
     text = opening + (f"; {_grouped(items, phrases)}" if items else "")
     return Sentence(text + ".", declared)
-
-
-def _selected_lrs(payload: Mapping[str, Any]) -> dict[float, float]:
-    """beta -> its selected step size in the tuned regime (from the tuning rows)."""
-    rows = payload["data"].get("lr_tuning") or []
-    return {number(r["beta"]): number(r["lr"]) for r in rows if r.get("selected")}
 
 
 def _speed_opener(verdicts: set[str]) -> str:
@@ -285,17 +198,17 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
     claims = claims_by_key(payload)
     declared, items = {}, []
     for regime in regimes:
-        name = _key(payload, SPEED, regime)
+        name = held_key(payload, SPEED, regime)
         if name is None:
             continue
         declared[name] = verdict_of(payload, name)
         record = claims[name]
         detail = (
-            _untested_at(regime, record)
+            untested_at(regime, record)
             if declared[name] == "untested"
-            else f"{_num(math.exp(number(record['effect'])))}x{_interval(record, math.exp)}"
+            else f"{two_figures(math.exp(number(record['effect'])))}x{interval_text(record, math.exp)}"
         )
-        items.append((declared[name], _label(regime), detail))
+        items.append((declared[name], regime_label(regime), detail))
     if not items:
         return None
     opener = _speed_opener(set(declared.values()))
@@ -310,7 +223,7 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         "untested": "the speeds could not be compared at {details}",
     }
     text = f"{opener}: {_grouped(items, phrases)}"
-    selected = _selected_lrs(payload)
+    selected = selected_lrs(payload)
     if len(selected) > 1:
         low, high = min(selected), max(selected)
         change = "fell" if selected[high] < selected[low] else "went"
@@ -328,7 +241,7 @@ def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | 
         if fastest not in (0.0, tuned.betas[-1]) and speeds[0.0] > 0:
             text += (
                 f", and with tuned step sizes beta {fastest:g} was the fastest "
-                f"({_num(speeds[fastest] / speeds[0.0])}x beta 0)"
+                f"({two_figures(speeds[fastest] / speeds[0.0])}x beta 0)"
             )
     return Sentence(text + ".", declared)
 
@@ -340,7 +253,7 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
     lrs: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
     too_large: list[Regime] = []
     for regime in regimes:
-        name = _key(payload, LINEAR, regime)
+        name = held_key(payload, LINEAR, regime)
         if name is None:
             continue
         verdict = declared[name] = verdict_of(payload, name)
@@ -348,15 +261,15 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
         if verdict == "untested" and _too_large(record):
             too_large.append(regime)
             continue
-        lrs[verdict] += _lrs(regime)
+        lrs[verdict] += regime_lrs(regime)
         detail = (
-            _untested_at(regime, record)
+            untested_at(regime, record)
             if verdict == "untested"
-            else f"{_num(number(record['effect']))}{_interval(record)}"
+            else f"{two_figures(number(record['effect']))}{interval_text(record)}"
         )
-        items.append((verdict, _label(regime), detail))
+        items.append((verdict, regime_label(regime), detail))
     if too_large:
-        labels = _listing([_label(regime) for regime in too_large])
+        labels = listed([regime_label(regime) for regime in too_large])
         items.append(("untested", labels, f"{labels}, where {TOO_LARGE}"))
     if not items:
         return None
@@ -375,9 +288,9 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
         f"{fraction:.0%} of the steps) {_grouped(items, phrases)}"
     )
     held = lrs["reproduced"]
-    larger = lrs["not reproduced"] + [lr for regime in too_large for lr in _lrs(regime)]
+    larger = lrs["not reproduced"] + [lr for regime in too_large for lr in regime_lrs(regime)]
     unsteady = [claims[n] for n, v in declared.items() if v == "not reproduced"] + [
-        claims[_key(payload, LINEAR, regime) or ""] for regime in too_large
+        claims[held_key(payload, LINEAR, regime) or ""] for regime in too_large
     ]
     trained = all(not _failed(record, TRAINED_NAME) for record in unsteady)
     if held and larger and max(held) < min(larger):
@@ -394,71 +307,6 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
     return Sentence(text + ".", declared)
 
 
-def _depth_errors(runs: Sequence[Mapping[str, Any]], depth: int) -> dict[float, float]:
-    return {
-        beta: finite_mean(
-            [
-                number(r["validation_error"])
-                for r in runs
-                if (int(r["depth"]), number(r["beta"])) == (depth, beta)
-            ]
-        )
-        for beta in (0.0, 1.0)
-    }
-
-
-def _at_chance(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Which arm stayed at chance at which depths, as a clause (empty when none did)."""
-    fractions = chance_fractions(runs, DEPTH_CLASSES)
-    clauses = []
-    for beta, arm in ((0.0, "without residuals"), (1.0, "with residuals")):
-        depths = [str(d) for (d, b), v in fractions.items() if b == beta and v > CHANCE_FRACTION]
-        if depths:
-            clauses.append(f"{arm} at {_listing(depths)} layers")
-    if not clauses:
-        return ""
-    return (
-        f"{_listing(clauses)} the train loss stayed within {1 - CHANCE_FRACTION:.0%} of chance "
-        "(ln 2), so the gap had no room to grow there"
-    )
-
-
-def _depth(payload: Mapping[str, Any]) -> Sentence:
-    name = _key(payload, DEPTH_KEY)
-    runs = payload["data"].get("depth_runs") or []
-    if name is None or not runs:
-        return Sentence(
-            "Depth was not run, so whether residuals matter more in deeper models stays unknown."
-        )
-    verdict, record = verdict_of(payload, name), claims_by_key(payload)[name]
-    seeds = seeds_in(payload["config"], runs)
-    per_seed = [depth_gaps([run for run in runs if int(run["seed"]) == seed]) for seed in seeds]
-    depths = sorted({depth for gaps_of_seed in per_seed for depth in gaps_of_seed})
-    gaps = {d: finite_mean([g.get(d, math.nan) for g in per_seed]) for d in depths}
-    by_depth = [f"{_num(gap)} at {depth} layers" for depth, gap in gaps.items()]
-    measured = (
-        f"the training-loss gap beta 0 minus beta 1 on MiniLM was {_listing(by_depth)} "
-        f"(smallest growth between depths {_num(number(record['effect']))}{_interval(record)})"
-    )
-    text = {
-        "reproduced": f"The residual advantage grew with depth (reproduced): {measured}",
-        "not reproduced": f"The residual advantage did not grow with depth (not reproduced): "
-        f"{measured}",
-        "inconclusive": "Whether the residual advantage keeps growing with depth stays unknown "
-        f"(inconclusive): {measured}",
-        "untested": "Whether the residual advantage grows with depth stays unknown (untested: "
-        f"{_at_chance(runs) or _failed_checks(record)})",
-    }[verdict]
-    deepest = max(int(run["depth"]) for run in runs)
-    errors = _depth_errors(runs, deepest)
-    if errors[1.0] < errors[0.0]:
-        text += (
-            f"; at {deepest} layers the validation error was {_num(errors[1.0])} with "
-            f"residuals and {_num(errors[0.0])} without, so keep them in deep models either way"
-        )
-    return Sentence(text + ".", {name: verdict})
-
-
 def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     """The plain sentences of a ``residual`` ``results.json`` payload (`framework.Sentence`)."""
     regimes = [r for r in regimes_of(payload["config"], payload["data"]) if r.seeds]
@@ -467,6 +315,6 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
         _conditioning(payload, regimes),
         _speed(payload, regimes),
         _linear(payload, regimes),
-        _depth(payload),
+        depth_sentence(payload),
     ]
     return [sentence for sentence in sentences if sentence is not None]

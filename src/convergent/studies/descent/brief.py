@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.studies.descent.claims import (
+from convergent.studies.descent.keys import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.claims import (
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
+from convergent.studies.descent.keys import (
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
-    PAPER_NOISY_WIN,
 )
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
+from convergent.studies.descent.language_claims import PAPER_NOISY_WIN
 from convergent.studies.descent.wording import (
     BUMP_CHECK,
     Claim,

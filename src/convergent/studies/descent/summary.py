@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.claims import (
+from convergent.studies.descent.keys import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,
@@ -20,11 +20,7 @@ from convergent.studies.descent.claims import (
     robustness_key,
 )
 from convergent.studies.descent.language_summary import language_sentence
-from convergent.studies.descent.selection import (
-    constraints_act,
-    denoising_score,
-    selected_index,
-)
+from convergent.studies.descent.selection import constraints_act, denoising_score, selected_index
 from convergent.studies.descent.wording import (
     BUMP_CHECK,
     SHIFTS,

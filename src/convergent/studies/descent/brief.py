@@ -32,6 +32,7 @@ from convergent.studies.framework import (
     listed,
     verdict_of,
     verdict_words,
+    verdicts_of,
 )
 
 # The claims a user reads together, by what they are about (those the results hold are used).
@@ -48,11 +49,6 @@ REASONS = {
 }
 
 
-def _verdicts(payload: Mapping[str, Any], keys: Sequence[str]) -> dict[str, str]:
-    held = claims_by_key(payload)
-    return {key: verdict_of(payload, key) for key in keys if key in held}
-
-
 def _shift_keys(payload: Mapping[str, Any]) -> dict[str, str]:
     """Each perturbation kind's claim key, in the data's order."""
     return {kind: robustness_key(kind) for kind in payload["data"]["text"]["levels"]}
@@ -60,7 +56,7 @@ def _shift_keys(payload: Mapping[str, Any]) -> dict[str, str]:
 
 def _robustness(payload: Mapping[str, Any]) -> Sentence:
     kinds = _shift_keys(payload)
-    verdicts = _verdicts(payload, list(kinds.values()))
+    verdicts = verdicts_of(payload, list(kinds.values()))
     words = verdict_words(list(verdicts.values()))
     helped = [SHIFTS.get(k, k) for k, key in kinds.items() if verdicts[key] == "reproduced"]
     held = set(verdicts.values())
@@ -88,7 +84,7 @@ CLEAN_TEXT = {
 
 
 def _clean(payload: Mapping[str, Any]) -> Sentence:
-    verdicts = _verdicts(payload, (CLEAN_PAPER_KEY, CLEAN_KEY))
+    verdicts = verdicts_of(payload, (CLEAN_PAPER_KEY, CLEAN_KEY))
     held = sorted(set(verdicts.values()))
     lead = CLEAN_TEXT[held[0]] if len(held) == 1 else "Their clean-accuracy cost came out mixed"
     return Sentence(f"{lead} ({verdict_words(list(verdicts.values()))}).", verdicts)
@@ -109,7 +105,7 @@ def _open(payload: Mapping[str, Any]) -> list[Sentence]:
     """Per group of the other claims: what stays unknown, or what was found."""
     untested, verdicts, found = [], {}, []
     for group, keys in GROUPS.items():
-        mine = _verdicts(payload, keys)
+        mine = verdicts_of(payload, keys)
         if not mine:
             continue
         if set(mine.values()) == {"untested"}:
@@ -138,7 +134,7 @@ def brief(payload: Mapping[str, Any]) -> list[Sentence]:
 def advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The study's row of the "What to use" table."""
     kinds = _shift_keys(payload)
-    verdicts = _verdicts(payload, list(kinds.values()))
+    verdicts = verdicts_of(payload, list(kinds.values()))
     helped = [SHIFTS.get(k, k) for k, key in kinds.items() if verdicts[key] == "reproduced"]
     when = (
         f"you expect {listed(helped)} at test time (text classifiers)"
@@ -154,7 +150,9 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     if any(verdict_of(payload, k) == "inconclusive" for k in (CLEAN_PAPER_KEY, CLEAN_KEY)):
         open_parts.append("clean-accuracy parity (needs more seeds or test sentences)")
     groups = [
-        g for g, group in GROUPS.items() if set(_verdicts(payload, group).values()) == {"untested"}
+        g
+        for g, group in GROUPS.items()
+        if set(verdicts_of(payload, group).values()) == {"untested"}
     ]
     if groups:
         open_parts.append(f"the claims on {listed(groups)} (untested)")

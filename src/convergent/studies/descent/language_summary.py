@@ -22,7 +22,7 @@ from convergent.studies.descent.wording import (
     percent,
     strength,
 )
-from convergent.studies.framework import Sentence, claims_by_key, verdict_of
+from convergent.studies.framework import Sentence, claims_by_key, verdicts_of
 
 PAPER_NOISY = f"{100 * PAPER_NOISY_WIN:.2f} %"  # the paper's win rate under noise
 
@@ -125,7 +125,7 @@ def language_sentence(payload: Mapping[str, Any]) -> Sentence:
     """Part (c): the two win rates and the per-layer claim, with the strength that ran."""
     claims = claims_by_key(payload)
     names = (LANGUAGE_CLEAN_KEY, LANGUAGE_NOISE_KEY, LANGUAGE_MONOTONE_KEY)
-    verdicts = {name: verdict_of(payload, name) for name in names}
+    verdicts = verdicts_of(payload, names)
     clean, noise, layers = (claims[name] for name in names)
     spec = payload["config"]["language"]
     bound, measured = binding(noise)

@@ -32,7 +32,7 @@ from convergent.studies.descent.wording import (
     test_sentences,
     what_ran,
 )
-from convergent.studies.framework import Sentence, claims_by_key, listed, verdict_of
+from convergent.studies.framework import Sentence, claims_by_key, listed, verdict_of, verdicts_of
 
 
 def _ruled_out(payload: Mapping[str, Any], part: str) -> list[float]:
@@ -87,7 +87,7 @@ def _robustness(payload: Mapping[str, Any]) -> Sentence:
     claims = claims_by_key(payload)
     kinds = list(payload["data"]["text"]["levels"])
     names = [robustness_key(kind) for kind in kinds]
-    verdicts = {name: verdict_of(payload, name) for name in names}
+    verdicts = verdicts_of(payload, names)
     bound, measured = binding(claims[CLEAN_PAPER_KEY])
     selected = strength(payload["data"]["text"]["selected"]["constrained"])
     effects = [float(claims[name]["effect"]) for name in names]
@@ -149,7 +149,7 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
         CLEAN_PAPER_KEY: f"the paper's {-100 * paper['threshold']['value']:.1g}-point margin",
         CLEAN_KEY: f"a {-100 * claims[CLEAN_KEY]['threshold']['value']:.1g}-point margin",
     }
-    verdicts = {name: verdict_of(payload, name) for name in margins}
+    verdicts = verdicts_of(payload, margins)
     by_verdict: dict[str, list[str]] = {}
     for name, margin in margins.items():
         by_verdict.setdefault(verdicts[name], []).append(margin)
@@ -207,7 +207,7 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
         VIDEO_NOISE_KEY: "lower error beyond the training noise",
         VIDEO_MONOTONE_KEY: "per-layer losses that fall layer by layer",
     }
-    verdicts = {name: verdict_of(payload, name) for name in labels}
+    verdicts = verdicts_of(payload, labels)
     by_verdict: dict[str, list[str]] = {}
     for name, label in labels.items():
         by_verdict.setdefault(verdicts[name], []).append(label)

@@ -77,6 +77,7 @@ from convergent.studies.framework.summary import (
     misstated_verdicts,
     named_verdicts,
     verdict_of,
+    verdicts_of,
 )
 from convergent.studies.framework.tuning import (
     Tuning,
@@ -156,6 +157,7 @@ __all__ = [
     "unit_session",
     "verdict_of",
     "verdict_words",
+    "verdicts_of",
     "within",
     "word_count",
     "write_study",

@@ -11,7 +11,7 @@ summary; it finds a claim by its key, never by its wording.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,12 @@ def claim_of(payload: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 def verdict_of(payload: Mapping[str, Any], key: str) -> str:
     """The verdict the results hold for the claim of ``key`` (a KeyError as `claim_of`)."""
     return str(claim_of(payload, key)["verdict"])
+
+
+def verdicts_of(payload: Mapping[str, Any], keys: Iterable[str]) -> dict[str, str]:
+    """The verdicts of those claims of ``keys`` the results hold, by key, in ``keys``' order."""
+    held = claims_by_key(payload)
+    return {key: str(held[key]["verdict"]) for key in keys if key in held}
 
 
 def named_verdicts(text: str) -> list[str]:

@@ -4,18 +4,18 @@ keeps the long findings (`summary`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.framework import Advice, Sentence, claims_by_key, verdict_of, verdict_words
-from convergent.studies.residual.claims import (
-    DEPTH_KEY,
-    FLOOR_KEY,
-    LINEAR,
-    RATE,
-    SPEED,
-    regime_key,
+from convergent.studies.framework import (
+    Advice,
+    Sentence,
+    claims_by_key,
+    verdict_of,
+    verdict_words,
+    verdicts_of,
 )
+from convergent.studies.residual.claims import DEPTH_KEY, FLOOR_KEY, LINEAR, RATE, SPEED, regime_key
 from convergent.studies.residual.depth_summary import at_chance, depth_errors
 from convergent.studies.residual.measures import regimes_of
 from convergent.studies.residual.wording import selected_lrs
@@ -38,10 +38,6 @@ def _regime_keys(payload: Mapping[str, Any], claim: str) -> list[str]:
     return [key for key in keys if key in held]
 
 
-def _verdicts(payload: Mapping[str, Any], keys: Sequence[str]) -> dict[str, str]:
-    return {key: verdict_of(payload, key) for key in keys}
-
-
 def _floor(payload: Mapping[str, Any]) -> Sentence | None:
     if FLOOR_KEY not in claims_by_key(payload):
         return None
@@ -50,7 +46,7 @@ def _floor(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _steps(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = _verdicts(payload, _regime_keys(payload, LINEAR))
+    verdicts = verdicts_of(payload, _regime_keys(payload, LINEAR))
     if not verdicts:
         return None
     held = set(verdicts.values())
@@ -72,7 +68,7 @@ def _steps(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _speed(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = _verdicts(payload, _regime_keys(payload, SPEED) + _regime_keys(payload, RATE))
+    verdicts = verdicts_of(payload, _regime_keys(payload, SPEED) + _regime_keys(payload, RATE))
     if not verdicts:
         return None
     held = set(verdicts.values())
@@ -125,7 +121,7 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     )
     betas = [float(b) for b in payload["config"]["betas"]]
     lrs = selected_lrs(payload)
-    linear = _verdicts(payload, _regime_keys(payload, LINEAR))
+    linear = verdicts_of(payload, _regime_keys(payload, LINEAR))
     steady = [
         f"{r.lr:g}"
         for r in regimes_of(payload["config"], payload["data"])

@@ -12,8 +12,8 @@ from convergent.studies.framework import (
     Sentence,
     claims_by_key,
     listed,
-    verdict_of,
     verdict_words,
+    verdicts_of,
 )
 from convergent.studies.sparsity.claims import PRUNER_NAMES
 from convergent.studies.sparsity.config import sparsity_key
@@ -44,12 +44,8 @@ def _one_shot_keys(payload: Mapping[str, Any]) -> list[str]:
     return [key for key, _ in one_shot_claims(payload)] + _present(payload, (SURVIVES,))
 
 
-def _verdicts(payload: Mapping[str, Any], keys: list[str]) -> dict[str, str]:
-    return {key: verdict_of(payload, key) for key in keys}
-
-
 def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = _verdicts(payload, _one_shot_keys(payload))
+    verdicts = verdicts_of(payload, _one_shot_keys(payload))
     if not verdicts:
         return None
     held = set(verdicts.values())
@@ -72,7 +68,7 @@ def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _near_zero_sentence(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = _verdicts(payload, _present(payload, (NEAR_ZERO_VIT, NEAR_ZERO_LM)))
+    verdicts = verdicts_of(payload, _present(payload, (NEAR_ZERO_VIT, NEAR_ZERO_LM)))
     if not verdicts:
         return None
     words = verdict_words(list(verdicts.values()))
@@ -86,7 +82,7 @@ def _near_zero_sentence(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _acdc_sentence(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = _verdicts(payload, _present(payload, ACDC_ROLES))
+    verdicts = verdicts_of(payload, _present(payload, ACDC_ROLES))
     if not verdicts:
         return None
     words = verdict_words(list(verdicts.values()))
@@ -115,7 +111,7 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
     language = payload["data"]["language"]
     if not keys or "horst" not in language["selected"]:
         return None
-    verdicts = _verdicts(payload, keys)
+    verdicts = verdicts_of(payload, keys)
     claims = claims_by_key(payload)
     helped = [
         f"{PRUNER_NAMES[claims[key]['extra']['pruner']]} at {claims[key]['extra']['sparsity']}"
@@ -155,7 +151,7 @@ def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
     vision = payload["data"]["vision"]
     if not keys or "horst" not in vision["selected"]:
         return None
-    verdicts = _verdicts(payload, keys)
+    verdicts = verdicts_of(payload, keys)
     claims = claims_by_key(payload)
     held = set(verdicts.values())
     top = sparsity_key(max(payload["config"]["sparsities"]))

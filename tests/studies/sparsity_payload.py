@@ -45,7 +45,7 @@ def _lm_point(point: dict[str, float], dense: float) -> dict[str, Any]:
     }
 
 
-def design3_payload(
+def design4_payload(
     adamw_dense: float = 0.86,
     adamw_90: float = 0.78,
     ham_dense: float = 0.85,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from convergent.studies.descent.measures import (
+from convergent.studies.framework.crossed import (
     crossed_interval,
     seed_half_width,
     seeds_to_resolve,

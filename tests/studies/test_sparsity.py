@@ -1,4 +1,4 @@
-"""The sparsity study: smoke run end to end, resume, design 3's claims scored from a hand-made
+"""The sparsity study: smoke run end to end, resume, design 4's claims scored from a hand-made
 payload (and refused for an earlier design's, the committed full results included), a sweep
 that never reads the test split, and `convergent prune` on a run folder."""
 
@@ -25,13 +25,14 @@ from convergent.studies.sparsity import (
     STUDY,
     Config,
     claims_from_results,
+    finetune_runs,
     pruned_score_of_good_dense,
 )
 from convergent.studies.sparsity import runs as sparsity_runs
 from convergent.studies.sparsity.runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import assert_drawn_figure
-from tests.studies.sparsity_payload import design3_payload
+from tests.studies.sparsity_payload import design4_payload
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
 # The full results of earlier designs, with the claims they were scored with (data only).
@@ -66,7 +67,7 @@ def test_smoke_study_runs_end_to_end(smoke_run):
         assert_drawn_figure(folder / figure)
     payload = json.loads((folder / "results.json").read_text())
     data = payload["data"]
-    assert data["design"] == 3 and data["rms_fraction"] == 0.01
+    assert data["design"] == 4 and data["rms_fraction"] == 0.01
     vision, language = data["vision"], data["language"]
     assert set(vision["accuracy"]) == {"adamw", "ham", "horst"}
     for by_key in vision["accuracy"].values():
@@ -102,8 +103,9 @@ def test_smoke_study_runs_end_to_end(smoke_run):
     assert all(0.0 <= v[0] <= 1.0 for v in vision["near_zero_share"].values())
     assert all(0.0 <= v[0] <= 1.0 for v in language["near_zero_share"].values())
     # Smoke has one final seed: every claim is a preview with a finite effect and its checks.
-    # 4 ViT claims; the LM's near-zero claim, 3 pruners x (70 %, 90 %) and SparseGPT's survival.
-    assert len(payload["claims"]) == 12
+    # 4 ViT claims; the LM's near-zero claim and 3 pruners x (70 %, 90 %); part (c)'s dense
+    # claim and one per smoke variant (3).
+    assert len(payload["claims"]) == 15
     for claim in payload["claims"]:
         assert claim["verdict"] in VERDICTS
         assert claim["preview"] is True and claim["n"] == 1 and claim["interval"] is None
@@ -114,10 +116,23 @@ def test_smoke_study_runs_end_to_end(smoke_run):
     titles = [
         "(a) ViT, AC/DC at the selection sparsity, selection seed",
         "(b) LM, one-shot at the largest target, selection seed",
+        "(c) MiniLM fine-tune, SparseGPT 70 % on validation, selection seed",
     ]
     assert sorted(payload["tuning"]) == sorted(titles)
-    # 3 selection + 6 final classifier units, 2 + 2 language-model units.
-    assert len(_unit_files(folder)) == 13
+    # Part (c): every final run marks each test sentence, dense and per variant.
+    finetune = data["finetune"]
+    assert finetune["variants"] == ["magnitude 70%", "sparsegpt 70%", "wanda owl 70%"]
+    for runs in finetune["runs"].values():
+        (unit,) = runs
+        assert set(unit["correct"]) == {"dense", *finetune["variants"]}
+        assert {len(marks) for marks in unit["correct"].values()} == {finetune["sentences"]}
+        assert all(abs(unit["achieved"][v] - 0.7) < 0.01 for v in finetune["variants"])
+    assert finetune["runs"]["horst"][0]["move_ratio"] > 0.0
+    assert finetune["runs"]["adamw"][0]["move_ratio"] is None
+    assert 0.0 <= finetune["readout"]["validation_accuracy"] <= 1.0
+    # 3 selection + 6 final classifier units, 2 + 2 language-model units; part (c): 2
+    # selection, 1 readout-only and 2 final fine-tunes.
+    assert len(_unit_files(folder)) == 18
 
 
 def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run, monkeypatch):
@@ -132,6 +147,7 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
 
     monkeypatch.setattr(sparsity_runs, "train_classifier", refuse)
     monkeypatch.setattr(sparsity_runs, "train_language_model", refuse)
+    monkeypatch.setattr(finetune_runs, "fit_recipe", refuse)
     again = run_config(
         STUDY, config, folder, progress=False
     )  # every unit from the cache: nothing trains
@@ -193,8 +209,8 @@ def test_selection_runs_never_touch_the_test_split(monkeypatch):
     assert lm_unit["split"] == "validation"
 
 
-def test_design_three_claims_follow_their_formulas():
-    claims = claims_from_results(design3_payload())
+def test_design_four_claims_follow_their_formulas():
+    claims = claims_from_results(design4_payload())
     assert [claim.key for claim in claims] == [
         "sparsity.horst_beats_adamw_acdc_90",
         "sparsity.horst_beats_ham_acdc_90",
@@ -206,12 +222,11 @@ def test_design_three_claims_follow_their_formulas():
             for pruner in ("magnitude", "wanda", "sparsegpt")
             for target in (70, 90)
         ),
-        "sparsity.horst_survives_sparsegpt_70",
     ]
     assert claims[0].statement.startswith(
         "At 90% sparsity HORST reaches a higher top-1 accuracy than AdamW (here:"
     )
-    than_adamw, than_ham, half, vit_zero, lm_zero, *one_shot, survives = claims
+    than_adamw, than_ham, half, vit_zero, lm_zero, *one_shot = claims
     assert than_adamw.per_seed == pytest.approx([0.02, 0.025, 0.03])
     assert than_adamw.interval == pytest.approx(_t_interval([0.02, 0.025, 0.03]))
     assert than_adamw.verdict == "reproduced"  # interval (0.0126, 0.0374) is above 0
@@ -256,52 +271,37 @@ def test_design_three_claims_follow_their_formulas():
         assert claim.interval == pytest.approx(_t_interval(expected))
         assert claim.verdict == verdict and claim.threshold.text == "<= 1"
         assert [check.value for check in claim.checks] == pytest.approx([0.6, 1.05])
-    assert survives.per_seed == pytest.approx(ratios[4]) and survives.verdict == "reproduced"
-    # Its precondition: magnitude at 70 % holds (the upper end of its interval, 0.87 <= 1).
-    advantage = survives.checks[2]
-    assert advantage.name.startswith("HORST had an advantage to survive")
-    assert advantage.value == pytest.approx(_t_interval(ratios[0])[1]) and advantage.passed
-    assert survives.extra == {"pruner": "sparsegpt", "sparsity": "70%"}
-    assert "calibrated on 128 training windows" in survives.statement
+    # SparseGPT at 70 % also says what design 3 scored again as a claim of its own (rule 14).
+    sparsegpt_70 = one_shot[4]
+    assert sparsegpt_70.extra == {"pruner": "sparsegpt", "sparsity": "70%"}
+    assert "calibrated on 128 training windows" in sparsegpt_70.statement
+    assert "survives a pruner that updates the kept weights" in sparsegpt_70.statement
+    assert not any("survives" in claim.statement for claim in one_shot if claim is not sparsegpt_70)
 
 
 def test_a_selected_lm_outside_the_dense_floor_leaves_every_lm_claim_untested():
     # AdamW's selected point at 4.7 > 1.1 x 4.2 (the best dense is now HORST's 4.2): a
     # selection that fell back to a point nothing chose.
-    claims = claims_from_results(design3_payload(adamw_selected_dense=4.7))
+    claims = claims_from_results(design4_payload(adamw_selected_dense=4.7))
     lm = [c for c in claims if "character LM" in c.statement]
-    assert len(lm) == 8
+    assert len(lm) == 7
     for claim in lm:
         floor = claim.checks[1]
         assert floor.value == pytest.approx(4.7 / 4.2) and floor.passed is False
         assert claim.verdict == "untested"
     assert all(c.verdict != "untested" for c in claims[:2])  # the ViT claims do not read it
     # Just inside the floor (4.6 = 1.095 x 4.2) it passes.
-    inside = claims_from_results(design3_payload(adamw_selected_dense=4.6))
+    inside = claims_from_results(design4_payload(adamw_selected_dense=4.6))
     assert inside[4].checks[1].passed and inside[4].verdict != "untested"
     # Without stored selection grids the floor is not measured: untested, not failed.
-    payload = design3_payload()
+    payload = design4_payload()
     del payload["data"]["language"]["selection"]
     unmeasured = claims_from_results(payload)[4]
     assert unmeasured.checks[1].value is None and unmeasured.verdict == "untested"
 
 
-def test_the_survival_claim_is_untested_without_an_advantage_under_magnitude():
-    payload = design3_payload()
-    # HORST's magnitude-70 % perplexities at ratios 1.0, 1.1, 0.9: no advantage to survive.
-    payload["data"]["language"]["perplexity"]["horst"]["magnitude"]["70%"] = [8.0, 8.8, 7.2]
-    claims = claims_from_results(payload)
-    survives = _survives(claims)[0]
-    advantage = survives.checks[2]
-    assert advantage.value == pytest.approx(_t_interval([1.0, 1.1, 0.9])[1])
-    assert advantage.passed is False and survives.verdict == "untested"
-    # The plain SparseGPT claim at 70 % does not read it.
-    sparsegpt = [c for c in claims if c.statement.startswith("One-shot SparseGPT pruning to 70%")]
-    assert sparsegpt[0].verdict == "reproduced"
-
-
 def test_a_baseline_without_room_to_fail_leaves_the_claim_untested():
-    claims = claims_from_results(design3_payload(adamw_dense=0.80, adamw_90=0.78))
+    claims = claims_from_results(design4_payload(adamw_dense=0.80, adamw_90=0.78))
     room = claims[0].checks[2]
     assert room.value == pytest.approx(0.02) and room.passed is False
     assert claims[0].verdict == "untested" and claims[2].verdict == "untested"
@@ -317,7 +317,7 @@ def test_a_baseline_without_room_to_fail_leaves_the_claim_untested():
     ],
 )
 def test_the_ham_comparison_is_untested_when_ham_barely_acts_or_has_no_room(changes, failed, value):
-    claims = claims_from_results(design3_payload(**changes))
+    claims = claims_from_results(design4_payload(**changes))
     than_ham = claims[1]
     assert than_ham.checks[failed].value == pytest.approx(value)
     assert than_ham.checks[failed].passed is False
@@ -325,30 +325,28 @@ def test_the_ham_comparison_is_untested_when_ham_barely_acts_or_has_no_room(chan
     assert than_ham.verdict == "untested"
     assert claims[0].verdict == "reproduced"  # the AdamW comparison does not read HAM
     # At the floor itself the check passes.
-    at_floor = claims_from_results(design3_payload(ham_move=0.2))[1]
+    at_floor = claims_from_results(design4_payload(ham_move=0.2))[1]
     assert at_floor.checks[1].passed and at_floor.verdict == "reproduced"
 
 
-def _survives(claims) -> list:
-    return [c for c in claims if c.statement.startswith("HORST's advantage survives")]
-
-
 @pytest.mark.parametrize(
-    ("pruners", "sparsities", "one_shot", "present"),
+    ("pruners", "sparsities", "one_shot"),
     [
-        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.7, 0.9], 6, True),
-        (["magnitude", "sparsegpt"], [0.7, 0.9], 4, True),
-        (["magnitude", "wanda"], [0.5, 0.7, 0.9], 4, False),  # no SparseGPT
-        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.9], 3, False),  # no 70 %
-        (["magnitude"], [0.9], 1, False),
+        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.7, 0.9], 6),
+        (["magnitude", "sparsegpt"], [0.7, 0.9], 4),
+        (["magnitude", "wanda"], [0.5, 0.7, 0.9], 4),
+        (["magnitude", "wanda", "sparsegpt"], [0.5, 0.9], 3),
+        (["magnitude"], [0.9], 1),
     ],
 )
-def test_the_survival_claim_needs_sparsegpt_at_70_percent(pruners, sparsities, one_shot, present):
-    payload = design3_payload()
+def test_one_claim_per_pruner_and_target_and_none_counted_twice(pruners, sparsities, one_shot):
+    payload = design4_payload()
     payload["config"] = {**payload["config"], "lm_pruners": pruners, "lm_sparsities": sparsities}
     claims = claims_from_results(payload)
     assert len([c for c in claims if c.statement.startswith("One-shot ")]) == one_shot
-    assert len(_survives(claims)) == (1 if present else 0)
+    # One result, one claim: no two claims share their per-seed values, nor a key.
+    assert len({tuple(c.per_seed) for c in claims}) == len(claims)
+    assert len({c.key for c in claims}) == len(claims)
     # 50 % is run but never claimed: the claims read 70 % and 90 % only.
     assert not any("pruning to 50%" in c.statement for c in claims)
 
@@ -370,20 +368,24 @@ def test_an_earlier_design_is_refused_with_one_sentence_naming_both_designs():
     assert "design" not in first["data"]
     message = (
         r"^these sparsity results are of design 1 \(no design number\), and this code scores "
-        r"design 3 only; earlier designs' full results, with the claims they were scored with, "
+        r"design 4 only; earlier designs' full results, with the claims they were scored with, "
         r"are in docs/results/sparsity-full/history/$"
     )
     with pytest.raises(ValueError, match=message):
         claims_from_results(first)
-    later = design3_payload()
-    later["data"]["design"] = 4
-    with pytest.raises(ValueError, match="of design 4, and this code scores design 3 only"):
+    later = design4_payload()
+    later["data"]["design"] = 5
+    with pytest.raises(ValueError, match="of design 5, and this code scores design 4 only"):
         claims_from_results(later)
 
 
 def test_history_files_hold_the_claims_they_were_scored_with():
     files = sorted(HISTORY.glob("design*.results.json"))
-    assert [path.name for path in files] == ["design1.results.json", "design2.results.json"]
+    assert [path.name for path in files] == [
+        "design1.results.json",
+        "design2.results.json",
+        "design3.results.json",
+    ]
     for path in files:
         payload = json.loads(path.read_text())
         assert payload["name"] == "sparsity" and payload["mode"] == "full"
@@ -391,18 +393,27 @@ def test_history_files_hold_the_claims_they_were_scored_with():
         assert all(claim["verdict"] in VERDICTS for claim in payload["claims"])
 
 
-def test_the_committed_full_results_are_design_three_and_rescore_to_their_verdicts():
+def test_the_committed_full_results_are_design_four_and_rescore_to_their_verdicts():
     # Design 2's run (its LM pruned by magnitude alone, HAM's move ratio not recorded) lives in
-    # history/ and this code refuses to score it; design 3's rescores to what it stored.
+    # history/ and this code refuses to score it; design 4's rescores to what it stored.
     payload = _committed()
-    assert payload["data"]["design"] == 3 and len(payload["config"]["seeds"]) >= 5
+    assert payload["data"]["design"] == 4 and len(payload["config"]["seeds"]) >= 5
     rescored = claims_from_results(payload)
     assert [(c.verdict, c.effect) for c in rescored] == [
         (c["verdict"], c["effect"]) for c in payload["claims"]
     ]
     earlier = json.loads((HISTORY / "design2.results.json").read_text())
-    with pytest.raises(ValueError, match=r"of design 2, and this code scores design 3 only"):
+    with pytest.raises(ValueError, match=r"of design 2, and this code scores design 4 only"):
         claims_from_results(earlier)
+    # Design 3 is the same runs with the survival claim counted apart: its history file keeps
+    # that verdict, and design 4's claims are its claims less that one, number for number.
+    third = json.loads((HISTORY / "design3.results.json").read_text())
+    assert third["data"] | {"design": 4} == payload["data"]
+    kept = [c for c in third["claims"] if c["key"] != "sparsity.horst_survives_sparsegpt_70"]
+    assert len(kept) == len(third["claims"]) - 1
+    assert [(c["key"], c["verdict"], c["effect"], c["interval"]) for c in kept] == [
+        (c["key"], c["verdict"], c["effect"], c["interval"]) for c in payload["claims"]
+    ]
 
 
 def test_language_selection_skips_points_whose_dense_model_is_over_ten_percent_worse():
@@ -439,7 +450,7 @@ def test_a_run_whose_gradient_turns_nan_is_a_diverged_grid_point_not_a_crash():
     next(model.parameters()).register_hook(lambda grad: grad * math.nan)
     optimizer = HORST(model.parameters(), lr=1e-3, alpha=10.0)
     recipe = sparsity_runs.Recipe({}, steps=4, batch_size=8)
-    assert sparsity_runs._fit(model, optimizer, data, recipe, 0, task="regression") == (
+    assert sparsity_runs.fit_recipe(model, optimizer, data, recipe, 0, task="regression") == (
         False,
         None,
     )
@@ -599,7 +610,7 @@ def _fake_unit(job: _FakeJob) -> dict:
 @pytest.mark.parametrize("rounds", [0, 1, 2, 3])
 def test_selections_on_an_edge_extend_every_grid_equally(tmp_path, rounds):
     from convergent.studies.framework import UnitCache
-    from convergent.studies.sparsity.study import _select
+    from convergent.studies.sparsity.selection import select_on_validation
 
     config = dataclasses.replace(
         Config.for_mode("smoke"), extension_rounds=rounds, workers=1,
@@ -608,7 +619,7 @@ def test_selections_on_an_edge_extend_every_grid_equally(tmp_path, rounds):
         horst_lrs=(2e-3, 4e-3, 8e-3), horst_alphas=(3.0, 10.0),
     )  # fmt: skip
     cache = UnitCache(tmp_path, "toy", {"rounds": rounds}, design=1)
-    tunings = _select(
+    tunings = select_on_validation(
         config,
         config.grids(),
         lambda name, point: _FakeJob(name, tuple(sorted(point.items()))),

@@ -42,6 +42,11 @@ QUALIFIER = re.compile(r" \([^()]*\)$")
 # Earlier designs' claims with no counterpart among the current ones: (study, name) -> key.
 RETIRED: dict[tuple[str, str], str] = {
     (
+        "sparsity",
+        "HORST's advantage survives a stronger pruner: after one-shot SparseGPT pruning to 70% a "
+        "HORST-trained character LM still keeps a lower perplexity than an AdamW-trained one",
+    ): "sparsity.horst_survives_sparsegpt_70",
+    (
         "descent",
         "(a) Descent-constrained training gives per-layer losses that fall monotonically "
         "across layers, where ERM shows bumps",

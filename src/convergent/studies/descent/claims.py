@@ -18,7 +18,7 @@ constraint active (lambda_l > 0) in at least 20 % of the training steps, in ever
 
 The clean claims' interval (design 3). Final text runs store which test sentences each model
 classified correctly, and the interval of the clean difference spans test sentences and seeds
-together (:func:`~convergent.studies.descent.measures.crossed_interval`). Of the options, it
+together (:func:`~convergent.studies.framework.crossed.crossed_interval`). Of the options, it
 is the one that leaves out no source of variance: the seed-level t-interval holds the test set
 fixed, and a paired t-interval over sentences holds the trained models fixed (it ignores the
 shift a seed gives every sentence at once, so it is too narrow whenever seeds matter). Its gain
@@ -68,7 +68,6 @@ from convergent.studies.descent.keys import (
     robustness_key,
 )
 from convergent.studies.descent.language_claims import language_claims
-from convergent.studies.descent.measures import crossed_interval, margin_resolution
 from convergent.studies.descent.selection import revised_selection
 from convergent.studies.framework import (
     Check,
@@ -78,6 +77,7 @@ from convergent.studies.framework import (
     check_design,
     claim_from_seeds,
 )
+from convergent.studies.framework.crossed import crossed_interval, margin_resolution
 
 DESIGN = 3
 RESCORABLE = (2,)  # earlier designs whose stored data these claims score (exploratory)

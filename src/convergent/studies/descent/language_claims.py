@@ -39,7 +39,7 @@ from convergent.studies.descent.keys import (
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
 )
-from convergent.studies.descent.measures import crossed_interval, margin_resolution, sequence_wins
+from convergent.studies.descent.measures import sequence_wins
 from convergent.studies.framework import (
     Check,
     Claim,
@@ -49,6 +49,7 @@ from convergent.studies.framework import (
     not_measured,
     within,
 )
+from convergent.studies.framework.crossed import crossed_interval, margin_resolution
 
 WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
 WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %

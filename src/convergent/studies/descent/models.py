@@ -11,30 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from convergent.data import minilm_path
 from convergent.models import HFEncoder, Transformer, TransformerConfig
+from convergent.studies.framework.minilm import minilm_classifier
 from convergent.train import ErmStep, descent_step, fit, seed_everything, warmup_schedule
 
 
 def text_model(seed: int, layers: int | None) -> HFEncoder:
     """MiniLM-L6 (or its first ``layers`` layers) with a fresh mean-pooled 2-class head."""
-    from transformers.utils import logging as hf_logging
-
-    seed_everything(seed)
-    options: dict[str, Any] = {} if layers is None else {"num_hidden_layers": layers}
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # a cut model's unused layers are expected, not news
-    hf_logging.disable_progress_bar()  # one bar per run of a study is noise
-    try:
-        model = HFEncoder.from_pretrained(
-            minilm_path(), num_outputs=2, pooling="mean", attn_implementation="sdpa", **options
-        )
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-    return model.train()
+    return minilm_classifier(seed, layers)
 
 
 def denoiser(seed: int, patch: int, tokens: int, d_model: int, layers: int) -> Transformer:

@@ -23,7 +23,6 @@ from convergent.studies.sparsity.wording import (
     HALF_THE_LOSS,
     NEAR_ZERO_LM,
     NEAR_ZERO_VIT,
-    SURVIVES,
     one_shot_claims,
     role_keys,
     rounded,
@@ -41,7 +40,7 @@ def _present(payload: Mapping[str, Any], roles: tuple[str, ...]) -> list[str]:
 
 
 def _one_shot_keys(payload: Mapping[str, Any]) -> list[str]:
-    return [key for key, _ in one_shot_claims(payload)] + _present(payload, (SURVIVES,))
+    return [key for key, _ in one_shot_claims(payload)]
 
 
 def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
@@ -135,13 +134,7 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
         f"HORST(strength={strength}) (alpha {selected['alpha']:g} on these weights), "
         f"learning rate {selected['lr']:g}; pruned to {listed(targets)} sparsity"
     )
-    survives = _present(payload, (SURVIVES,))
-    open_survival = survives and verdicts[survives[0]] != "reproduced"
-    unknown = (
-        "whether the advantage survives SparseGPT"
-        if open_survival
-        else "models beyond a 2-layer character LM; pruners beyond the three tested"
-    )
+    unknown = "models beyond a 2-layer character LM; pruners beyond the three tested"
     near_lm = _present(payload, (NEAR_ZERO_LM,))
     return Advice("HORST, then one-shot pruning", when, setting, tuple(keys + near_lm), unknown)
 

@@ -15,10 +15,11 @@ same seed, each at the configuration its own grid selected on validation.
 5. One-shot pruning of the character LM costs HORST less: for each pruner of
    ``lm_pruners`` (magnitude, Wanda, SparseGPT) and each target of :data:`LM_TARGETS` that was
    run, effect ppl_horst / ppl_adamw (test windows); holds if <= 1.
-6. HORST's advantage survives a stronger pruner: the same ratio under SparseGPT at 70 %, a
-   claim of its own (omitted when SparseGPT or 70 % was not run); holds if <= 1. It is tested
-   only where there is an advantage to survive: the ratio after magnitude pruning to 70 % must
-   hold (the upper end of its 95 % interval at most 1; with one seed, the ratio itself).
+   The SparseGPT-70 % claim also carries "HORST's advantage survives a pruner that updates the
+   kept weights": design 3 scored that as a claim of its own with the same per-seed values
+   (one result counted twice; STUDIES.md rule 14), design 4 writes it into this claim's text.
+6. Part (c), a HORST fine-tune of pretrained MiniLM-L6 against an AdamW one, pruned one-shot:
+   :mod:`.finetune_claims` (scored where the data holds part (c)).
 
 Manipulation checks: HORST's mirror move relative to its AdamW move
 (:func:`convergent.optim.horst_move_ratio`, mean over the recorded steps of each run behind the
@@ -30,7 +31,7 @@ checks that each optimizer's selected LM passed the selection's dense-quality fl
 validation perplexity at most ``LM_DENSE_TOLERANCE`` x the best over every grid): where no
 point passes, the selection falls back to the grid's first point, which nothing chose.
 
-Only this design's payloads (``data["design"] == 3``) are scored; the results of earlier
+Only this design's payloads (``data["design"] == 4``) are scored; the results of earlier
 designs, with the verdicts they were scored with, are data in
 ``docs/results/sparsity-full/history/``.
 """
@@ -60,15 +61,16 @@ from convergent.studies.sparsity.config import (
     LM_SELECTION_PRUNER,
     sparsity_key,
 )
+from convergent.studies.sparsity.finetune_claims import finetune_claims
 
-DESIGN = 3
+DESIGN = 4
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this
 HALF = 0.5
 ROOM_REQUIRED = at_least(0.03)  # a baseline's dense-to-90 % loss that leaves room to help
 MOVE_RATIO_REQUIRED = at_least(acting.MOVE_RATIO_FLOOR)
 ACHIEVED_TOLERANCE = acting.SPARSITY_TOLERANCE  # AC/DC's top-k lands within a percent
 LM_TARGETS = (0.7, 0.9)  # the one-shot targets the LM claims read (those that were run)
-STRONGER_PRUNER, STRONGER_TARGET = "sparsegpt", 0.7  # claim 6
+STRONGER_PRUNER, STRONGER_TARGET = "sparsegpt", 0.7  # the claim that says "survives"
 DISPLAY = {"adamw": "AdamW", "ham": "HAM", "horst": "HORST"}
 PRUNER_NAMES = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}
 
@@ -137,11 +139,9 @@ def near_zero_key(model: str) -> str:
     return "sparsity.horst_near_zero_" + model.lower().replace("character ", "char_")
 
 
-def pruned_key(pruner: str, label: str, survives: bool = False) -> str:
-    """The key of the one-shot claim after ``pruner`` to ``label`` (``survives``: claim 7,
-    HORST's advantage under the stronger pruner)."""
-    claim = "survives" if survives else "lower_perplexity"
-    return f"sparsity.horst_{claim}_{pruner}_{target_tag(label)}"
+def pruned_key(pruner: str, label: str) -> str:
+    """The key of the one-shot claim after ``pruner`` to ``label``."""
+    return f"sparsity.horst_lower_perplexity_{pruner}_{target_tag(label)}"
 
 
 def _seeds(values: Sequence[float]) -> str:
@@ -168,6 +168,8 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
         claims.extend(_vision_claims(config, data))
     if {"adamw", "horst"} <= set(config["lm_optimizers"]):
         claims.extend(_language_claims(config, data))
+    if "finetune" in data:
+        claims.extend(finetune_claims(data["finetune"]))
     return claims
 
 
@@ -282,7 +284,6 @@ FLOOR_CHECK = (
     "each optimizer's selected LM passed the dense-quality floor: its dense validation "
     "perplexity over the best dense one of every grid (largest over the optimizers)"
 )
-ADVANTAGE_CHECK = "HORST had an advantage to survive: after magnitude pruning to"
 
 
 def _floor_check(language: Mapping[str, Any]) -> Check:
@@ -314,21 +315,6 @@ def _floor_check(language: Mapping[str, Any]) -> Check:
     )
 
 
-def _advantage_check(language: Mapping[str, Any], key: str, selection: str, windows: int) -> Check:
-    """Claim 6's precondition: HORST's ratio after magnitude pruning to ``key`` holds (the
-    upper end of its interval at most 1; with one seed, the ratio itself)."""
-    found = _pruned_claim(language, "magnitude", key, selection, windows, [])
-    value = found.interval[1] if found.interval is not None else found.effect
-    return Check(
-        f"{ADVANTAGE_CHECK} {key}, the upper end of the 95 % interval of HORST/AdamW's test "
-        "perplexity",
-        value,
-        at_most(1.0),
-        "an advantage survives a stronger pruner only where there is one under magnitude "
-        "pruning at the same target",
-    )
-
-
 def _language_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:
     language = data["language"]
     move = _move_check(language["move_ratio"]["horst"], "dense LMs, every seed")
@@ -350,14 +336,6 @@ def _language_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list
     for pruner in config["lm_pruners"]:
         for key in targets:
             claims.append(_pruned_claim(language, pruner, key, selection, windows, checks))
-    stronger = sparsity_key(STRONGER_TARGET)
-    if STRONGER_PRUNER in config["lm_pruners"] and stronger in targets:
-        advantage = _advantage_check(language, stronger, selection, windows)
-        claims.append(
-            _pruned_claim(
-                language, STRONGER_PRUNER, stronger, selection, windows, [*checks, advantage], True
-            )
-        )
     return claims
 
 
@@ -368,9 +346,8 @@ def _pruned_claim(
     selection: str,
     windows: int,
     checks: Sequence[Check],
-    survives: bool = False,
 ) -> Claim:
-    """The ratio ppl_horst / ppl_adamw after one-shot ``pruner`` to ``key`` (claims 5 and 6)."""
+    """The ratio ppl_horst / ppl_adamw after one-shot ``pruner`` to ``key`` (claim 5)."""
     horst = _numbers(language["perplexity"]["horst"][pruner][key])
     adamw = _numbers(language["perplexity"]["adamw"][pruner][key])
     dense_horst = _numbers(language["perplexity"]["horst"][pruner]["0%"])
@@ -384,31 +361,30 @@ def _pruned_claim(
         f"seed, each at the configuration selected on validation after magnitude pruning to "
         f"{selection}{calibrated}"
     )
-    if survives:
-        statement = (
-            f"HORST's advantage survives a stronger pruner: after one-shot {shown} pruning to "
-            f"{key} a HORST-trained character LM still keeps a lower perplexity than an "
-            f"AdamW-trained one (here: {test})"
-        )
-        revised = (
-            "design 3: new, the advantage under a pruner that updates the kept weights, tested "
-            "where HORST has one under magnitude pruning at the same target"
-        )
-    else:
-        statement = (
-            f"One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower "
-            f"perplexity than an AdamW-trained one (here: {test})"
-        )
-        revised = (
-            ""
-            if (pruner, key) == ("magnitude", selection)
-            else "design 3: new, another pruner or target than magnitude at the largest"
-        )
+    stronger = (pruner, key) == (STRONGER_PRUNER, sparsity_key(STRONGER_TARGET))
+    survives = (
+        "; this is also the test of whether HORST's advantage survives a pruner that updates "
+        "the kept weights"
+        if stronger
+        else ""
+    )
+    statement = (
+        f"One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower "
+        f"perplexity than an AdamW-trained one (here: {test}{survives})"
+    )
+    revised = (
+        "design 4: the claim design 3 scored separately as 'HORST's advantage survives a "
+        "stronger pruner' (the same per-seed values) is written into this one"
+        if stronger
+        else ""
+        if (pruner, key) == ("magnitude", selection)
+        else "design 3: new, another pruner or target than magnitude at the largest"
+    )
     return claim_from_seeds(
         statement,
         [h / a for h, a in zip(horst, adamw, strict=True)],
         at_most(1.0),
-        key=pruned_key(pruner, key, survives),
+        key=pruned_key(pruner, key),
         unit=f"test perplexity after {shown} to {key}, HORST over AdamW",
         checks=list(checks),
         evidence=(

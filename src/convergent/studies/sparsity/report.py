@@ -230,7 +230,7 @@ def _mean_and_spread(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
 
 
-def _band(
+def plot_band(
     axis: Any, by_key: dict[str, list[float]], color: Any, label: str, linestyle: str = "-"
 ) -> None:
     """Mean over seeds with a +- one standard deviation band."""
@@ -258,10 +258,12 @@ def plot_sparsity_curves(
     figure = Figure(figsize=(10, 4))
     left, right = figure.subplots(1, 2)
     for name, by_key in accuracy.items():
-        _band(left, by_key, COLORS.get(name), name)
+        plot_band(left, by_key, COLORS.get(name), name)
     for name, by_pruner in perplexity.items():
         for pruner, by_key in by_pruner.items():
-            _band(right, by_key, COLORS.get(name), f"{name}, {pruner}", LINESTYLES.get(pruner, "-"))
+            plot_band(
+                right, by_key, COLORS.get(name), f"{name}, {pruner}", LINESTYLES.get(pruner, "-")
+            )
     for axis, label in ((left, "top-1 test accuracy"), (right, "test perplexity")):
         axis.set_xlabel("sparsity (%)")
         axis.set_ylabel(label)

@@ -163,7 +163,7 @@ def initial_strength(optimizer: torch.optim.Optimizer) -> float | None:
     return sum(row["alpha_times_mean_abs"] * row["mirrored"] for row in rows) / weight
 
 
-def _fit(
+def fit_recipe(
     model: nn.Module, optimizer: Any, data: Any, recipe: Recipe, seed: int, **kw: Any
 ) -> tuple[bool, float | None]:
     """:func:`fit` with the study's schedule (5 % warm-up, cosine): whether it finished (False:
@@ -222,7 +222,7 @@ def train_classifier(
             schedule=schedule,
             spec=VISION_MASKS.replace(distribution=distribution),
         )
-    finished, move = _fit(
+    finished, move = fit_recipe(
         model, optimizer, train_data, recipe, seed, task="classification", training_step=step
     )
     if not finished:
@@ -249,7 +249,9 @@ def train_language_model(
     model = language_model(splits.vocab_size, splits.seq_len, **recipe.shape)
     optimizer = study_optimizer(optimizer_name, model, options)
     strength = initial_strength(optimizer)
-    finished, move = _fit(model, optimizer, train_data, recipe, seed, task="lm", grad_clip=1.0)
+    finished, move = fit_recipe(
+        model, optimizer, train_data, recipe, seed, task="lm", grad_clip=1.0
+    )
     return RunResult(model, {}, 0.0, move, strength) if finished else None
 
 

@@ -27,23 +27,22 @@ Every run is a unit in ``OUT/units`` (resumable) and units run in ``workers`` pr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from convergent.studies.framework import (
+    Advice,
     Measured,
     PilotedStudy,
     Report,
+    Sentence,
     Session,
-    Tuning,
     UnitCache,
-    extension_points,
-    grid_points,
+    json_ready,
     run_jobs,
-    select_points,
 )
 from convergent.studies.sparsity.brief import advice, brief
 from convergent.studies.sparsity.claims import DESIGN, claims_from_results
@@ -56,6 +55,14 @@ from convergent.studies.sparsity.config import (
     Config,
     sparsity_key,
 )
+from convergent.studies.sparsity.finetune_config import finetune_settings
+from convergent.studies.sparsity.finetune_part import (
+    FINETUNE_TUNING,
+    finetune_cache,
+    finetune_part,
+)
+from convergent.studies.sparsity.finetune_report import finetune_tables, plot_finetune
+from convergent.studies.sparsity.finetune_summary import finetune_advice, finetune_sentences
 from convergent.studies.sparsity.pilot import run_pilot
 from convergent.studies.sparsity.report import (
     plot_alpha_sweep,
@@ -71,63 +78,12 @@ from convergent.studies.sparsity.runs import (
     language_unit,
     vision_unit,
 )
+from convergent.studies.sparsity.selection import select_on_validation, selections_record
 from convergent.studies.sparsity.summary import summary
 
 VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
 LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"
 MIRRORED = ("horst", "ham")  # the optimizers whose runs record a move ratio
-
-
-def _select(
-    config: Config,
-    grids: dict[str, dict[str, tuple[float, ...]]],
-    job_of: Callable[[str, dict[str, Any]], Any],
-    unit_of: Callable[[Any], dict[str, Any]],
-    scorer: Callable[[list[dict[str, Any]]], Callable[[dict[str, Any]], float]],
-    maximize: bool,
-    criterion: str,
-    cache: UnitCache,
-    log: Callable[[str], None],
-) -> dict[str, Tuning[dict[str, Any]]]:
-    """Each optimizer's selection on validation: its declared grid (every grid the same size),
-    then up to ``config.extension_rounds`` equal extensions while any selection lies on an edge
-    of its grid: every optimizer gets one point beyond the nearer end of each axis
-    (`extension_points`), so the budgets stay equal. ``scorer`` makes the score from every
-    unit trained so far (the LM's dense floor reads every grid)."""
-    points = {name: grid_points(axes) for name, axes in grids.items()}
-    units: dict[str, list[dict[str, Any]]] = {name: [] for name in grids}
-
-    def train(new: dict[str, list[dict[str, Any]]]) -> None:
-        jobs = [(name, job_of(name, point)) for name, listed in new.items() for point in listed]
-        done = run_jobs(cache, [job for _, job in jobs], unit_of, config.workers, log)
-        for (name, _), unit in zip(jobs, done, strict=True):
-            units[name].append(unit)
-
-    train(points)
-    for round_ in range(config.extension_rounds + 1):
-        score = scorer([unit for listed in units.values() for unit in listed])
-        tunings = {
-            name: select_points(
-                name, points[name], units[name], score, maximize=maximize, criterion=criterion
-            )
-            for name in grids
-        }
-        if round_ == config.extension_rounds or not any(t.on_edge for t in tunings.values()):
-            break
-        new = {name: extension_points(tuning) for name, tuning in tunings.items()}
-        if len({len(listed) for listed in new.values()}) != 1:
-            raise ValueError(
-                "an extension must give every optimizer the same number of points, got "
-                + ", ".join(f"{name} {len(listed)}" for name, listed in new.items())
-            )
-        log(f"extension round {round_ + 1}: " + "; ".join(f"{n} {v}" for n, v in new.items()))
-        for name, listed in new.items():
-            points[name] += listed
-        train(new)
-    for name, tuning in tunings.items():
-        edge = f" (on the edge of its grid: {', '.join(tuning.on_edge)})" if tuning.on_edge else ""
-        log(f"{name}: selected {tuning.selected_point} of {len(tuning.points)} points{edge}")
-    return tunings
 
 
 def pruned_score_of_good_dense(
@@ -149,30 +105,8 @@ def pruned_score_of_good_dense(
     return score
 
 
-def _selections(
-    tunings: dict[str, Tuning[dict[str, Any]]], shown: str, scored: str
-) -> dict[str, Any]:
-    """Each optimizer's selected point and its grid as ``results.json`` keeps them: every point
-    with its unit's ``scored`` validation number (as ``shown``), move ratio and strength."""
-    return {
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
-        "selection": {
-            name: [
-                {
-                    **point,
-                    shown: unit[scored],
-                    "move_ratio": unit["move_ratio"],
-                    "strength": unit["strength"],
-                }
-                for point, unit in zip(tuning.points, tuning.runs, strict=True)
-            ]
-            for name, tuning in tunings.items()
-        },
-    }
-
-
 def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
-    tunings = _select(
+    tunings = select_on_validation(
         config,
         config.grids(),
         lambda name, point: VisionJob(
@@ -219,7 +153,7 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
         if job.optimizer in moves:
             moves[job.optimizer][key].append(unit["move_ratio"])
     return {
-        **_selections(tunings, "validation_accuracy", "validation_accuracy"),
+        **selections_record(tunings, "validation_accuracy", "validation_accuracy"),
         "accuracy": accuracy,
         "achieved": achieved,
         "move_ratio": moves,
@@ -233,7 +167,7 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
 def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
     grids = config.language_grids()
     top = sparsity_key(max(config.lm_sparsities))
-    tunings = _select(
+    tunings = select_on_validation(
         config,
         grids,
         lambda name, point: LanguageJob(config, name, point, config.selection_seed, final=False),
@@ -269,7 +203,7 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
         if job.seed == config.seeds[0] and unit["histogram"] is not None:
             histograms[job.optimizer] = unit["histogram"]
     return {
-        **_selections(tunings, "validation_perplexity", "perplexity"),
+        **selections_record(tunings, "validation_perplexity", "perplexity"),
         "perplexity": perplexity,
         "move_ratio": moves,
         "strength": strength,
@@ -287,10 +221,16 @@ class SparsityStudy:
     unit_design = UNIT_DESIGN
     config = staticmethod(Config.for_mode)
     claims_from_results = staticmethod(claims_from_results)
-    summary = staticmethod(summary)
-    brief = staticmethod(brief)
-    advice = staticmethod(advice)
     run_pilot = staticmethod(run_pilot)
+
+    def summary(self, results: Mapping[str, Any]) -> list[Sentence]:
+        return [*summary(results), *finetune_sentences(results)]
+
+    def brief(self, results: Mapping[str, Any]) -> list[Sentence]:
+        return [*brief(results), *finetune_sentences(results)]
+
+    def advice(self, results: Mapping[str, Any]) -> list[Advice]:
+        return [*advice(results), *finetune_advice(results)]
 
     def reserved_seeds(self, config: Config) -> set[int]:
         return {config.selection_seed}
@@ -299,19 +239,28 @@ class SparsityStudy:
         return config.threads
 
     def measure(self, config: Config, session: Session) -> Measured:
-        """Both parts, each a selection on validation and final runs."""
+        """The three parts, each a selection on validation and final runs."""
         vision = _vision_part(config, session.cache, session.log)
         language = _language_part(config, session.cache, session.log)
+        settings = finetune_settings(config)
+        cache = finetune_cache(session.cache.folder, settings)
+        finetune = finetune_part(settings, cache, session.log)
+        session.log(f"(c) {cache.summary()}")
         hidden = ("histograms", "tunings")
         return Measured(
             data={
                 "vision": {k: v for k, v in vision.items() if k not in hidden},
                 "language": {k: v for k, v in language.items() if k not in hidden},
+                "finetune": {
+                    "config": json_ready(settings),
+                    **{k: v for k, v in finetune.items() if k not in hidden},
+                },
                 "rms_fraction": RMS_FRACTION,
             },
             tuning={
                 VISION_TUNING: {name: t.to_json() for name, t in vision["tunings"].items()},
                 LANGUAGE_TUNING: {name: t.to_json() for name, t in language["tunings"].items()},
+                FINETUNE_TUNING: {name: t.to_json() for name, t in finetune["tunings"].items()},
             },
             unsaved={
                 "histograms": {"vision": vision["histograms"], "language": language["histograms"]}
@@ -332,11 +281,11 @@ class SparsityStudy:
                 histograms["vision"], histograms["language"], folder / "weight_histograms.png"
             ),
         ]
-        return Report(
-            study_tables(config, data),
-            [f.name for f in figures],
-            study_notes(config, data, measured.tuning),
-        )
+        tables = study_tables(config, data)
+        if "finetune" in data:
+            tables |= finetune_tables(data["finetune"])
+            figures.append(plot_finetune(data["finetune"], folder / "finetune_pruning.png"))
+        return Report(tables, [f.name for f in figures], study_notes(config, data, measured.tuning))
 
 
 STUDY: PilotedStudy = SparsityStudy()

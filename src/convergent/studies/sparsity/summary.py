@@ -1,8 +1,7 @@
 """The ``sparsity`` study's plain summary: what was tested, what a user should do, what stays
 unknown, written from a ``results.json`` payload's verdicts and numbers alone.
 
-Five sentences: the scale; the language model's one-shot claims (every pruner and target, and
-whether HORST's advantage survives SparseGPT); when HORST is worth using there and at what
+Five sentences: the scale; the language model's one-shot claims (every pruner and target); when HORST is worth using there and at what
 strength, in HORST's own unit (``HORST(strength=r)``: alpha x mean |theta| at the first step,
 about the first step's mirror/Adam move ratio); the ViT claims against HAM and the claims on
 weights near zero; the ViT claims against AdamW. Each phrase is chosen by its claim's verdict,
@@ -17,7 +16,7 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.framework import Sentence, check_design, listed, stored_number, verdict_of
-from convergent.studies.sparsity.claims import ADVANTAGE_CHECK, DESIGN, HIGH_SPARSITY, PRUNER_NAMES
+from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.wording import (
     BEATS_ADAMW,
@@ -25,7 +24,6 @@ from convergent.studies.sparsity.wording import (
     HALF_THE_LOSS,
     NEAR_ZERO_LM,
     NEAR_ZERO_VIT,
-    SURVIVES,
     by_role,
     effect_with_interval,
     key_shown,
@@ -152,35 +150,7 @@ def _language(payload: Mapping[str, Any]) -> Sentence | None:
         f"one's was {ratios} (unpruned: {rounded(dense['horst'], 3)} against "
         f"{rounded(dense['adamw'], 3)})"
     )
-    survives = role_claim(payload, SURVIVES)
-    if survives is not None:
-        name, record = survives
-        verdict = verdicts[name] = verdict_of(payload, name)
-        what = {
-            "reproduced": "survived",
-            "not reproduced": "did not survive",
-            "inconclusive": "may or may not survive (these seeds cannot tell)",
-            "untested": "is not known to survive",
-        }[verdict]
-        text += (
-            f"; HORST's advantage {what} the stronger pruner, {_setting(record)} "
-            f"({verdict_phrase(payload, name)})"
-        )
-        if verdict == "untested":
-            text += _no_advantage(record)
     return Sentence(f"{text}.", verdicts)
-
-
-def _no_advantage(record: Mapping[str, Any]) -> str:
-    """Why the survival claim is untested when its precondition failed (else nothing)."""
-    for check in record.get("checks", []):
-        if check["name"].startswith(ADVANTAGE_CHECK) and check.get("passed") is False:
-            return (
-                ": there was no clear advantage to survive, as after magnitude pruning to "
-                f"{key_shown(record['extra']['sparsity'])} the upper end of the ratio's 95 % "
-                f"interval was {rounded(stored_number(check.get('value')))} (at most 1 needed)"
-            )
-    return ""
 
 
 def _strength(payload: Mapping[str, Any]) -> Sentence | None:

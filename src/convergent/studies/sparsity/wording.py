@@ -13,8 +13,6 @@ from convergent.studies.framework import claims_by_key, finite_mean, stored_numb
 from convergent.studies.sparsity.claims import (
     FLOOR_CHECK,
     HIGH_SPARSITY,
-    STRONGER_PRUNER,
-    STRONGER_TARGET,
     half_loss_key,
     near_zero_key,
     pruned_key,
@@ -24,7 +22,7 @@ from convergent.studies.sparsity.config import sparsity_key
 
 # The role of each claim a sentence reads (`role_keys` gives its key for a payload's config).
 BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS = "beats AdamW", "beats HAM", "half the loss"
-NEAR_ZERO_VIT, NEAR_ZERO_LM, SURVIVES = "near zero, ViT", "near zero, LM", "survives"
+NEAR_ZERO_VIT, NEAR_ZERO_LM = "near zero, ViT", "near zero, LM"
 
 
 def role_keys(payload: Mapping[str, Any]) -> dict[str, str]:
@@ -39,7 +37,6 @@ def role_keys(payload: Mapping[str, Any]) -> dict[str, str]:
         HALF_THE_LOSS: half_loss_key(high),
         NEAR_ZERO_VIT: near_zero_key("ViT"),
         NEAR_ZERO_LM: near_zero_key("character LM"),
-        SURVIVES: pruned_key(STRONGER_PRUNER, sparsity_key(STRONGER_TARGET), survives=True),
     }
 
 

@@ -1,0 +1,195 @@
+"""Part (c)'s runs: fine-tune MiniLM-L6 on rt-sentences, then prune a copy per variant.
+
+A :class:`FinetuneJob` is one fine-tune (HORST, AdamW, or the readout-only run behind the
+"moved" check); :func:`finetune_unit` turns it into what ``torch.load(weights_only=True)``
+reads back. A selection job scores the validation sentences dense and after
+:data:`~.finetune_config.SELECTION_VARIANT`; a final job marks, for the dense model and each
+pruned copy, which test sentences it classifies correctly (the claims pair them sentence by
+sentence), and never reads validation. Every run trains as the LM of part (b) does (5 %
+warm-up, cosine, decoupled weight decay on matrices, clip 1.0) and HORST runs record their
+mirror/Adam move ratio 20 times.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from convergent.data import DictDataset, load_splits, minilm_path
+from convergent.sparse import MaskSpec, prune_one_shot
+from convergent.studies.framework.crossed import correct_per_example
+from convergent.studies.framework.minilm import minilm_classifier
+from convergent.studies.sparsity.finetune_config import (
+    READOUT,
+    SELECTION_VARIANT,
+    FinetuneConfig,
+    Variant,
+    variants,
+)
+from convergent.studies.sparsity.runs import Recipe, fit_recipe, study_optimizer
+
+CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
+CALIBRATION_BATCH = 32  # sentences per calibration batch
+
+
+@dataclass(frozen=True)
+class SentenceData:
+    """rt-sentences as part (c) reads it (the library's seeded split, seed 0).
+
+    Attributes:
+        train: the training split (fine-tuning and calibration).
+        validation, test: evaluation subsets, ordered by length (less padding per batch; marks
+            and accuracies do not depend on the order, which is the same in every run).
+    """
+
+    train: DictDataset
+    validation: DictDataset
+    test: DictDataset
+
+
+@functools.lru_cache(maxsize=2)
+def sentence_data(max_length: int, validation: int | None, test: int | None) -> SentenceData:
+    """The splits, each evaluation split cut to its first ``validation`` / ``test`` sentences,
+    loaded once per process."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=max_length)
+
+    def cut(dataset: DictDataset, count: int | None) -> DictDataset:
+        if count is not None and count < len(dataset):
+            dataset = dataset.subset(torch.arange(count))
+        lengths = dataset.tensors["attention_mask"].sum(1)
+        return dataset.subset(torch.argsort(lengths, stable=True))
+
+    return SentenceData(splits.train, cut(splits.validation, validation), cut(splits.test, test))
+
+
+def calibration_batches(train: DictDataset, sentences: int) -> list[dict[str, torch.Tensor]]:
+    """The first ``sentences`` of a seeded shuffle of the training split (the same in every
+    run), as batches of model inputs without labels."""
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(CALIBRATION_SEED))
+    rows = train.subset(order[:sentences]).tensors
+    inputs = {key: value for key, value in rows.items() if key != "labels"}
+    return [
+        {key: value[start : start + CALIBRATION_BATCH] for key, value in inputs.items()}
+        for start in range(0, sentences, CALIBRATION_BATCH)
+    ]
+
+
+@dataclass(frozen=True)
+class FinetuneJob:
+    """One fine-tune: ``optimizer`` is ``"adamw"``, ``"horst"`` or ``"readout"`` (AdamW on the
+    head alone); ``final`` runs are scored on test, the others on validation only."""
+
+    config: FinetuneConfig
+    optimizer: str
+    point: dict[str, float]
+    seed: int
+    final: bool
+
+    def unit(self) -> dict[str, Any]:
+        """The unit-cache key of this run."""
+        return {
+            "part": "finetune",
+            "optimizer": self.optimizer,
+            **self.point,
+            "seed": self.seed,
+            "final": self.final,
+        }
+
+
+def pruned_copy(
+    model: nn.Module, variant: Variant, calibration: list[dict[str, torch.Tensor]]
+) -> tuple[nn.Module, float]:
+    """A copy of ``model`` pruned one-shot by ``variant``, and its achieved sparsity over the
+    pruned matrices."""
+    pruned = copy.deepcopy(model)
+    spec = MaskSpec(distribution="owl" if variant.owl else "uniform", pattern=variant.pattern)
+    calibrated = variant.pruner != "magnitude" or variant.owl
+    report = prune_one_shot(
+        pruned,
+        variant.sparsity,
+        spec=spec,
+        method=variant.pruner,
+        calibration=calibration if calibrated else None,
+        keep_masks=False,
+    )
+    return pruned, report.sparsity
+
+
+def _accuracy(marks: str) -> float:
+    return marks.count("1") / len(marks) if marks else math.nan
+
+
+def _diverged(job: FinetuneJob, labels: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {"seed": job.seed, "move_ratio": math.nan, "diverged": True}
+    if job.final:
+        record |= {
+            "correct": {label: None for label in ["dense", *labels]},
+            "accuracy": {label: math.nan for label in ["dense", *labels]},
+            "achieved": {label: math.nan for label in labels},
+        }
+    else:
+        record["validation_accuracy"] = {"dense": math.nan, SELECTION_VARIANT: math.nan}
+    return record
+
+
+def finetune_unit(job: FinetuneJob) -> dict[str, Any]:
+    """Fine-tune a :class:`FinetuneJob` and score it (see the module docstring).
+
+    Returns:
+        ``seed``, ``move_ratio`` (HORST's mean over the run; None for AdamW and the readout),
+        ``strength`` (HORST's configured first-step ratio; None otherwise) and ``diverged``;
+        a selection run adds ``validation_accuracy`` ``{"dense", SELECTION_VARIANT}``; a final
+        run ``correct`` (``"0"``/``"1"`` per test sentence, dense and per variant),
+        ``accuracy`` (their shares) and ``achieved`` (each variant's sparsity).
+    """
+    config = job.config
+    torch.set_num_threads(config.threads)
+    data = sentence_data(config.max_length, config.validation_sentences, config.test_sentences)
+    chosen = variants(config.variants if job.final else (SELECTION_VARIANT,))
+    model = minilm_classifier(job.seed, config.layers)
+    if job.optimizer == READOUT:
+        model.encoder.requires_grad_(False)
+    name = "adamw" if job.optimizer == READOUT else job.optimizer
+    optimizer = study_optimizer(name, model, config.options(job.optimizer, job.point))
+    recipe = Recipe(shape={}, steps=config.steps, batch_size=config.batch_size)
+    finished, move = fit_recipe(
+        model,
+        optimizer,
+        data.train,
+        recipe,
+        job.seed,
+        task="classification",
+        grad_clip=1.0,
+        checks=False,  # the recorder reads the move ratio; the live check would read it again
+    )
+    if not finished:
+        return _diverged(job, [variant.label for variant in chosen])
+    record: dict[str, Any] = {
+        "seed": job.seed,
+        "move_ratio": move,
+        "strength": job.point.get("strength"),
+        "diverged": False,
+    }
+    model.eval()
+    scored = data.test if job.final else data.validation
+    marks = {"dense": correct_per_example(model, scored)}
+    achieved = {}
+    if job.optimizer != READOUT:
+        calibration = calibration_batches(data.train, config.calibration_sentences)
+        for variant in chosen:
+            pruned, achieved[variant.label] = pruned_copy(model, variant, calibration)
+            marks[variant.label] = correct_per_example(pruned, scored)
+            del pruned
+    accuracy = {label: _accuracy(found) for label, found in marks.items()}
+    if not job.final:
+        return record | {"validation_accuracy": accuracy}
+    return record | {"correct": marks, "accuracy": accuracy, "achieved": achieved}

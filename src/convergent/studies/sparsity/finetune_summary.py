@@ -1,0 +1,107 @@
+"""Part (c)'s plain sentences and its "What to use" row, from a ``results.json`` payload's
+verdicts and numbers alone (none where the payload holds no part (c))."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from convergent.studies.framework import Advice, Sentence, claims_by_key, listed, verdicts_of
+from convergent.studies.framework import stored_number as number
+from convergent.studies.sparsity.finetune_claims import (
+    DENSE_KEY,
+    STRONGER,
+    finetune_key,
+    shown_variant,
+)
+
+
+def _keys(payload: Mapping[str, Any]) -> list[str]:
+    finetune = payload["data"].get("finetune")
+    if finetune is None:
+        return []
+    held = claims_by_key(payload)
+    return [key for key in map(finetune_key, finetune["variants"]) if key in held]
+
+
+def _strength(payload: Mapping[str, Any]) -> str:
+    point = payload["data"]["finetune"]["selected"]["horst"]
+    return f"HORST(strength={point['strength']:g}, lr={point['lr']:g})"
+
+
+def _points(record: Mapping[str, Any]) -> str:
+    return f"{100 * number(record['effect']):+.1f} points"
+
+
+def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
+    """One action-first sentence: which pruned settings a HORST fine-tune helped in (with its
+    gain in points), or that it gave no gain here; and the dense comparison."""
+    keys = _keys(payload)
+    if not keys:
+        return []
+    claims = claims_by_key(payload)
+    verdicts = verdicts_of(payload, [*keys, DENSE_KEY])
+    helped = [key for key in keys if verdicts[key] == "reproduced"]
+    worse = [key for key in keys if verdicts[key] == "not reproduced"]
+    untested = [key for key in keys if verdicts[key] == "untested"]
+
+    def shown(found: list[str]) -> str:
+        return listed(
+            [
+                f"{shown_variant(claims[k]['extra']['variant'])} ({_points(claims[k])})"
+                for k in found
+            ]
+        )
+
+    if helped:
+        lead = (
+            f"Fine-tune a pretrained model with {_strength(payload)} before pruning with "
+            f"{shown(helped)}: it kept that much more test accuracy than an AdamW fine-tune"
+        )
+    else:
+        lead = "No gain from a HORST fine-tune before pruning at this scale (MiniLM-L6)"
+    rest = []
+    if worse:
+        rest.append(f"it did worse after {shown(worse)}")
+    open_ = len(keys) - len(helped) - len(worse) - len(untested)
+    if open_:
+        rest.append(f"{open_} of the {len(keys)} pruned settings were inconclusive")
+    if untested:
+        rest.append(f"{len(untested)} untested (a check failed)")
+    dense = verdicts.get(DENSE_KEY)
+    if dense is not None:
+        rest.append(
+            "dense accuracy stayed within 2 points"
+            if dense == "reproduced"
+            else f"dense accuracy within 2 points: {dense}"
+        )
+    text = f"(c) {lead}" + (f"; {'; '.join(rest)}" if rest else "") + "."
+    return [Sentence(text, verdicts)]
+
+
+def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """The "What to use" row of part (c)."""
+    keys = _keys(payload)
+    if not keys:
+        return []
+    claims = claims_by_key(payload)
+    verdicts = verdicts_of(payload, keys)
+    helped = [claims[k]["extra"]["variant"] for k in keys if verdicts[k] == "reproduced"]
+    when = (
+        f"you will prune a fine-tuned model with {listed([shown_variant(v) for v in helped])}"
+        if helped
+        else "not shown to help here: fine-tune with AdamW"
+    )
+    strongest = claims.get(finetune_key(STRONGER))
+    unknown = "models larger than MiniLM-L6; tasks beyond sentiment"
+    if strongest is not None and verdicts.get(finetune_key(STRONGER)) != "reproduced":
+        unknown = f"whether it helps before SparseGPT to 70 % ({verdicts[finetune_key(STRONGER)]})"
+    return [
+        Advice(
+            "HORST fine-tune, then one-shot pruning",
+            when,
+            f"{_strength(payload)} for the fine-tune, against AdamW",
+            (*keys, DENSE_KEY) if DENSE_KEY in claims else tuple(keys),
+            unknown,
+        )
+    ]

@@ -35,6 +35,10 @@ EXTRA_STUDY_FILES = {
     "brief.py",
     "language.py",
     "selection.py",
+    "keys.py",  # the claims' keys, where claims are scored in more than one module
+    "language_claims.py",  # a part's claims or summary sentences, beside the study's own
+    "language_summary.py",
+    "depth_summary.py",
 }
 
 

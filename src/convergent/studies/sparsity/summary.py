@@ -27,6 +27,7 @@ from convergent.studies.sparsity.wording import (
     one_shot_claims,
     percent_shown,
     role_claim,
+    role_keys,
     rounded,
     stored_mean,
     verdict_phrase,
@@ -34,6 +35,9 @@ from convergent.studies.sparsity.wording import (
 )
 
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
+
+# Public here: the summary, and the claim roles' keys it reads (`wording.role_keys`).
+__all__ = ["role_keys", "summary"]
 
 
 def summary(payload: Mapping[str, Any]) -> list[Sentence]:

@@ -396,3 +396,22 @@ def evaluation_batch_size(loaded: HFModel, max_length: int) -> int:
         return 64
     vocabulary = int(loaded.model.get_output_embeddings().weight.shape[0])
     return max(1, min(64, LOGITS_PER_BATCH // (max_length * vocabulary)))
+
+
+def evaluation_summary(
+    path: str | Path, loaded: HFModel, evaluation: EvaluationData, max_length: int, seed: int
+) -> dict[str, Any]:
+    """The summary entries that say which folder was scored on what: the folder, its kind and
+    architecture, the validation data, its size, and the metric its task is scored by."""
+    return {
+        "checkpoint": str(path),
+        "kind": loaded.kind,
+        "architecture": loaded.architecture,
+        "data": evaluation.data,
+        "split": "validation",
+        "examples": len(evaluation.dataset),
+        "max_length": max_length,
+        "seed": seed,
+        "task": evaluation.task,
+        "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
+    }

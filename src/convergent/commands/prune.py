@@ -43,6 +43,7 @@ from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     evaluation_batch_size,
     evaluation_data,
+    evaluation_summary,
     load_hf_folder,
 )
 from convergent.commands.prune_streamed import prune_hf_folder_streamed
@@ -382,16 +383,7 @@ def prune_hf_folder(
         compute,
     )
     summary = {
-        "checkpoint": str(path),
-        "kind": loaded.kind,
-        "architecture": loaded.architecture,
-        "data": evaluation.data,
-        "split": "validation",
-        "examples": len(evaluation.dataset),
-        "max_length": max_length,
-        "seed": seed,
-        "task": evaluation.task,
-        "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
+        **evaluation_summary(path, loaded, evaluation, max_length, seed),
         **common,
     }
     if save_to is not None and report is not None:

@@ -26,6 +26,7 @@ from convergent.commands.hf_folders import (
     HFFolderError,
     evaluation_batch_size,
     evaluation_data,
+    evaluation_summary,
     load_hf_folder,
     quiet_progress,
 )
@@ -162,16 +163,7 @@ def _summary(
 ) -> dict[str, Any]:
     """The summary entries of :func:`~convergent.commands.prune.prune_hf_folder`."""
     return {
-        "checkpoint": str(path),
-        "kind": loaded.kind,
-        "architecture": loaded.architecture,
-        "data": evaluation.data,
-        "split": "validation",
-        "examples": len(evaluation.dataset),
-        "max_length": max_length,
-        "seed": seed,
-        "task": evaluation.task,
-        "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
+        **evaluation_summary(path, loaded, evaluation, max_length, seed),
         "method": report.method,
         "spec": report.spec.as_dict(),
         "calibration": calibrated,

@@ -18,9 +18,11 @@ Modules: ``config`` (settings, grids, modes, the selection rules), ``study`` (it
 selection and final runs, for the framework's run), ``runs`` (one unit of parts (a) and (b):
 data, training, measuring), ``language`` (part (c)'s data, pretraining and fine-tuning units),
 ``models``, ``measures`` (also the clean claim's intervals over sentences and seeds, and the
-win marks), ``claims`` (the current design's scorer), ``report``, ``summary`` (the plain
-sentences opening the report) and ``pilot`` (the denoiser-depth pilot and part (c)'s pilot,
-validation only). Run with ``convergent reproduce descent --quick`` (or
+win marks), ``keys`` (each claim's key), ``claims`` and ``language_claims`` (the current
+design's scorer; part (c) in the latter), ``report``, ``summary`` and ``language_summary`` (the
+plain sentences opening the report; part (c) in the latter), ``wording`` (the words summary and
+``brief`` share) and ``pilot`` (the denoiser-depth pilot and part (c)'s pilot, validation
+only). Run with ``convergent reproduce descent --quick`` (or
 ``--smoke``, ``--full``; ``--pilot`` for both pilots).
 """
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convergent.studies.descent.checks import ACTIVE_CHECK, BUMP_CHECK, PEAK_CHECK
 from convergent.studies.descent.keys import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
@@ -18,13 +19,7 @@ from convergent.studies.descent.keys import (
     VIDEO_NOISE_KEY,
     robustness_key,
 )
-from convergent.studies.descent.wording import (
-    ACTIVE_CHECK,
-    BUMP_CHECK,
-    PEAK_CHECK,
-    SHIFTS,
-    strength,
-)
+from convergent.studies.descent.wording import SHIFTS, strength
 from convergent.studies.framework import (
     Advice,
     Sentence,

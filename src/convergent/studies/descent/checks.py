@@ -32,6 +32,11 @@ MONOTONE_TOLERANCE = 0.01  # a bump: a layer's loss more than 1 % above the prev
 MULTIPLIER_FLOOR = acting.MULTIPLIER_FLOOR
 ACTIVE_SHARE_FLOOR = acting.ACTIVE_SHARE_FLOOR
 BUMP_SHARE_FLOOR = 0.5
+# How each check's name starts: summaries and briefs find a check by it (stored results carry
+# no other handle on a check).
+PEAK_CHECK = "largest multiplier"
+ACTIVE_CHECK = "share of training steps"
+BUMP_CHECK = "share of ERM seeds"
 
 MULTIPLIER_REASON = (
     "below 0.1 the constraint terms weigh less than a tenth of the objective f_L in the "
@@ -52,7 +57,7 @@ def constraints_acted(constrained: Sequence[Record], part: str) -> Check:
         part: ``"text"`` or ``"video"``, for the check's name.
     """
     name = (
-        f"largest multiplier lambda_l during training, {part} (max over layers and steps; "
+        f"{PEAK_CHECK} lambda_l during training, {part} (max over layers and steps; "
         "smallest over seeds)"
     )
     required = at_least(MULTIPLIER_FLOOR)
@@ -78,7 +83,7 @@ def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
     return [
         constraints_acted(constrained, part),
         Check(
-            f"share of training steps with an active constraint (some lambda_l > 0), {part} "
+            f"{ACTIVE_CHECK} with an active constraint (some lambda_l > 0), {part} "
             "(smallest over seeds)",
             min(measured) if measured and len(measured) == len(active) else math.nan,
             at_least(ACTIVE_SHARE_FLOOR),
@@ -92,7 +97,7 @@ def _bumps_check(erm: Sequence[Record], part: str) -> Check:
     finite = [rise for rise in rises if math.isfinite(rise)]
     share = sum(rise > MONOTONE_TOLERANCE for rise in finite) / len(finite) if finite else math.nan
     return Check(
-        f"share of ERM seeds whose per-layer test loss rises more than "
+        f"{BUMP_CHECK} whose per-layer test loss rises more than "
         f"{100 * MONOTONE_TOLERANCE:g} % from one layer to the next, {part}",
         share,
         at_least(BUMP_SHARE_FLOOR),

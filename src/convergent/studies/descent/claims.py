@@ -76,8 +76,9 @@ from convergent.studies.framework import (
     at_least,
     check_design,
     claim_from_seeds,
+    crossed_interval,
+    margin_resolution,
 )
-from convergent.studies.framework.crossed import crossed_interval, margin_resolution
 
 DESIGN = 3
 RESCORABLE = (2,)  # earlier designs whose stored data these claims score (exploratory)

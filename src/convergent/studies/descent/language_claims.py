@@ -46,15 +46,19 @@ from convergent.studies.framework import (
     at_least,
     at_most,
     claim_from_seeds,
+    crossed_interval,
+    margin_resolution,
     not_measured,
     within,
 )
-from convergent.studies.framework.crossed import crossed_interval, margin_resolution
 
 WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
 WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
 PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
 ERM_FIT_LIMIT = 1.0  # ERM's clean test perplexity at most its start's
+ERM_FIT_CHECK = (
+    "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
+)
 WIN_METHOD = (
     "95 % interval over test windows and seeds together (two-way crossed random effects on the "
     "per-window win marks, Satterthwaite degrees of freedom)"
@@ -78,7 +82,7 @@ def win_rows(
 
 
 def _erm_fits(erm: Sequence[Record]) -> Check:
-    name = "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
+    name = ERM_FIT_CHECK
     ratios = [
         float(r["perplexity"]) / float(r["start_perplexity"])
         for r in erm

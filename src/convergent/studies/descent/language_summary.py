@@ -7,21 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from convergent.studies.descent.checks import BUMP_CHECK
 from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
 from convergent.studies.descent.keys import (
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
 )
-from convergent.studies.descent.language_claims import PAPER_NOISY_WIN
-from convergent.studies.descent.wording import (
-    BUMP_CHECK,
-    Claim,
-    binding,
-    check_named,
-    percent,
-    strength,
-)
+from convergent.studies.descent.language_claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
+from convergent.studies.descent.wording import Claim, binding, check_named, percent, strength
 from convergent.studies.framework import Sentence, claims_by_key, verdicts_of
 
 PAPER_NOISY = f"{100 * PAPER_NOISY_WIN:.2f} %"  # the paper's win rate under noise
@@ -146,7 +140,7 @@ def language_sentence(payload: Mapping[str, Any]) -> Sentence:
         )
     low, high = clean["threshold"]["value"]
     margin = f"{100 * (high - low) / 2:g}"
-    fit = check_named(clean, "ERM's clean test perplexity")
+    fit = check_named(clean, ERM_FIT_CHECK)
     why = (
         ", since ERM's own fine-tune did not improve on its start"
         if fit["passed"] is not True

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from convergent.models import HFEncoder, Transformer, TransformerConfig
-from convergent.studies.framework.minilm import minilm_classifier
+from convergent.studies.framework import minilm_classifier
 from convergent.train import ErmStep, descent_step, fit, seed_everything, warmup_schedule
 
 

@@ -44,7 +44,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,30 @@ def _selected_at_pilot_seeds(
     return units, index, runs, rises
 
 
+def _selection_record(
+    points: Sequence[Mapping[str, Any]],
+    units: Sequence[Mapping[str, Any]],
+    measured: Sequence[str],
+    index: int,
+    runs: Sequence[Mapping[str, Any]],
+    rises: Sequence[float],
+) -> dict[str, Any]:
+    """What a pilot records of `_selected_at_pilot_seeds`: each grid point with its unit's
+    ``measured`` values, the selected point, its runs' per-layer losses and largest rises, and
+    the share of those rises that are bumps."""
+    return {
+        "grid": [
+            {**point, **{key: unit[key] for key in measured}}
+            for point, unit in zip(points, units, strict=True)
+        ],
+        "selected": dict(points[index]),
+        "seeds": list(PILOT_SEEDS),
+        "layer_losses": [run.get("layer_losses") for run in runs],
+        "largest_rise": list(rises),
+        "bump_share": sum(rise > MONOTONE_TOLERANCE for rise in rises) / len(rises),
+    }
+
+
 def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """One candidate depth: ERM's grid, its selected point from every pilot seed, the rises."""
     cache = UnitCache(
@@ -128,25 +152,12 @@ def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[st
         cache, grid, timed_video_unit, lambda u: denoising_score(u, config.clean_tolerance),
         config.workers, log,
     )  # fmt: skip
-    share = sum(rise > MONOTONE_TOLERANCE for rise in rises) / len(rises)
     seconds = [unit["seconds"] for unit in [*units, *runs[1:]]]
     log(f"pilot {config.denoiser_layers} layers: {dict(points[index])}, rises {rises}")
+    measured = ("validation_rmse_train_noise", "validation_rmse_selection", "seconds")
     return {
         "layers": config.denoiser_layers,
-        "grid": [
-            {
-                **point,
-                "validation_rmse_train_noise": unit["validation_rmse_train_noise"],
-                "validation_rmse_selection": unit["validation_rmse_selection"],
-                "seconds": unit["seconds"],
-            }
-            for point, unit in zip(points, units, strict=True)
-        ],
-        "selected": dict(points[index]),
-        "seeds": list(PILOT_SEEDS),
-        "layer_losses": [run.get("layer_losses") for run in runs],
-        "largest_rise": rises,
-        "bump_share": share,
+        **_selection_record(points, units, measured, index, runs, rises),
         "seconds_per_run": sum(seconds) / len(seconds),
     }
 
@@ -290,21 +301,10 @@ def run_language_pilot(
             "expected_half_width": expected_half_width(spread, seeds, windows),
         }
     start_perplexity = pretrained["validation_perplexity"]
+    measured = ("validation_perplexity", "validation_noisy_perplexity")
     result = {
         "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
-        "grid": [
-            {
-                **point,
-                "validation_perplexity": unit["validation_perplexity"],
-                "validation_noisy_perplexity": unit["validation_noisy_perplexity"],
-            }
-            for point, unit in zip(points, units, strict=True)
-        ],
-        "selected": dict(points[index]),
-        "seeds": list(PILOT_SEEDS),
-        "layer_losses": [run.get("layer_losses") for run in runs],
-        "largest_rise": rises,
-        "bump_share": sum(rise > MONOTONE_TOLERANCE for rise in rises) / len(rises),
+        **_selection_record(points, units, measured, index, runs, rises),
         "erm_over_start": [run["validation_perplexity"] / start_perplexity for run in runs],
         "resolution": resolution,
         "margins": {"clean": WIN_CLEAN_MARGIN, "noise": WIN_NOISE_MARGIN},

@@ -293,6 +293,13 @@ def _band(axis: Any, x: list[float], runs: list[list[float]], label: str, style:
         )
 
 
+def _saved(figure: Figure, out: Path, name: str) -> str:
+    """``figure`` laid out and written to ``out / name``, at the study's one resolution."""
+    figure.tight_layout()
+    figure.savefig(out / name, dpi=110)
+    return name
+
+
 def draw_figures(
     text: dict[str, Any],
     video: dict[str, Any],
@@ -314,9 +321,7 @@ def draw_figures(
         axis.set_xlabel(XLABELS[kind])
         axis.set_ylabel("test accuracy")
         axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "robustness.png", dpi=110)
-    names.append("robustness.png")
+    names.append(_saved(figure, out, "robustness.png"))
 
     figure = Figure(figsize=(11, 3.8))
     text_axis, video_axis = figure.subplots(1, 2)
@@ -333,9 +338,7 @@ def draw_figures(
     for axis in (text_axis, video_axis):
         axis.set_xlabel("layer l (0 = embedding output)")
         axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "layer_losses.png", dpi=110)
-    names.append("layer_losses.png")
+    names.append(_saved(figure, out, "layer_losses.png"))
 
     figure = Figure(figsize=(5.5, 3.8))
     axis = figure.subplots()
@@ -348,9 +351,7 @@ def draw_figures(
     axis.set_ylabel("test RMSE")
     axis.set_title("(b) street-video denoising")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "denoising.png", dpi=110)
-    names.append("denoising.png")
+    names.append(_saved(figure, out, "denoising.png"))
 
     if language is not None:
         names.append(draw_language(language, out))
@@ -376,9 +377,7 @@ def draw_figures(
             axis.set_xlabel("training step")
             if axis.get_legend_handles_labels()[0]:
                 axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(out / "multipliers.png", dpi=110)
-    names.append("multipliers.png")
+    names.append(_saved(figure, out, "multipliers.png"))
     return names
 
 
@@ -411,6 +410,4 @@ def draw_language(language: dict[str, Any], out: Path) -> str:
     ):
         axis.set_title(f"(c) language model: {title}")
         axis.legend()
-    figure.tight_layout()
-    figure.savefig(out / "language.png", dpi=110)
-    return "language.png"
+    return _saved(figure, out, "language.png")

@@ -40,7 +40,7 @@ from convergent.studies.descent.measures import (
     robustness,
 )
 from convergent.studies.descent.models import denoiser, text_model, train_model
-from convergent.studies.framework.crossed import correct_per_example
+from convergent.studies.framework import correct_per_example
 from convergent.train import evaluate
 
 TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on train"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from convergent.studies.descent.checks import BUMP_CHECK
 from convergent.studies.descent.keys import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
@@ -22,7 +23,6 @@ from convergent.studies.descent.keys import (
 from convergent.studies.descent.language_summary import language_sentence
 from convergent.studies.descent.selection import constraints_act, denoising_score, selected_index
 from convergent.studies.descent.wording import (
-    BUMP_CHECK,
     SHIFTS,
     Claim,
     binding,

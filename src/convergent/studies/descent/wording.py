@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from convergent.studies.descent.checks import ACTIVE_CHECK, PEAK_CHECK
+
 # Each perturbation kind (a key of ``data.text.levels``) in a user's words.
 SHIFTS = {
     "gaussian": "Gaussian embedding noise",
@@ -19,10 +21,6 @@ SHIFTS = {
 }
 
 
-# The manipulation checks that say whether the constraints bound, by how their names start.
-PEAK_CHECK = "largest multiplier"
-ACTIVE_CHECK = "share of training steps"
-BUMP_CHECK = "share of ERM seeds"
 MAX_TEST_SIZE = 100_000  # accuracies are read as exact shares of a test set at most this large
 
 

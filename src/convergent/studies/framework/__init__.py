@@ -51,8 +51,17 @@ from convergent.studies.framework.common import (
     tuning_lines,
     write_study,
 )
+from convergent.studies.framework.crossed import (
+    CrossedInterval,
+    correct_per_example,
+    crossed_interval,
+    margin_resolution,
+    seed_half_width,
+    seeds_to_resolve,
+)
 from convergent.studies.framework.designs import OtherDesign, check_design
 from convergent.studies.framework.history import earlier_designs, history_lines
+from convergent.studies.framework.minilm import minilm_classifier
 from convergent.studies.framework.numbers import (
     finite_mean,
     finite_or_none,
@@ -100,6 +109,7 @@ __all__ = [
     "Advice",
     "Check",
     "Claim",
+    "CrossedInterval",
     "Measured",
     "OtherDesign",
     "PilotedStudy",
@@ -123,6 +133,8 @@ __all__ = [
     "claim_of",
     "claim_rows",
     "claims_by_key",
+    "correct_per_example",
+    "crossed_interval",
     "decide",
     "earlier_designs",
     "edge_note",
@@ -139,6 +151,8 @@ __all__ = [
     "json_ready",
     "listed",
     "load_study",
+    "margin_resolution",
+    "minilm_classifier",
     "misstated_verdicts",
     "named_verdicts",
     "not_measured",
@@ -148,6 +162,8 @@ __all__ = [
     "results_payload",
     "run_config",
     "run_jobs",
+    "seed_half_width",
+    "seeds_to_resolve",
     "select_points",
     "stored_number",
     "t_interval",

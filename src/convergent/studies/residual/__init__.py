@@ -18,8 +18,8 @@ Parts: (a), claims 1-4, full-batch GD on weather-hourly in fixed step-size regim
 regime with each beta's step size tuned on selection seeds; (b), claim 5, MiniLM cut or
 extended to a depth on rt-sentences. Modules: `config` (settings and modes), `models`, `runs`
 (one unit's training and measurements), `study` (its parts, for the framework's run), `measures`, `checks` and `claims`
-(scored from the stored data alone), `report`, `summary` (the plain sentences a user reads
-first). Every (regime, seed, beta) and (seed, depth, beta) run is a resumable unit.
+(scored from the stored data alone), `report`, `summary` and `depth_summary` (the plain sentences a user reads
+first; claim 5's in the latter), `wording` (the words summary and `brief` share). Every (regime, seed, beta) and (seed, depth, beta) run is a resumable unit.
 Usage: ``convergent reproduce residual`` (or ``run_config(STUDY, Config.for_mode("quick"), out)``).
 """
 

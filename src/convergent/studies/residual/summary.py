@@ -42,6 +42,16 @@ from convergent.studies.residual.wording import (
 )
 
 
+def _regime_claims(
+    payload: Mapping[str, Any], regimes: Sequence[Regime], claim: str
+) -> list[tuple[Regime, str, Mapping[str, Any]]]:
+    """Per regime whose ``claim`` (`LINEAR`, `SPEED` or `RATE`) the results hold: the regime,
+    the claim's key and its record."""
+    claims = claims_by_key(payload)
+    found = ((regime, held_key(payload, claim, regime)) for regime in regimes)
+    return [(regime, key, claims[key]) for regime, key in found if key is not None]
+
+
 def _failed(record: Mapping[str, Any], check: str) -> bool:
     """Whether the claim's check named ``check`` did not pass."""
     return any(c["name"] == check and c["passed"] is not True for c in record["checks"])
@@ -145,12 +155,8 @@ def _conditioning(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sent
     }[verdict]
     declared = {name: verdict}
     items, too_large = [], []
-    for regime in regimes:
-        rate = held_key(payload, RATE, regime)
-        if rate is None:
-            continue
-        declared[rate] = verdict_of(payload, rate)
-        record = claims[rate]
+    for regime, rate, record in _regime_claims(payload, regimes, RATE):
+        declared[rate] = str(record["verdict"])
         if declared[rate] == "untested" and _too_large(record):
             too_large.append(regime_label(regime))
             continue
@@ -195,14 +201,9 @@ def _speed_opener(verdicts: set[str]) -> str:
 
 def _speed(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence | None:
     """Claim 2 per regime, with the tuned step sizes and the fastest tuned beta."""
-    claims = claims_by_key(payload)
     declared, items = {}, []
-    for regime in regimes:
-        name = held_key(payload, SPEED, regime)
-        if name is None:
-            continue
-        declared[name] = verdict_of(payload, name)
-        record = claims[name]
+    for regime, name, record in _regime_claims(payload, regimes, SPEED):
+        declared[name] = str(record["verdict"])
         detail = (
             untested_at(regime, record)
             if declared[name] == "untested"
@@ -252,12 +253,8 @@ def _linear(payload: Mapping[str, Any], regimes: Sequence[Regime]) -> Sentence |
     declared, items = {}, []
     lrs: dict[str, list[float]] = {verdict: [] for verdict in VERDICTS}
     too_large: list[Regime] = []
-    for regime in regimes:
-        name = held_key(payload, LINEAR, regime)
-        if name is None:
-            continue
-        verdict = declared[name] = verdict_of(payload, name)
-        record = claims[name]
+    for regime, name, record in _regime_claims(payload, regimes, LINEAR):
+        verdict = declared[name] = str(record["verdict"])
         if verdict == "untested" and _too_large(record):
             too_large.append(regime)
             continue

@@ -12,7 +12,8 @@ Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit:
 AC/DC or densely, pruning, measuring), ``measures`` (pruned perplexities, the near-zero share),
 ``study`` (the selection and final runs of both parts, for the framework's run), ``claims``
 (the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the plain
-sentences a user acts on, from the verdicts) and ``pilot`` (the regime pilot behind the full
+sentences a user acts on, from the verdicts), ``wording`` (the claim roles and words summary
+and ``brief`` share) and ``pilot`` (the regime pilot behind the full
 mode's ViT, on validation with AdamW alone).
 """
 

@@ -18,11 +18,7 @@ from convergent.studies.framework import (
 from convergent.studies.sparsity.claims import PRUNER_NAMES
 from convergent.studies.sparsity.config import sparsity_key
 from convergent.studies.sparsity.wording import (
-    BEATS_ADAMW,
-    BEATS_HAM,
-    HALF_THE_LOSS,
-    NEAR_ZERO_LM,
-    NEAR_ZERO_VIT,
+    Role,
     one_shot_claims,
     role_keys,
     rounded,
@@ -30,10 +26,10 @@ from convergent.studies.sparsity.wording import (
     why_untested,
 )
 
-ACDC_ROLES = (BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS)
+ACDC_ROLES = (Role.BEATS_ADAMW, Role.BEATS_HAM, Role.HALF_THE_LOSS)
 
 
-def _present(payload: Mapping[str, Any], roles: tuple[str, ...]) -> list[str]:
+def _present(payload: Mapping[str, Any], roles: tuple[Role, ...]) -> list[str]:
     """The keys of ``roles``' claims that the results hold, in that order."""
     keys, claims = role_keys(payload), claims_by_key(payload)
     return [keys[role] for role in roles if keys[role] in claims]
@@ -67,7 +63,7 @@ def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _near_zero_sentence(payload: Mapping[str, Any]) -> Sentence | None:
-    verdicts = verdicts_of(payload, _present(payload, (NEAR_ZERO_VIT, NEAR_ZERO_LM)))
+    verdicts = verdicts_of(payload, _present(payload, (Role.NEAR_ZERO_VIT, Role.NEAR_ZERO_LM)))
     if not verdicts:
         return None
     words = verdict_words(list(verdicts.values()))
@@ -135,7 +131,7 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
         f"learning rate {selected['lr']:g}; pruned to {listed(targets)} sparsity"
     )
     unknown = "models beyond a 2-layer character LM; pruners beyond the three tested"
-    near_lm = _present(payload, (NEAR_ZERO_LM,))
+    near_lm = _present(payload, (Role.NEAR_ZERO_LM,))
     return Advice("HORST, then one-shot pruning", when, setting, tuple(keys + near_lm), unknown)
 
 
@@ -169,7 +165,7 @@ def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
         "HORST under AC/DC sparse training",
         when,
         setting,
-        tuple(keys + _present(payload, (NEAR_ZERO_VIT,))),
+        tuple(keys + _present(payload, (Role.NEAR_ZERO_VIT,))),
         unknown,
     )
 

@@ -35,12 +35,13 @@ from convergent.studies.framework import (
     Claim,
     at_least,
     claim_from_seeds,
+    crossed_interval,
     finite_mean,
     json_ready,
+    margin_resolution,
     within,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.framework.crossed import crossed_interval, margin_resolution
 
 ROOM_REQUIRED = at_least(0.02)  # AdamW's dense-to-pruned loss that leaves room to help
 MOVED_REQUIRED = at_least(0.05)  # the fine-tune's gain over the readout alone

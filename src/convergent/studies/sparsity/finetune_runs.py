@@ -23,8 +23,7 @@ from torch import nn
 
 from convergent.data import DictDataset, load_splits, minilm_path
 from convergent.sparse import MaskSpec, prune_one_shot
-from convergent.studies.framework.crossed import correct_per_example
-from convergent.studies.framework.minilm import minilm_classifier
+from convergent.studies.framework import correct_per_example, minilm_classifier
 from convergent.studies.sparsity.finetune_config import (
     READOUT,
     SELECTION_VARIANT,

@@ -19,17 +19,14 @@ from convergent.studies.framework import Sentence, check_design, listed, stored_
 from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.wording import (
-    BEATS_ADAMW,
-    BEATS_HAM,
-    HALF_THE_LOSS,
-    NEAR_ZERO_LM,
-    NEAR_ZERO_VIT,
+    Role,
     by_role,
     effect_with_interval,
     key_shown,
     one_shot_claims,
     percent_shown,
     role_claim,
+    role_keys,
     rounded,
     stored_mean,
     verdict_phrase,
@@ -37,6 +34,9 @@ from convergent.studies.sparsity.wording import (
 )
 
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
+
+# Public here: the summary, and the claim roles' keys it reads (`wording.role_keys`).
+__all__ = ["role_keys", "summary"]
 
 
 def summary(payload: Mapping[str, Any]) -> list[Sentence]:
@@ -203,7 +203,7 @@ def _strength(payload: Mapping[str, Any]) -> Sentence | None:
     )
 
 
-def _near_zero_part(payload: Mapping[str, Any], part: str, where: str) -> tuple[str, str] | None:
+def _near_zero_part(payload: Mapping[str, Any], part: Role, where: str) -> tuple[str, str] | None:
     found = role_claim(payload, part)
     if found is None:
         return None
@@ -229,7 +229,7 @@ def _near_zero_part(payload: Mapping[str, Any], part: str, where: str) -> tuple[
 def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
     parts, verdicts = [], {}
     near_zero = []
-    found = role_claim(payload, BEATS_HAM)
+    found = role_claim(payload, Role.BEATS_HAM)
     highest = max(payload["config"]["sparsities"])
     top = percent_shown(highest)
     vision = payload["data"]["vision"]
@@ -253,7 +253,10 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
             f"top-1 accuracy minus HAM's was {effect_with_interval(record, 100)} points "
             f"({verdict_phrase(payload, name)})"
         )
-    for part, where in ((NEAR_ZERO_VIT, "vision-transformer"), (NEAR_ZERO_LM, "language-model")):
+    for part, where in (
+        (Role.NEAR_ZERO_VIT, "vision-transformer"),
+        (Role.NEAR_ZERO_LM, "language-model"),
+    ):
         near = _near_zero_part(payload, part, where)
         if near is not None:
             verdicts[near[0]] = verdict_of(payload, near[0])
@@ -279,23 +282,27 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
-    found = [c for c in (role_claim(payload, BEATS_ADAMW), role_claim(payload, HALF_THE_LOSS)) if c]
+    found = [
+        c
+        for c in (role_claim(payload, Role.BEATS_ADAMW), role_claim(payload, Role.HALF_THE_LOSS))
+        if c
+    ]
     if not found:
         return None
     sparsities = payload["config"]["sparsities"]
     top = percent_shown(max(sparsities))
     high = "-".join(f"{round(100 * t)}" for t in sparsities if t >= HIGH_SPARSITY - 1e-9) + " %"
     what = {
-        BEATS_ADAMW: f"HORST reaches a higher accuracy than AdamW at {top}",
-        HALF_THE_LOSS: f"HORST loses at most half the accuracy AdamW loses at {high}",
+        Role.BEATS_ADAMW: f"HORST reaches a higher accuracy than AdamW at {top}",
+        Role.HALF_THE_LOSS: f"HORST loses at most half the accuracy AdamW loses at {high}",
     }
     tested = {
-        BEATS_ADAMW: {
+        Role.BEATS_ADAMW: {
             "reproduced": f"HORST beat AdamW at {top}",
             "not reproduced": f"HORST did worse than AdamW at {top}, so prefer AdamW there",
             "inconclusive": f"these seeds cannot tell HORST from AdamW at {top}",
         },
-        HALF_THE_LOSS: {
+        Role.HALF_THE_LOSS: {
             "reproduced": f"HORST lost at most half the accuracy AdamW lost at {high}",
             "not reproduced": f"HORST lost more than half the accuracy AdamW lost at {high}",
             "inconclusive": "these seeds cannot tell whether HORST loses at most half the "
@@ -303,8 +310,8 @@ def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
         },
     }
     effects = {
-        BEATS_ADAMW: "HORST's top-1 accuracy minus AdamW's",
-        HALF_THE_LOSS: "accuracy HORST lost minus half what AdamW lost",
+        Role.BEATS_ADAMW: "HORST's top-1 accuracy minus AdamW's",
+        Role.HALF_THE_LOSS: "accuracy HORST lost minus half what AdamW lost",
     }
     verdicts = {name: verdict_of(payload, name) for name, _ in found}
     unknown = [(n, r) for n, r in found if verdicts[n] == "untested"]

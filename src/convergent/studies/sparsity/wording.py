@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 from convergent.studies.framework import claims_by_key, finite_mean, stored_number, verdict_of
@@ -20,27 +21,34 @@ from convergent.studies.sparsity.claims import (
 )
 from convergent.studies.sparsity.config import sparsity_key
 
-# The role of each claim a sentence reads (`role_keys` gives its key for a payload's config).
-BEATS_ADAMW, BEATS_HAM, HALF_THE_LOSS = "beats AdamW", "beats HAM", "half the loss"
-NEAR_ZERO_VIT, NEAR_ZERO_LM = "near zero, ViT", "near zero, LM"
+
+class Role(StrEnum):
+    """The role of each claim a sentence reads (`role_keys` gives its key for a payload's
+    config)."""
+
+    BEATS_ADAMW = "beats AdamW"
+    BEATS_HAM = "beats HAM"
+    HALF_THE_LOSS = "half the loss"
+    NEAR_ZERO_VIT = "near zero, ViT"
+    NEAR_ZERO_LM = "near zero, LM"
 
 
-def role_keys(payload: Mapping[str, Any]) -> dict[str, str]:
+def role_keys(payload: Mapping[str, Any]) -> dict[Role, str]:
     """The key of each role's claim under the payload's config (the claims' own key builders,
     given the sparsities the claims read)."""
     config = payload["config"]
     top = sparsity_key(max(config["sparsities"]))
     high = [sparsity_key(t) for t in config["sparsities"] if t >= HIGH_SPARSITY - 1e-9]
     return {
-        BEATS_ADAMW: vision_key("adamw", top),
-        BEATS_HAM: vision_key("ham", top),
-        HALF_THE_LOSS: half_loss_key(high),
-        NEAR_ZERO_VIT: near_zero_key("ViT"),
-        NEAR_ZERO_LM: near_zero_key("character LM"),
+        Role.BEATS_ADAMW: vision_key("adamw", top),
+        Role.BEATS_HAM: vision_key("ham", top),
+        Role.HALF_THE_LOSS: half_loss_key(high),
+        Role.NEAR_ZERO_VIT: near_zero_key("ViT"),
+        Role.NEAR_ZERO_LM: near_zero_key("character LM"),
     }
 
 
-def role_claim(payload: Mapping[str, Any], role: str) -> tuple[str, Mapping[str, Any]] | None:
+def role_claim(payload: Mapping[str, Any], role: Role) -> tuple[str, Mapping[str, Any]] | None:
     """The key and record of ``role``'s claim (None when the results hold none)."""
     key = role_keys(payload)[role]
     record = claims_by_key(payload).get(key)
@@ -99,7 +107,7 @@ def key_shown(key: str) -> str:
     return key.replace("%", " %")
 
 
-def by_role(payload: Mapping[str, Any], table: Mapping[str, Any], key: str) -> Any:
+def by_role(payload: Mapping[str, Any], table: Mapping[Role, Any], key: str) -> Any:
     """The entry of ``table`` (by role) for the claim of ``key``."""
     keys = role_keys(payload)
     return next(entry for role, entry in table.items() if keys[role] == key)

@@ -31,7 +31,7 @@ from convergent.studies.sparsity.finetune_config import (
     Variant,
     variants,
 )
-from convergent.studies.sparsity.runs import Recipe, fit_recipe, study_optimizer
+from convergent.studies.sparsity.runs import Recipe, fit_recipe, study_optimizer, trained_unit
 
 CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
 CALIBRATION_BATCH = 32  # sentences per calibration batch
@@ -95,13 +95,7 @@ class FinetuneJob:
 
     def unit(self) -> dict[str, Any]:
         """The unit-cache key of this run."""
-        return {
-            "part": "finetune",
-            "optimizer": self.optimizer,
-            **self.point,
-            "seed": self.seed,
-            "final": self.final,
-        }
+        return trained_unit("finetune", self.optimizer, self.point, self.seed, self.final)
 
 
 def pruned_copy(

@@ -294,13 +294,15 @@ class LanguageJob:
 
     def unit(self) -> dict[str, Any]:
         """The unit-cache key of this run."""
-        return {
-            "part": "lm",
-            "optimizer": self.optimizer,
-            **self.point,
-            "seed": self.seed,
-            "final": self.final,
-        }
+        return trained_unit("lm", self.optimizer, self.point, self.seed, self.final)
+
+
+def trained_unit(
+    part: str, optimizer: str, point: dict[str, float], seed: int, final: bool
+) -> dict[str, Any]:
+    """The unit-cache key of one training run of ``part`` (the keys every committed unit was
+    stored under: part, optimizer, the grid point's fields, seed, final)."""
+    return {"part": part, "optimizer": optimizer, **point, "seed": seed, "final": final}
 
 
 def _mirror_numbers(optimizer: str, result: RunResult | None) -> dict[str, float | None]:

@@ -195,6 +195,10 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
         {"data": {"finetune": payload}, "claims": [c.to_json() for c in claims]}
     )[0].when.startswith("not shown to help here")
     assert finetune_sentences({"data": {}, "claims": []}) == []
+    # Every pruned setting untested (the mirror step barely moved): not known, not "no gain".
+    untested = _scored(horst_move=0.1)
+    text = finetune_sentences(untested)[0].text
+    assert text.startswith("(c) Whether a HORST fine-tune helps before pruning is not known")
 
 
 class RefusingTestSplit(Dataset):

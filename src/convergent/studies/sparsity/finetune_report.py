@@ -42,7 +42,11 @@ def finetune_tables(finetune: dict[str, Any]) -> dict[str, list[dict[str, Any]]]
             grid.append(
                 {
                     "optimizer": name,
-                    **{k: v for k, v in point.items() if k in ("lr", "weight_decay", "strength")},
+                    **{
+                        k: v
+                        for k, v in point.items()
+                        if k in ("lr", "weight_decay", "strength") and v is not None
+                    },
                     "validation accuracy dense (%)": PERCENT * float(accuracy["dense"]),
                     "validation accuracy after SparseGPT 70 % (%)": PERCENT
                     * float(accuracy["sparsegpt 70%"]),
@@ -62,7 +66,7 @@ def plot_finetune(finetune: dict[str, Any], path: Path) -> Path:
     runs, found = finetune["runs"], variants(tuple(finetune["variants"]))
     pruners = [p for p in ("magnitude", "wanda", "sparsegpt") if any(v.pruner == p for v in found)]
     figure = Figure(figsize=(4 * max(1, len(pruners)), 4))
-    axes = figure.subplots(1, max(1, len(pruners)), squeeze=False)[0]
+    axes = figure.subplots(1, max(1, len(pruners)), squeeze=False, sharey=True)[0]
     for axis, pruner in zip(axes, pruners, strict=False):
         for name in ("adamw", "horst"):
             uniform = [v for v in found if v.pruner == pruner and not v.owl and ":" not in v.target]

@@ -58,15 +58,20 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
             f"Fine-tune a pretrained model with {_strength(payload)} before pruning with "
             f"{shown(helped)}: it kept that much more test accuracy than an AdamW fine-tune"
         )
-    else:
+    elif len(untested) < len(keys):
         lead = "No gain from a HORST fine-tune before pruning at this scale (MiniLM-L6)"
+    else:
+        lead = (
+            "Whether a HORST fine-tune helps before pruning is not known from this run: a "
+            "manipulation check failed in every pruned setting (see the claims table)"
+        )
     rest = []
     if worse:
         rest.append(f"it did worse after {shown(worse)}")
     open_ = len(keys) - len(helped) - len(worse) - len(untested)
     if open_:
         rest.append(f"{open_} of the {len(keys)} pruned settings were inconclusive")
-    if untested:
+    if untested and len(untested) < len(keys):
         rest.append(f"{len(untested)} untested (a check failed)")
     dense = verdicts.get(DENSE_KEY)
     if dense is not None:

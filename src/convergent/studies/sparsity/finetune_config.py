@@ -132,8 +132,8 @@ class FinetuneConfig:
     batch_size: int = 16
     max_length: int = 64
     layers: int | None = None
-    validation_sentences: int | None = 256
-    test_sentences: int | None = 256
+    validation_sentences: int | None = 128
+    test_sentences: int | None = 128
     calibration_sentences: int = 32
     readout_lr: float = 1e-3
     variants: tuple[str, ...] = ("magnitude 70%", "wanda 70%", "sparsegpt 70%")

@@ -31,10 +31,23 @@ from convergent.studies.sparsity.finetune_config import (
     Variant,
     variants,
 )
-from convergent.studies.sparsity.runs import Recipe, fit_recipe, study_optimizer, trained_unit
+from convergent.studies.sparsity.runs import (
+    MOVE_RATIO_RECORDS,
+    Recipe,
+    fit_recipe,
+    study_optimizer,
+    trained_unit,
+)
 
 CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
 CALIBRATION_BATCH = 32  # sentences per calibration batch
+
+
+def move_ratio_records(steps: int) -> int:
+    """Move-ratio readings over a fine-tune of ``steps``: 20 (as in part (b)), fewer in a run
+    under 80 steps, at most one per 4 steps (a reading costs about two seconds on MiniLM, as
+    much as a training step: the quick mode's 20 steps keep 5)."""
+    return max(1, min(MOVE_RATIO_RECORDS, steps // 4))
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,7 @@ def finetune_unit(job: FinetuneJob) -> dict[str, Any]:
         data.train,
         recipe,
         job.seed,
+        records=move_ratio_records(config.steps),
         task="classification",
         grad_clip=1.0,
         checks=False,  # the recorder reads the move ratio; the live check would read it again

@@ -140,9 +140,11 @@ class MoveRatioRecorder:
         return sum(finite) / len(finite) if finite else math.nan
 
 
-def _recorders(optimizer: torch.optim.Optimizer, steps: int) -> list[MoveRatioRecorder]:
+def _recorders(
+    optimizer: torch.optim.Optimizer, steps: int, records: int
+) -> list[MoveRatioRecorder]:
     if isinstance(optimizer, HORST | HAM):
-        return [MoveRatioRecorder(optimizer, steps // MOVE_RATIO_RECORDS)]
+        return [MoveRatioRecorder(optimizer, steps // records)]
     return []
 
 
@@ -164,12 +166,19 @@ def initial_strength(optimizer: torch.optim.Optimizer) -> float | None:
 
 
 def fit_recipe(
-    model: nn.Module, optimizer: Any, data: Any, recipe: Recipe, seed: int, **kw: Any
+    model: nn.Module,
+    optimizer: Any,
+    data: Any,
+    recipe: Recipe,
+    seed: int,
+    records: int = MOVE_RATIO_RECORDS,
+    **kw: Any,
 ) -> tuple[bool, float | None]:
     """:func:`fit` with the study's schedule (5 % warm-up, cosine): whether it finished (False:
-    the loss diverged) and HORST's or HAM's mean move ratio (None for AdamW)."""
+    the loss diverged) and HORST's or HAM's mean move ratio (None for AdamW) over ``records``
+    readings, evenly spaced (every ``steps // records`` steps)."""
     scheduler = warmup_schedule(optimizer, recipe.steps, max(1, recipe.steps // 20), "cosine")
-    recorders = _recorders(optimizer, recipe.steps)
+    recorders = _recorders(optimizer, recipe.steps, records)
     try:
         fit(
             model,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -138,3 +139,29 @@ def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
     assert built == []
     assert encode_tensor(_unstructured(weight, 0.5)).entry["kind"] == "bitmask"
     assert built == [1]
+
+
+CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith(f"{field}:"))
+    return int(line.split()[1]) * 1024
+
+
+@pytest.mark.skipif(not os.access(CLEAR_REFS, os.W_OK), reason="needs Linux's clear_refs")
+def test_a_tensor_without_zeros_is_stored_dense_without_building_copies():
+    # A dense embedding table (written last by a streamed prune): no layout beats dense, so
+    # none is built; counting its nonzeros, its zeros' signs and its N:M groups' nonzeros
+    # through bool temporaries used to allocate 2.8 times the table (measured).
+    table = torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) + 10.0
+    size = table.numel() * table.element_size()  # 64 MiB: fresh mmap'd memory, exactly counted
+    with open(CLEAR_REFS, "w") as clear:
+        clear.write("5")
+    before = _status_bytes("VmRSS")
+    encoded = encode_tensor(table)
+    peak = _status_bytes("VmHWM") - before
+    assert encoded.entry["kind"] == "dense" and encoded.entry["nonzero"] == table.numel()
+    assert encoded.parts["dense"].data_ptr() == table.data_ptr()  # the table itself, no copy
+    assert peak < 0.05 * size, f"peak {peak / size:.2f} of the table"

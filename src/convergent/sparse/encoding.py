@@ -114,7 +114,7 @@ def _zero_signs(flat: Tensor) -> dict[str, Tensor]:
 
 def _bitmask(flat: Tensor, signs: dict[str, Tensor]) -> dict[str, Tensor]:
     nonzero = flat != 0
-    return {"mask": pack_bits(nonzero), "values": flat[nonzero].clone(), **signs}
+    return {"mask": pack_bits(nonzero), "values": flat[nonzero], **signs}  # a copy already
 
 
 def _grouped(tensor: Tensor, group_dim: int, m: int) -> Tensor:
@@ -131,7 +131,7 @@ def _n_m_parts(groups: Tensor, n: int, m: int, signs: dict[str, Tensor]) -> dict
     ranks = subsets(n, m)[1][patterns]
     width = rank_bits(n, m)
     return {
-        "values": groups.gather(1, chosen).reshape(-1).clone(),
+        "values": groups.gather(1, chosen).reshape(-1),  # a new tensor already
         "ranks": pack_integers(ranks, width),
         **signs,
     }
@@ -145,7 +145,7 @@ def _n_m_candidates(tensor: Tensor, group_dim: int) -> Iterator[tuple[int, int, 
         if length % m:
             continue
         groups = _grouped(tensor, group_dim, m)
-        n = int((groups != 0).sum(dim=1).max()) if groups.numel() else 0
+        n = int(torch.count_nonzero(groups, dim=1).max()) if groups.numel() else 0
         if 1 <= n < m:
             yield n, m, groups
 
@@ -170,8 +170,12 @@ def encode_tensor(tensor: Tensor, group_dim: int = 1) -> Encoded:
     }
     best = Encoded({**entry, "kind": DENSE}, {"dense": tensor})
     if tensor.dtype in COMPRESSIBLE_DTYPES and tensor.ndim >= 2 and tensor.numel():
-        entry["nonzero"] = int((tensor != 0).sum())
+        entry["nonzero"] = int(torch.count_nonzero(tensor))
         best.entry["nonzero"] = entry["nonzero"]
+        if entry["nonzero"] == tensor.numel():
+            # No zero: every other layout is larger (and looking would build copies of it).
+            best.entry["stored_bytes"] = best.stored_bytes
+            return best
         flat = tensor.reshape(-1)
         signs = _zero_signs(flat)
         # The bitmask layout copies every nonzero: build it only when it can be the smaller

@@ -125,8 +125,8 @@ def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
 
     built: list[int] = []
     bitmask = encoding._bitmask
-    monkeypatch.setattr(encoding, "_bitmask", lambda flat, signs: built.append(1) or
-                        bitmask(flat, signs))  # fmt: skip
+    monkeypatch.setattr(encoding, "_bitmask", lambda *arguments: built.append(1) or
+                        bitmask(*arguments))  # fmt: skip
     weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(3)).abs()
     # no zeros, or 1 %: values alone cost as much as dense, so the layout is dense, uncopied
     for kept in (1.0, 0.99):

@@ -214,3 +214,16 @@ def test_low_memory_refusals_are_one_sentence(llama_folder, tmp_path):
     with pytest.raises(ValueError, match="name the folder to write it to"):
         prune_hf_folder(llama_folder, (0.5,), low_memory=True, **OPTIONS)
     assert not (tmp_path / "x").exists()
+
+
+def test_each_block_left_hands_the_freed_memory_back(llama_folder, tmp_path, monkeypatch):
+    # glibc keeps freed memory in its heaps; without malloc_trim after each block a streamed
+    # run's resident size grew with the number of blocks (benchmarks/README.md)
+    import convergent.models.streamed as streamed_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(streamed_module, "_malloc_trim", lambda: trims.append)
+    prune_hf_folder(llama_folder, (0.5,), method="sparsegpt", save_to=tmp_path / "out",
+                    low_memory=True, **OPTIONS)  # fmt: skip
+    # dense evaluation, pruning, pruned evaluation: 3 passes over 3 blocks, each trimmed
+    assert trims == [0] * 9

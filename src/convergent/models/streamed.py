@@ -25,6 +25,8 @@ tensor at a time) and go to a shard writer, one shard per block and one for the 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -241,6 +243,24 @@ def _joined(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
+def release_freed_memory() -> None:
+    """Return the C allocator's free pages to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). glibc keeps what is freed in its heaps (its mmap threshold rises to the size of
+    each large block freed, up to 32 MiB, so later tensors of that size come from the heaps),
+    and a streamed run's resident size then grew with the number of blocks."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 def to_meta(module: nn.Module) -> None:
     """Drop ``module``'s parameters back to the ``meta`` device (their memory is freed); its
     buffers stay (the next :meth:`StreamedModel.load` moves them where they are needed)."""
@@ -310,6 +330,7 @@ class StreamedBlocks:
             state = block.state_dict(prefix=prefix)  # parameters and persistent buffers
             self.writer.write(index + 1, self.count + 1, {k: v.to("cpu") for k, v in state.items()})
         to_meta(block)
+        release_freed_memory()
 
     @contextmanager
     def outside(self, model: nn.Module, prefix: str, device: torch.device) -> Iterator[None]:

@@ -27,8 +27,14 @@ driver must hold at once, computed from the config:
   block's alive until its layers are pruned;
 - the calibration hidden states, ``[examples, max_length, d_model]`` in float32.
 
-The modules outside the blocks (here the token embedding, tied to the LM head) stay loaded
-for the whole run; they are printed beside the reference, not counted in it.
+The modules outside the blocks (here the token embedding, tied to the LM head) are read for
+the passes that run them (up to the first block, the head after the last, the last shard)
+and dropped after, so they are not held while a block is pruned; they are printed beside the
+reference, not counted in it.
+
+glibc's allocator keeps freed memory in its heaps (its mmap threshold rises after each large
+free), and that counts in the resident size: run under ``MALLOC_MMAP_THRESHOLD_=131072`` to
+see how much (benchmarks/README.md).
 
     python benchmarks/streamed_memory.py        # d_model 1536: 1.09 GB of weights at 8 blocks
     python benchmarks/streamed_memory.py --d-model 768 --intermediate 2048 --heads 12

@@ -16,6 +16,7 @@ from convergent.cli import main
 from convergent.commands import load_sparse, prune_hf_folder
 from convergent.commands.pruned_folder import SaveOptions
 from convergent.models.streamed import StreamedBlocks
+from convergent.sparse import MaskSpec
 from tests.commands.conftest import EXAMPLES, MAX_LENGTH
 
 SMALL = {
@@ -43,6 +44,16 @@ def llama_folder(tmp_path_factory, tokenizer):
                          pad_token_id=tokenizer.pad_token_id)  # fmt: skip
     # several shards, as a large model's folder has them
     return _save(LlamaForCausalLM(config), tokenizer, tmp_path_factory.mktemp("llama"), "2MB")
+
+
+@pytest.fixture(scope="module")
+def tied_llama_folder(tmp_path_factory, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=len(tokenizer), **SMALL, tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    return _save(LlamaForCausalLM(config), tokenizer, tmp_path_factory.mktemp("tied"))
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +131,56 @@ def test_only_one_block_holds_weights_at_a_time(llama_folder, tmp_path, monkeypa
     assert peaks == [1] * 9
 
 
+def _outside_held(host) -> list[str]:
+    """The parameters outside the blocks that hold data (not ``meta``)."""
+    return [
+        name
+        for name, parameter in host.streamed.model.named_parameters(remove_duplicate=False)
+        if not name.startswith(f"{host.prefix}.") and parameter.device.type != "meta"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("folder", "spec"),
+    [
+        ("llama_folder", None),
+        ("tied_llama_folder", None),
+        ("llama_folder", MaskSpec(include_last=True)),  # prunes the (untied) LM head
+    ],
+)
+def test_the_modules_outside_the_blocks_are_not_held_while_blocks_run(
+    folder, spec, request, tmp_path, monkeypatch
+):
+    path = request.getfixturevalue(folder)
+    held = []
+    enter = StreamedBlocks.enter
+
+    def recording_enter(self, index, block, device):
+        enter(self, index, block, device)
+        held.append(_outside_held(self))
+
+    monkeypatch.setattr(StreamedBlocks, "enter", recording_enter)
+    in_memory = prune_hf_folder(path, (0.5,), method="sparsegpt", save_to=tmp_path / "a",
+                                spec=spec, **OPTIONS)  # fmt: skip
+    streamed = prune_hf_folder(path, (0.5,), method="sparsegpt", save_to=tmp_path / "b",
+                               spec=spec, low_memory=True, **OPTIONS)  # fmt: skip
+    # dense evaluation, pruning, pruned evaluation: 3 passes over 3 blocks; a pruned LM head
+    # (and the embedding) stay from the pruning until written
+    pruned_outside = spec is not None
+    assert len(held) == 9
+    assert all(bool(names) == pruned_outside for names in held), held
+    assert streamed["rows"][0]["perplexity"] == pytest.approx(
+        in_memory["rows"][0]["perplexity"], rel=1e-6
+    )
+    expected = load_sparse(tmp_path / "a").state_dict()
+    got = load_sparse(tmp_path / "b").state_dict()
+    assert list(expected) == list(got)
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), name
+    if pruned_outside:
+        assert float((got["lm_head.weight"] == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
+
+
 @pytest.mark.parametrize("folder", ["llama_folder", "gpt2_folder", "opt_folder", "bert_folder"])
 def test_the_command_prunes_in_bfloat16_one_block_at_a_time(folder, request, tmp_path, capsys):
     from transformers import AutoConfig
@@ -153,3 +214,16 @@ def test_low_memory_refusals_are_one_sentence(llama_folder, tmp_path):
     with pytest.raises(ValueError, match="name the folder to write it to"):
         prune_hf_folder(llama_folder, (0.5,), low_memory=True, **OPTIONS)
     assert not (tmp_path / "x").exists()
+
+
+def test_each_block_left_hands_the_freed_memory_back(llama_folder, tmp_path, monkeypatch):
+    # glibc keeps freed memory in its heaps; without malloc_trim after each block a streamed
+    # run's resident size grew with the number of blocks (benchmarks/README.md)
+    import convergent.models.streamed as streamed_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(streamed_module, "_malloc_trim", lambda: trims.append)
+    prune_hf_folder(llama_folder, (0.5,), method="sparsegpt", save_to=tmp_path / "out",
+                    low_memory=True, **OPTIONS)  # fmt: skip
+    # dense evaluation, pruning, pruned evaluation: 3 passes over 3 blocks, each trimmed
+    assert trims == [0] * 9

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -124,8 +125,8 @@ def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
 
     built: list[int] = []
     bitmask = encoding._bitmask
-    monkeypatch.setattr(encoding, "_bitmask", lambda flat, signs: built.append(1) or
-                        bitmask(flat, signs))  # fmt: skip
+    monkeypatch.setattr(encoding, "_bitmask", lambda *arguments: built.append(1) or
+                        bitmask(*arguments))  # fmt: skip
     weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(3)).abs()
     # no zeros, or 1 %: values alone cost as much as dense, so the layout is dense, uncopied
     for kept in (1.0, 0.99):
@@ -138,3 +139,34 @@ def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
     assert built == []
     assert encode_tensor(_unstructured(weight, 0.5)).entry["kind"] == "bitmask"
     assert built == [1]
+
+
+CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith(f"{field}:"))
+    return int(line.split()[1]) * 1024
+
+
+@pytest.mark.skipif(not os.access(CLEAR_REFS, os.W_OK), reason="needs Linux's clear_refs")
+@pytest.mark.parametrize("padding_row", [False, True])
+def test_a_dense_table_is_stored_as_it_is_without_building_copies(padding_row):
+    # A dense embedding table (written last by a streamed prune; its padding token's row may
+    # be zero): no layout beats dense, so none is built. Counting its nonzeros, its zeros'
+    # signs and its N:M groups' nonzeros through bool and int64 temporaries used to allocate
+    # 2.5 (padding row) and 3.0 (no zero) times the table (measured).
+    table = torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) + 10.0
+    if padding_row:
+        table[0] = 0.0
+    size = table.numel() * table.element_size()  # 64 MiB: fresh mmap'd memory, exactly counted
+    with open(CLEAR_REFS, "w") as clear:
+        clear.write("5")
+    before = _status_bytes("VmRSS")
+    encoded = encode_tensor(table)
+    peak = _status_bytes("VmHWM") - before
+    assert encoded.entry["kind"] == "dense"
+    assert encoded.entry["nonzero"] == table.numel() - (4096 if padding_row else 0)
+    assert encoded.parts["dense"].data_ptr() == table.data_ptr()  # the table itself, no copy
+    assert peak < 0.05 * size, f"peak {peak / size:.2f} of the table"

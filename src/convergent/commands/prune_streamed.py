@@ -2,9 +2,10 @@
 
 For a model larger than memory. Its weights stay in its safetensors files
 (:class:`~convergent.models.streamed.StreamedModel`): the modules outside the Transformer
-blocks are read once, and each block is read when it is calibrated and pruned, written to the
-``--save`` folder as one shard (compressed, as ``prune --save`` writes, or ordinary with
-``--dense``), and dropped. The evaluation streams block by block too
+blocks are read for each pass that runs them (before the first block, after the last) and
+dropped after, unless pruning changes one of them (then they stay until written); each block
+is read when it is calibrated and pruned, written to the ``--save`` folder as one shard
+(compressed, as ``prune --save`` writes, or ordinary with ``--dense``), and dropped. The evaluation streams block by block too
 (:func:`~convergent.train.evaluate_block_by_block`): the dense model from the folder's files,
 the pruned one from the shards just written. The model is never whole in memory and never
 copied. One target per call. ``convergent bench`` (which loads the whole model) is not run.
@@ -85,7 +86,8 @@ def prune_hf_folder_streamed(
     streamed = loaded.streamed
     assert streamed is not None
     model = loaded.model
-    found = find_blocks(model, spec.select(model).names)
+    selected = spec.select(model).names
+    found = find_blocks(model, selected)
     if found is None:
         raise HFFolderError(
             f"--low-memory streams a model one Transformer block at a time, but found no block"
@@ -108,7 +110,10 @@ def prune_hf_folder_streamed(
             "examples": len(source.dataset),
             "method": method,
         }
-    streamed.load_outside(prefix)
+    if any(not name.startswith(f"{prefix}.") for name in selected):
+        # pruned in memory, so held from the first pass until written (the last shard)
+        streamed.load_outside(prefix)
+    # else each pass reads the modules outside the blocks when it runs them, and drops them
     reading = StreamedBlocks(streamed, prefix)
 
     def measure() -> dict[str, float]:

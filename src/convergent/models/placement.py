@@ -3,8 +3,8 @@
 The model stays where it was loaded (its *home*: CPU memory, or, streamed from its files, no
 memory at all). The block-by-block driver asks a :class:`BlockHost` to bring one block at a time
 to the compute device and to send it back; the modules outside the blocks (embeddings, final
-norm, head) sit on the compute device for the whole run (:meth:`BlockHost.outside`), as in the
-Wanda and SparseGPT reference code. :class:`InMemoryBlocks` is the host of a model held in
+norm, head) sit on the compute device for the passes that run them (:meth:`BlockHost.outside`:
+up to the first block, and after the last), not while the blocks run. :class:`InMemoryBlocks` is the host of a model held in
 memory; a host that streams blocks from safetensors files is
 :class:`convergent.models.streamed.StreamedBlocks`. Used by the one-shot pruners
 (:mod:`convergent.sparse.blockwise`) and by block-by-block evaluation.
@@ -285,8 +285,10 @@ def forward_block_by_block(
     blocks = model.get_submodule(prefix)
     if not isinstance(blocks, nn.ModuleList):
         raise ValueError(f"{prefix} is a {type(blocks).__name__}, not a list of blocks")
-    with torch.no_grad(), no_cache(model), host.outside(model, prefix, device):
-        inputs = block_inputs(model, blocks[0], batches, device)
+    with torch.no_grad(), no_cache(model):
+        # the modules outside the blocks sit on the device for the passes that run them only
+        with host.outside(model, prefix, device):
+            inputs = block_inputs(model, blocks[0], batches, device)
         outputs: list[Any] = []
         for index, block in enumerate(blocks):
             host.enter(index, block, device)
@@ -297,7 +299,7 @@ def forward_block_by_block(
             ]
             host.leave(index, block, False)
         del inputs
-        with replaying(blocks, outputs) as current:
+        with host.outside(model, prefix, device), replaying(blocks, outputs) as current:
             for index, batch in enumerate(batches):
                 current[0] = index
                 yield model(**model_inputs(model, batch, device))

@@ -5,10 +5,12 @@ For models larger than memory. The model is built from its config with accelerat
 modules outside the Transformer blocks (embeddings, final norm, head) are then read from the
 folder's files, and each block is read only when :meth:`StreamedBlocks.enter` asks for it, and
 dropped again by :meth:`StreamedBlocks.leave` (after it is written out, when a writer is given).
-So memory holds the outside modules and one block, whatever the model's size::
+The outside modules are read when a pass needs them (:meth:`StreamedBlocks.outside`: the
+forward passes up to the first block, the head after the last) and dropped after, unless they
+were loaded for the whole run (:meth:`StreamedModel.load_outside`, when pruning changes them).
+So memory holds one block, or the outside modules, whatever the model's size::
 
     streamed = StreamedModel(folder, AutoModelForCausalLM, dtype=torch.bfloat16)
-    streamed.load_outside("model.layers")                  # embeddings, final norm, head
     host = StreamedBlocks(streamed, "model.layers", DenseShards(staging))  # a BlockHost
     prune_one_shot(streamed.model, 0.5, method="sparsegpt", calibration=batches, host=host,
                    keep_masks=False)
@@ -23,8 +25,12 @@ tensor at a time) and go to a shard writer, one shard per block and one for the 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -215,9 +221,44 @@ class StreamedModel:
                 " tied to): the files do not match the config's model"
             )
 
+    def outside_loaded(self, block_prefix: str) -> bool:
+        """Whether every parameter outside the block list at ``block_prefix`` holds data."""
+        return all(
+            parameter.device.type != "meta"
+            for name, parameter in self.model.named_parameters()
+            if not name.startswith(f"{block_prefix}.")
+        )
+
+    def drop_outside(self, block_prefix: str) -> None:
+        """Drop every parameter outside the block list at ``block_prefix`` back to ``meta``
+        (under each of its names: a tied weight is freed only once no module holds it)."""
+        from accelerate.utils import set_module_tensor_to_device
+
+        for name, _ in list(self.model.named_parameters(remove_duplicate=False)):
+            if not name.startswith(f"{block_prefix}."):
+                set_module_tensor_to_device(self.model, name, "meta")
+
 
 def _joined(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
+
+
+def release_freed_memory() -> None:
+    """Return the C allocator's free pages to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). glibc keeps what is freed in its heaps (its mmap threshold rises to the size of
+    each large block freed, up to 32 MiB, so later tensors of that size come from the heaps),
+    and a streamed run's resident size then grew with the number of blocks."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 def to_meta(module: nn.Module) -> None:
@@ -289,18 +330,35 @@ class StreamedBlocks:
             state = block.state_dict(prefix=prefix)  # parameters and persistent buffers
             self.writer.write(index + 1, self.count + 1, {k: v.to("cpu") for k, v in state.items()})
         to_meta(block)
+        release_freed_memory()
 
-    def outside(self, model: nn.Module, prefix: str, device: torch.device) -> Any:
-        return outside_on(model, prefix, device)
+    @contextmanager
+    def outside(self, model: nn.Module, prefix: str, device: torch.device) -> Iterator[None]:
+        """The modules outside the blocks sit on ``device``; read from the files first when
+        they are not in memory, and dropped again after (so a large vocabulary's embedding is
+        not held while the blocks run). Loaded ones (:meth:`StreamedModel.load_outside`, for
+        a run that prunes them) stay."""
+        loaded_here = not self.streamed.outside_loaded(prefix)
+        if loaded_here:
+            self.streamed.load_outside(prefix)
+        try:
+            with outside_on(model, prefix, device):
+                yield
+        finally:
+            if loaded_here:
+                self.streamed.drop_outside(prefix)
 
     def finish(self) -> None:
         """Write the modules outside the blocks as the last shard, then the index."""
         if self.writer is None:
             return
-        state = {
-            name: value
-            for name, value in self.streamed.model.state_dict().items()
-            if not name.startswith(f"{self.prefix}.")
-        }  # a tied weight under each of its names: the writer stores it once
-        self.writer.write(self.count + 1, self.count + 1, state)
+        model = self.streamed.model
+        with self.outside(model, self.prefix, torch.device("cpu")):
+            state = {
+                name: value
+                for name, value in model.state_dict().items()
+                if not name.startswith(f"{self.prefix}.")
+            }  # a tied weight under each of its names: the writer stores it once
+            self.writer.write(self.count + 1, self.count + 1, state)
+            del state
         self.writer.close()

@@ -195,24 +195,32 @@ class BlockwisePruner:
     ) -> None:
         inside = [n for n in names if n.startswith(f"{prefix}.")]
         outside = [n for n in names if n not in inside]
+        # The modules outside the blocks sit on the device only for the passes that run them
+        # (so a streaming host need not hold a large vocabulary's embedding while blocks run).
+        if self.spec.distribution == "owl":
+            self._allocate_owl(prefix, blocks, inside, calibration)
         with self.host.outside(self.model, prefix, self.device):
-            if self.spec.distribution == "owl":
-                self._allocate_owl(prefix, blocks, inside, calibration)
             before, after = self._split_outside(outside, blocks, calibration)
             if before:
                 self._calibrate_whole_model(before, calibration, "before", blocks[0])
-            calibrated_after = bool(after) and self.pruner.calibrated
-            outputs = self._prune_blocks(prefix, blocks, inside, calibration, calibrated_after)
-            if after:
-                with replaying(blocks, outputs) as current:
-                    self._calibrate_whole_model(after, calibration, "after", replay=current)
+        calibrated_after = bool(after) and self.pruner.calibrated
+        outputs = self._prune_blocks(prefix, blocks, inside, calibration, calibrated_after)
+        if after:
+            with (
+                self.host.outside(self.model, prefix, self.device),
+                replaying(blocks, outputs) as current,
+            ):
+                self._calibrate_whole_model(after, calibration, "after", replay=current)
 
     # ---- passes ----------------------------------------------------------------------------
 
     def _block_inputs(
-        self, blocks: nn.ModuleList, calibration: list[dict[str, Tensor]]
+        self, prefix: str, blocks: nn.ModuleList, calibration: list[dict[str, Tensor]]
     ) -> list[tuple[tuple, dict]]:
-        return block_inputs(self.model, blocks[0], calibration, self.device) if calibration else []
+        if not calibration:
+            return []
+        with self.host.outside(self.model, prefix, self.device):
+            return block_inputs(self.model, blocks[0], calibration, self.device)
 
     def _blocks_bar(self, blocks: nn.ModuleList, what: str) -> Any:
         return tqdm(
@@ -231,7 +239,7 @@ class BlockwisePruner:
         keep_outputs: bool,
     ) -> list[Any]:
         """The pruning pass; returns the last block's outputs when ``keep_outputs``."""
-        inputs = self._block_inputs(blocks, calibration) if self.pruner.calibrated else []
+        inputs = self._block_inputs(prefix, blocks, calibration) if self.pruner.calibrated else []
         outputs: list[Any] = []
         pattern = self.spec.pattern if self.spec.distribution != "owl" else "owl"
         bar = self._blocks_bar(blocks, f"{self.pruner.name} {pattern}")
@@ -282,7 +290,7 @@ class BlockwisePruner:
         calibration: list[dict[str, Tensor]],
     ) -> None:
         """OWL's dense pass: each block's outlier ratio from Wanda's scores, then sparsities."""
-        inputs = self._block_inputs(blocks, calibration)
+        inputs = self._block_inputs(prefix, blocks, calibration)
         ratios: list[float] = []
         sizes: list[int] = []
         indices: list[int] = []

@@ -105,16 +105,35 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# Entries per slice when selecting a tensor's nonzeros (each slice's int64 positions are
+# built, not the whole tensor's).
+SLICE = 1 << 20
+
+
 def _zero_signs(flat: Tensor) -> dict[str, Tensor]:
     """``{"zero_signs": packed}`` when some zero of ``flat`` is -0.0, else ``{}``."""
-    zeros = flat[flat == 0]
-    negative = torch.signbit(zeros)
-    return {"zero_signs": pack_bits(negative)} if bool(negative.any()) else {}
+    zeros = flat == 0
+    negative = torch.signbit(flat) & zeros  # bools only: selecting the zeros builds positions
+    if not bool(negative.any()):
+        return {}
+    return {"zero_signs": pack_bits(negative[zeros])}
 
 
-def _bitmask(flat: Tensor, signs: dict[str, Tensor]) -> dict[str, Tensor]:
+def _nonzero_values(flat: Tensor, nonzero: Tensor, count: int) -> Tensor:
+    """``flat[nonzero]`` (``count`` entries), selected a slice at a time."""
+    values = flat.new_empty(count)
+    start = 0
+    for part, keep in zip(flat.split(SLICE), nonzero.split(SLICE), strict=True):
+        kept = part[keep]
+        values[start : start + kept.numel()] = kept
+        start += kept.numel()
+    return values
+
+
+def _bitmask(flat: Tensor, count: int, signs: dict[str, Tensor]) -> dict[str, Tensor]:
     nonzero = flat != 0
-    return {"mask": pack_bits(nonzero), "values": flat[nonzero].clone(), **signs}
+    values = _nonzero_values(flat, nonzero, count)
+    return {"mask": pack_bits(nonzero), "values": values, **signs}
 
 
 def _grouped(tensor: Tensor, group_dim: int, m: int) -> Tensor:
@@ -131,21 +150,25 @@ def _n_m_parts(groups: Tensor, n: int, m: int, signs: dict[str, Tensor]) -> dict
     ranks = subsets(n, m)[1][patterns]
     width = rank_bits(n, m)
     return {
-        "values": groups.gather(1, chosen).reshape(-1).clone(),
+        "values": groups.gather(1, chosen).reshape(-1),  # a new tensor already
         "ranks": pack_integers(ranks, width),
         **signs,
     }
 
 
-def _n_m_candidates(tensor: Tensor, group_dim: int) -> Iterator[tuple[int, int, Tensor]]:
+def _n_m_candidates(
+    tensor: Tensor, group_dim: int, zeros: int
+) -> Iterator[tuple[int, int, Tensor]]:
     """(n, m, groups) for each M of ``GROUP_SIZES`` that divides the group dimension and whose
-    fullest group leaves at least one zero."""
+    fullest group leaves at least one zero (so that needs ``zeros`` >= one per group)."""
     length = tensor.shape[group_dim]
     for m in GROUP_SIZES:
-        if length % m:
+        if length % m or zeros * m < tensor.numel():
             continue
         groups = _grouped(tensor, group_dim, m)
-        n = int((groups != 0).sum(dim=1).max()) if groups.numel() else 0
+        # uint8 counts (m <= 16): an int64 count per group, or count_nonzero, allocate more
+        # than the tensor itself
+        n = int((groups != 0).sum(dim=1, dtype=torch.uint8).max()) if groups.numel() else 0
         if 1 <= n < m:
             yield n, m, groups
 
@@ -170,12 +193,19 @@ def encode_tensor(tensor: Tensor, group_dim: int = 1) -> Encoded:
     }
     best = Encoded({**entry, "kind": DENSE}, {"dense": tensor})
     if tensor.dtype in COMPRESSIBLE_DTYPES and tensor.ndim >= 2 and tensor.numel():
-        entry["nonzero"] = int((tensor != 0).sum())
+        entry["nonzero"] = int(torch.count_nonzero(tensor))
         best.entry["nonzero"] = entry["nonzero"]
+        zeros = tensor.numel() - entry["nonzero"]
+        values_and_mask = entry["nonzero"] * tensor.element_size() + (tensor.numel() + 7) // 8
+        if values_and_mask >= best.stored_bytes and zeros * max(GROUP_SIZES) < tensor.numel():
+            # No layout can be smaller (a bitmask's values alone, or N:M without a zero in
+            # every group): do not build them (a dense embedding table, written last by a
+            # streamed prune, would be copied several times over).
+            best.entry["stored_bytes"] = best.stored_bytes
+            return best
         flat = tensor.reshape(-1)
         signs = _zero_signs(flat)
-        # The bitmask layout copies every nonzero: build it only when it can be the smaller
-        # (a dense embedding table, written last by a streamed prune, would be copied whole).
+        # The bitmask layout copies every nonzero: build it only when it can be the smaller.
         bitmask_bytes = (
             entry["nonzero"] * tensor.element_size()
             + (flat.numel() + 7) // 8
@@ -183,9 +213,10 @@ def encode_tensor(tensor: Tensor, group_dim: int = 1) -> Encoded:
         )
         candidates = []
         if bitmask_bytes < best.stored_bytes:
-            candidates.append(Encoded({**entry, "kind": BITMASK}, _bitmask(flat, signs)))
+            bitmask = _bitmask(flat, entry["nonzero"], signs)
+            candidates.append(Encoded({**entry, "kind": BITMASK}, bitmask))
         dim = group_dim % tensor.ndim
-        for n, m, groups in _n_m_candidates(tensor, dim):
+        for n, m, groups in _n_m_candidates(tensor, dim, zeros):
             layout = {"kind": N_M, "n": n, "m": m, "group_dim": dim}
             candidates.append(Encoded({**entry, **layout}, _n_m_parts(groups, n, m, signs)))
         for candidate in candidates:  # ties keep the simpler layout, listed first

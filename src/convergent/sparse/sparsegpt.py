@@ -122,12 +122,17 @@ def sparsegpt_prune(
 
     work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
     w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
-    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping).to(work)
+    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping)
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, block_size):
         stop = min(start + block_size, columns)
         block = w[:, start:stop]  # a view: updates land in w
-        block_factor = factor[start:stop, start:stop]
+        # This block's rows of the factor in ``work``, column-major as LAPACK left them (the
+        # products' bits depend on the layout): a [B, in] copy, not a second [in, in] matrix.
+        factor_rows = torch.empty_strided(
+            (stop - start, columns), (1, stop - start), dtype=work, device=w.device
+        ).copy_(factor[start:stop])
+        block_factor = factor_rows[:, start:stop]
         diagonal = block_factor.diagonal()
         keep = mask[:, start:stop]
         if shape is None:
@@ -144,7 +149,7 @@ def sparsegpt_prune(
             errors[:, i] = (column - kept) / diagonal[i]
             block[:, i] = kept
             block[:, i + 1 :] -= torch.outer(errors[:, i], block_factor[i, i + 1 :])
-        w[:, stop:] -= errors @ factor[start:stop, stop:]
+        w[:, stop:] -= errors @ factor_rows[:, stop:]
     if not bool(torch.isfinite(w).all()):
         raise ValueError(
             "SparseGPT's update produced non-finite weights: the layer's weights or its"
@@ -171,30 +176,29 @@ def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) ->
 
     A damping that leaves ``H`` (or its inverse) without a Cholesky factor is raised tenfold, up
     to :data:`DAMPING_RETRIES` times (none when it is 0), each retry logged."""
-    # At most two [in, in] matrices beside ``hessian`` are alive at any time (each step's input
-    # is dropped once its output exists, as the authors' code does by rebinding ``H``): for an
-    # MLP's down projection each is a quarter of a gigabyte at in = 5632.
+    # One [in, in] matrix beside ``hessian``: a column-major (LAPACK's order) float64 copy
+    # that the Cholesky factorization, the inverse and the second factorization each
+    # overwrite in place (given a row-major matrix, each would copy it first).
     diagonal = hessian.diagonal().to(torch.float64, copy=True)  # never the caller's
     dead = diagonal == 0
     diagonal[dead] = 1.0
     weight[:, dead] = 0.0
     mean = diagonal.mean()
+    columns = hessian.shape[0]
     tries = [damping * 10**attempt for attempt in range(DAMPING_RETRIES + 1 if damping else 1)]
+    factor = torch.empty_strided(
+        (columns, columns), (1, columns), dtype=torch.float64, device=hessian.device
+    )
+    info = torch.zeros((), dtype=torch.int32, device=hessian.device)
     for attempt, current in enumerate(tries):
-        damped = hessian.to(torch.float64, copy=True)
-        damped.diagonal().copy_(diagonal + current * mean)
-        lower, info = torch.linalg.cholesky_ex(damped)
-        del damped
+        factor.copy_(hessian)
+        factor.diagonal().copy_(diagonal + current * mean)
+        torch.linalg.cholesky_ex(factor, out=(factor, info))  # the lower factor L of H
         if int(info) == 0:
-            inverse = torch.cholesky_inverse(lower)
-            del lower
-            factor, info = torch.linalg.cholesky_ex(inverse, upper=True)
-            del inverse
-            if int(info) == 0 and bool(torch.isfinite(factor).all()):
+            torch.cholesky_inverse(factor, out=factor)  # H^-1 from L
+            torch.linalg.cholesky_ex(factor, upper=True, out=(factor, info))
+            if int(info) == 0 and _all_finite(factor):
                 return factor
-            del factor
-        else:
-            del lower
         if attempt + 1 < len(tries):
             logger.warning(
                 "SparseGPT: the Hessian damped at %g is not positive definite; retrying at"
@@ -208,6 +212,12 @@ def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) ->
         + "; its calibration inputs are degenerate or non-finite (pass more calibration"
         " examples, or a damping > 0 such as 0.01)"
     )
+
+
+def _all_finite(matrix: Tensor, columns: int = 64) -> bool:
+    """Whether every entry is finite, checked a slab of columns at a time (``isfinite`` of the
+    whole matrix allocates more than another copy of it)."""
+    return all(bool(torch.isfinite(slab).all()) for slab in matrix.split(columns, dim=1))
 
 
 @dataclass(frozen=True)

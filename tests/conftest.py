@@ -181,3 +181,26 @@ def assert_same_claims(rescored: Any, committed: Any, rel: float = 1e-6, where: 
         assert type(rescored) is type(committed) and rescored == committed, (
             f"{where}: {rescored!r} != {committed!r}"
         )
+
+
+class RefusingTestSplit(torch.utils.data.Dataset):
+    """A test split that fails on any use: selection runs must never read it."""
+
+    def __len__(self) -> int:
+        raise AssertionError("a selection run read the test split")
+
+    def __getitem__(self, index):
+        raise AssertionError("a selection run read the test split")
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a selection run read the test split ({name})")
+
+
+CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def status_bytes(field: str) -> int:
+    """A field of /proc/self/status (``VmHWM``, ``VmRSS``) in bytes."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith(f"{field}:"))
+    return int(line.split()[1]) * 1024

@@ -21,6 +21,7 @@ from convergent.sparse.encoding import (
     unpack_integers,
 )
 from convergent.sparse.masks import n_m_mask
+from tests.conftest import CLEAR_REFS, status_bytes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -141,15 +142,6 @@ def test_the_bitmask_copy_is_made_only_when_it_can_be_the_smaller(monkeypatch):
     assert built == [1]
 
 
-CLEAR_REFS = "/proc/self/clear_refs"
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith(f"{field}:"))
-    return int(line.split()[1]) * 1024
-
-
 @pytest.mark.skipif(not os.access(CLEAR_REFS, os.W_OK), reason="needs Linux's clear_refs")
 @pytest.mark.parametrize("padding_row", [False, True])
 def test_a_dense_table_is_stored_as_it_is_without_building_copies(padding_row):
@@ -163,9 +155,9 @@ def test_a_dense_table_is_stored_as_it_is_without_building_copies(padding_row):
     size = table.numel() * table.element_size()  # 64 MiB: fresh mmap'd memory, exactly counted
     with open(CLEAR_REFS, "w") as clear:
         clear.write("5")
-    before = _status_bytes("VmRSS")
+    before = status_bytes("VmRSS")
     encoded = encode_tensor(table)
-    peak = _status_bytes("VmHWM") - before
+    peak = status_bytes("VmHWM") - before
     assert encoded.entry["kind"] == "dense"
     assert encoded.entry["nonzero"] == table.numel() - (4096 if padding_row else 0)
     assert encoded.parts["dense"].data_ptr() == table.data_ptr()  # the table itself, no copy

@@ -14,6 +14,7 @@ from convergent.sparse.wanda import (
     wanda_mask,
     wanda_scores,
 )
+from tests.conftest import CLEAR_REFS, status_bytes
 
 
 def _layer(out: int = 6, inputs: int = 16, tokens: int = 64, seed: int = 0):
@@ -370,14 +371,6 @@ def test_a_hessian_no_damping_rescues_is_one_sentence_never_nan_weights(caplog):
 
 # ---- memory ----------------------------------------------------------------------------------
 
-CLEAR_REFS = "/proc/self/clear_refs"
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith(f"{field}:"))
-    return int(line.split()[1]) * 1024
-
 
 @pytest.mark.skipif(not os.access(CLEAR_REFS, os.W_OK), reason="needs Linux's clear_refs")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -393,9 +386,9 @@ def test_sparsegpt_factorizes_in_one_hessian_sized_matrix_beside_the_hessian(dty
     weight = torch.randn(2, inputs, generator=generator, dtype=dtype)
     with open(CLEAR_REFS, "w") as clear:
         clear.write("5")  # the high-water mark restarts at the current resident size
-    before = _status_bytes("VmRSS")
+    before = status_bytes("VmRSS")
     sparsegpt_prune(weight, h, 0.5, "unstructured")
-    peak = _status_bytes("VmHWM") - before
+    peak = status_bytes("VmHWM") - before
     # H -> its Cholesky factor -> H^-1 -> its upper factor, each step overwriting one
     # column-major copy in place (LAPACK's order: a row-major input is copied first), and
     # each block's rows of the factor taken in the column loop's dtype as they are needed.

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 from scipy import stats
-from torch.utils.data import Dataset
 
 from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
@@ -31,7 +30,7 @@ from convergent.studies.sparsity import (
 from convergent.studies.sparsity import runs as sparsity_runs
 from convergent.studies.sparsity.runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
-from tests.conftest import assert_drawn_figure
+from tests.conftest import RefusingTestSplit, assert_drawn_figure
 from tests.studies.sparsity_payload import design4_payload
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
@@ -165,19 +164,6 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
             folder,
             progress=False,
         )
-
-
-class RefusingTestSplit(Dataset):
-    """A test split that fails on any use: selection runs must never read it."""
-
-    def __len__(self) -> int:
-        raise AssertionError("a selection run read the test split")
-
-    def __getitem__(self, index):
-        raise AssertionError("a selection run read the test split")
-
-    def __getattr__(self, name):
-        raise AssertionError(f"a selection run read the test split ({name})")
 
 
 def test_selection_runs_never_touch_the_test_split(monkeypatch):

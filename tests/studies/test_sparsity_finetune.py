@@ -11,7 +11,6 @@ import statistics
 
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from convergent.studies.framework import Claim, json_ready
 from convergent.studies.sparsity import finetune_runs
@@ -19,6 +18,7 @@ from convergent.studies.sparsity.finetune_claims import DENSE_KEY, finetune_clai
 from convergent.studies.sparsity.finetune_config import FinetuneConfig, Variant, variants
 from convergent.studies.sparsity.finetune_part import selection_score
 from convergent.studies.sparsity.finetune_summary import finetune_advice, finetune_sentences
+from tests.conftest import RefusingTestSplit
 
 SENTENCES = 40
 LABEL = "sparsegpt 70%"
@@ -201,19 +201,6 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
     assert text.startswith("(c) Whether a HORST fine-tune helps before pruning is not known")
 
 
-class RefusingTestSplit(Dataset):
-    """A test split that fails on any use: selection runs must never read it."""
-
-    def __len__(self) -> int:
-        raise AssertionError("a selection run read the test split")
-
-    def __getitem__(self, index):
-        raise AssertionError("a selection run read the test split")
-
-    def __getattr__(self, name):
-        raise AssertionError(f"a selection run read the test split ({name})")
-
-
 def test_a_selection_run_never_reads_the_test_split(monkeypatch):
     config = dataclasses.replace(FinetuneConfig.for_mode("smoke"), steps=1, layers=1)
     data = finetune_runs.sentence_data(config.max_length, 16, 16)
@@ -229,3 +216,10 @@ def test_a_selection_run_never_reads_the_test_split(monkeypatch):
             finetune_runs.finetune_unit(dataclasses.replace(job, final=True, seed=1))
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_fine_tune_keeps_one_move_ratio_reading_per_four_steps_and_at_least_two():
+    assert finetune_runs.move_ratio_records(150) == 20  # as part (b) records
+    assert finetune_runs.move_ratio_records(20) == 5
+    # The last step's reading is NaN (lr 0 at the cosine's end): two leave one finite.
+    assert finetune_runs.move_ratio_records(3) == 2

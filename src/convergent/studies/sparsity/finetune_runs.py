@@ -46,8 +46,9 @@ CALIBRATION_BATCH = 32  # sentences per calibration batch
 def move_ratio_records(steps: int) -> int:
     """Move-ratio readings over a fine-tune of ``steps``: 20 (as in part (b)), fewer in a run
     under 80 steps, at most one per 4 steps (a reading costs about two seconds on MiniLM, as
-    much as a training step: the quick mode's 20 steps keep 5)."""
-    return max(1, min(MOVE_RATIO_RECORDS, steps // 4))
+    much as a training step: the quick mode's 20 steps keep 5), and at least 2 (the reading at
+    the last step, where the cosine schedule's lr is 0, is NaN and left out of the mean)."""
+    return max(2, min(MOVE_RATIO_RECORDS, steps // 4))
 
 
 @dataclass(frozen=True)

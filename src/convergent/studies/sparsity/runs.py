@@ -141,7 +141,7 @@ class MoveRatioRecorder:
 
 
 def _recorders(
-    optimizer: torch.optim.Optimizer, steps: int, records: int
+    optimizer: torch.optim.Optimizer, steps: int, records: int = MOVE_RATIO_RECORDS
 ) -> list[MoveRatioRecorder]:
     if isinstance(optimizer, HORST | HAM):
         return [MoveRatioRecorder(optimizer, steps // records)]

@@ -62,6 +62,7 @@ from convergent.studies.sparsity.config import (
     sparsity_key,
 )
 from convergent.studies.sparsity.finetune_claims import finetune_claims
+from convergent.studies.sparsity.selection import is_point
 
 DESIGN = 4
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this
@@ -302,7 +303,7 @@ def _floor_check(language: Mapping[str, Any]) -> Check:
     worst = 0.0
     for name, points in selection.items():
         chosen = language["selected"][name]
-        matches = [p for p in points if all(p.get(k) == v for k, v in chosen.items())]
+        matches = [p for p in points if is_point(p, chosen)]
         value = dense(matches[0]) if matches else math.nan
         worst = max(worst, value / min(finite) if finite and math.isfinite(value) else math.inf)
     return Check(

@@ -42,6 +42,7 @@ from convergent.studies.framework import (
     within,
 )
 from convergent.studies.framework import stored_number as number
+from convergent.studies.sparsity.selection import is_point
 
 ROOM_REQUIRED = at_least(0.02)  # AdamW's dense-to-pruned loss that leaves room to help
 MOVED_REQUIRED = at_least(0.05)  # the fine-tune's gain over the readout alone
@@ -108,7 +109,7 @@ def _moved_check(finetune: Mapping[str, Any]) -> Check:
     gains = []
     for name, chosen in finetune["selected"].items():
         points = finetune["selection"][name]
-        match = [p for p in points if all(p.get(k) == v for k, v in chosen.items())]
+        match = [p for p in points if is_point(p, chosen)]
         dense = number(match[0]["validation_accuracy"]["dense"]) if match else math.nan
         gains.append(dense - readout)
     return Check(

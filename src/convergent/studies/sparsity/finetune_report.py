@@ -14,6 +14,7 @@ from convergent.studies.sparsity.report import (
     plot_band,
     spread_of_finite,
 )
+from convergent.studies.sparsity.selection import is_point
 
 PERCENT = 100.0
 
@@ -53,7 +54,7 @@ def finetune_tables(finetune: dict[str, Any]) -> dict[str, list[dict[str, Any]]]
                     "move ratio (mirror / Adam)": point["move_ratio"]
                     if point["move_ratio"] is not None
                     else "",
-                    "selected": "yes" if all(point.get(k) == v for k, v in chosen.items()) else "",
+                    "selected": "yes" if is_point(point, chosen) else "",
                 }
             )
     return {"(c) MiniLM fine-tune, pruned one-shot: test accuracy": rows, "(c) grid": grid}

@@ -5,7 +5,7 @@ and the record of each grid that ``results.json`` keeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from convergent.studies.framework import (
@@ -90,3 +90,8 @@ def selections_record(
             for name, tuning in tunings.items()
         },
     }
+
+
+def is_point(row: Mapping[str, Any], chosen: Mapping[str, Any]) -> bool:
+    """Whether a stored grid row (a point's fields with its scores) is the ``chosen`` point."""
+    return all(row.get(k) == v for k, v in chosen.items())

@@ -84,6 +84,17 @@ RESUMED_NOTES = [
         "(3 of 8 units were computed earlier and their time (the 2 that stored it: 25 minutes "
         "summed over units) is not in this figure)",
     ),
+    # Results assembled from a run and a part run alone (`reproduce --part`): one note each.
+    (
+        [
+            "8 unit(s) reused from /u, 0 computed; the reused units' compute time: 3600 s "
+            "(8 timed).",
+            "Part (c) alone: 4 unit(s) reused from /u, 1 computed; the reused units' compute "
+            "time: 3600 s (2 timed).",
+        ],
+        "to finish a resumed run (12 of 13 units were computed earlier and their time (the 10 "
+        "that stored it: 2.0 hours summed over units) is not in this figure)",
+    ),
 ]
 
 
@@ -95,7 +106,7 @@ def test_a_resumed_run_says_its_time_leaves_out_the_reused_units(tmp_path, note,
         "config": {"seeds": [0]},
         "claims": [],
         "seconds": 12.0,
-        "notes": [note],
+        "notes": [note] if isinstance(note, str) else note,
     }
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "results.json").write_text(json.dumps(payload))

@@ -42,6 +42,18 @@ def piloted_studies() -> list[str]:
     return [name for name in sorted(STUDIES) if pilot_of(name) is not None]
 
 
+def alone_parts() -> list[tuple[str, str, str]]:
+    """``(study, part, what it measures)`` for every part a study runs alone."""
+    from convergent.studies import STUDIES, get_study
+    from convergent.studies.framework import parts_of
+
+    return [
+        (name, part, what)
+        for name in sorted(STUDIES)
+        for part, what in parts_of(get_study(name)).items()
+    ]
+
+
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``reproduce`` and its flags to ``commands``."""
     from convergent.studies import MODES, STUDIES
@@ -83,6 +95,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run N final seeds: the mode's own, cut or continued upward (skipping the seeds a "
         "study tunes with), so a larger N reuses a finished run's units",
     )
+    parser.add_argument(
+        "--part",
+        default=None,
+        metavar="P",
+        help="run one part of one study alone and add it to that study's written results "
+        "(same mode and config), re-scoring every claim: "
+        + "; ".join(f"{name} {p} ({what})" for name, p, what in alone_parts()),
+    )
+    parser.add_argument(
+        "--onto",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="with --part: the folder of the written results the part is added to, and where "
+        "its report is rewritten (default OUT/NAME; the part's units stay in OUT/NAME/units)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
         "--pilot",
@@ -99,8 +127,22 @@ def run(arguments: argparse.Namespace) -> int:
     names = study_names(arguments.names)
     if arguments.seeds is not None and arguments.seeds < 1:
         raise UserError(f"--seeds must be a positive integer, got {arguments.seeds}")
+    if arguments.onto is not None and arguments.part is None:
+        raise UserError("--onto names where a part goes; give the part with --part")
     if arguments.pilot:
+        if arguments.part is not None:
+            raise UserError("--pilot and --part are different runs; give one of them")
         run_pilot(names, arguments.out, progress=not arguments.no_progress)
+    elif arguments.part is not None:
+        reproduce_part(
+            names,
+            arguments.part,
+            arguments.mode,
+            arguments.out,
+            arguments.onto,
+            progress=not arguments.no_progress,
+            seeds=arguments.seeds,
+        )
     else:
         reproduce(
             names,
@@ -147,6 +189,35 @@ def reproduce(
     if len(results) > 1:
         print(f"index: {write_index(results, out)}")
     return results
+
+
+def reproduce_part(
+    names: list[str],
+    part: str,
+    mode: str,
+    out: Path,
+    onto: Path | None,
+    progress: bool = True,
+    seeds: int | None = None,
+) -> Any:
+    """Run ``part`` of the one study in ``names`` alone and add it to its results in ``onto``
+    (default ``out / NAME``), printing where the report went and every claim's verdict."""
+    from convergent.studies import run_study_part
+    from convergent.studies.framework import PartRefused
+
+    if len(names) != 1:
+        raise UserError(f"--part runs a part of one study, got {', '.join(names)}")
+    (name,) = names
+    target = out / name if onto is None else onto
+    print(f"{name} ({mode}) part {part}: running, adding it to {target}", flush=True)
+    try:
+        result = run_study_part(name, mode, part, out, onto, progress, seeds)
+    except PartRefused as refused:
+        raise UserError(str(refused)) from None
+    print(f"{name} ({mode}) part {part}: {target / 'report.md'} ({result.seconds:.0f} s in all)")
+    for claim in result.claims:
+        print(f"  [{claim.label}] {claim.statement}: {claim.summary()}")
+    return result
 
 
 def run_pilot(names: list[str], out: Path, progress: bool = True) -> Path:

@@ -31,6 +31,7 @@ from convergent.studies.framework import (
     render_markdown,
     results_payload,
     run_config,
+    run_part,
     write_study,
 )
 from convergent.studies.framework.advice import Advice
@@ -179,6 +180,27 @@ def run_study(
     return result
 
 
+def run_study_part(
+    name: str,
+    mode: str,
+    part: str,
+    out_dir: str | Path,
+    onto: str | Path | None = None,
+    progress: bool = True,
+    seeds: int | None = None,
+) -> StudyResult:
+    """Run part ``part`` of study ``name`` alone at ``mode`` size (units in
+    ``out_dir / name / "units"``, resumable) and add it to the study's results written in
+    ``onto`` (default ``out_dir / name``), rewriting the report there with every claim
+    re-scored (:func:`~convergent.studies.framework.run_part`)."""
+    config = study_config(name, mode, seeds)
+    folder = Path(out_dir) / name
+    target = folder if onto is None else Path(onto)
+    result = run_part(get_study(name), config, part, folder, target, progress=progress)
+    _write(result, target)
+    return result
+
+
 def rescore(folder: str | Path) -> StudyResult:
     """Re-score a written study's claims from its ``results.json`` and rewrite its report.
 
@@ -231,6 +253,7 @@ __all__ = [
     "rescore",
     "run_config",
     "run_study",
+    "run_study_part",
     "study_advice",
     "study_config",
     "study_findings",

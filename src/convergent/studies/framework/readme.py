@@ -46,27 +46,34 @@ def _hours(seconds: float) -> str:
 def _resumed(payload: dict) -> str:
     """The "resumed" clause when some units came from an earlier run: their compute time is not
     in the run's figure; where they stored it, what it was (summed over units, which ran side
-    by side on the study's workers)."""
+    by side on the study's workers). A study assembled from runs of its parts has one units
+    note per run: their counts add up."""
+    reused = computed = timed = 0
+    seconds = 0.0
     for note in payload.get("notes", ()):
         found = UNITS_NOTE.search(note)
-        if found and int(found["reused"]) > 0:
-            reused, computed = int(found["reused"]), int(found["computed"])
-            timed = REUSED_TIME.search(note)
-            spent = ""
-            if timed:
-                count, total = int(timed["timed"]), _hours(float(timed["seconds"]))
-                which = "" if count == reused else f"the {count} that stored it: "
-                spent = f" ({which}{total} summed over units)"
-            if computed == 0:
-                return (
-                    f" to assemble {reused} units computed earlier (their compute time{spent} "
-                    "is not in this figure)"
-                )
-            return (
-                f" to finish a resumed run ({reused} of {reused + computed} units were computed "
-                f"earlier and their time{spent} is not in this figure)"
-            )
-    return ""
+        if found:
+            reused += int(found["reused"])
+            computed += int(found["computed"])
+            stored = REUSED_TIME.search(note)
+            if stored:
+                timed += int(stored["timed"])
+                seconds += float(stored["seconds"])
+    if reused == 0:
+        return ""
+    spent = ""
+    if timed:
+        which = "" if timed == reused else f"the {timed} that stored it: "
+        spent = f" ({which}{_hours(seconds)} summed over units)"
+    if computed == 0:
+        return (
+            f" to assemble {reused} units computed earlier (their compute time{spent} "
+            "is not in this figure)"
+        )
+    return (
+        f" to finish a resumed run ({reused} of {reused + computed} units were computed "
+        f"earlier and their time{spent} is not in this figure)"
+    )
 
 
 def results_section(

@@ -1,4 +1,4 @@
-"""The ``sparsity`` study's run: its two parts, each a selection on validation and final runs.
+"""The ``sparsity`` study's run: its three parts, each a selection on validation and final runs.
 
 Claims (:mod:`.claims`): at high sparsity HORST keeps more top-1 accuracy than AdamW
 and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its weights near zero
@@ -18,6 +18,10 @@ and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its wei
     magnitude pruning to the largest target among the points whose dense validation
     perplexity is within 10 % of the best dense one (either grid), final seeds scored on test
     windows with every pruner.
+(c) Pretrained MiniLM-L6 fine-tuned for sentiment with HORST or AdamW, then pruned one-shot
+    (:mod:`.finetune_part`). Its units are keyed by its own settings, and it runs alone
+    (``convergent reproduce sparsity --full --part c``), added to the written results of (a)
+    and (b) (:class:`~convergent.studies.framework.PartedStudy`).
 
 The manipulation checks are HORST's and HAM's mirror move relative to their AdamW move,
 recorded in every HORST and HAM run; alpha's grid runs from a ratio below 0.2 to far above 1.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -222,6 +227,9 @@ class SparsityStudy:
     config = staticmethod(Config.for_mode)
     claims_from_results = staticmethod(claims_from_results)
     run_pilot = staticmethod(run_pilot)
+    parts: Mapping[str, str] = MappingProxyType(
+        {"c": "MiniLM fine-tuned with HORST or AdamW, then pruned one-shot"}
+    )
 
     def summary(self, results: Mapping[str, Any]) -> list[Sentence]:
         return [*summary(results), *finetune_sentences(results)]
@@ -242,29 +250,54 @@ class SparsityStudy:
         """The three parts, each a selection on validation and final runs."""
         vision = _vision_part(config, session.cache, session.log)
         language = _language_part(config, session.cache, session.log)
-        settings = finetune_settings(config)
-        cache = finetune_cache(session.cache.folder, settings)
-        finetune = finetune_part(settings, cache, session.log)
-        session.log(f"(c) {cache.summary()}")
+        finetune = self.measure_part(config, "c", session)
         hidden = ("histograms", "tunings")
         return Measured(
             data={
                 "vision": {k: v for k, v in vision.items() if k not in hidden},
                 "language": {k: v for k, v in language.items() if k not in hidden},
-                "finetune": {
-                    "config": json_ready(settings),
-                    **{k: v for k, v in finetune.items() if k not in hidden},
-                },
+                **finetune.data,
                 "rms_fraction": RMS_FRACTION,
             },
             tuning={
                 VISION_TUNING: {name: t.to_json() for name, t in vision["tunings"].items()},
                 LANGUAGE_TUNING: {name: t.to_json() for name, t in language["tunings"].items()},
-                FINETUNE_TUNING: {name: t.to_json() for name, t in finetune["tunings"].items()},
+                **finetune.tuning,
             },
             unsaved={
                 "histograms": {"vision": vision["histograms"], "language": language["histograms"]}
             },
+        )
+
+    def measure_part(self, config: Config, part: str, session: Session) -> Measured:
+        """Part (c) alone (the one part whose report needs nothing unsaved from the others):
+        its units in their own cache beside the study's (:func:`.finetune_part.finetune_cache`),
+        keyed by part (c)'s settings alone."""
+        if part != "c":
+            raise ValueError(f"study sparsity runs part 'c' alone, got {part!r}")
+        settings = finetune_settings(config)
+        cache = finetune_cache(session.cache.folder, settings)
+        finetune = finetune_part(settings, cache, session.log)
+        session.log(f"(c) {cache.summary()}")
+        return Measured(
+            data={
+                "finetune": {
+                    "config": json_ready(settings),
+                    **{k: v for k, v in finetune.items() if k != "tunings"},
+                }
+            },
+            tuning={
+                FINETUNE_TUNING: {name: t.to_json() for name, t in finetune["tunings"].items()}
+            },
+        )
+
+    def report_part(self, config: Config, part: str, measured: Measured, folder: Path) -> Report:
+        """Part (c)'s tables and figure, and the study's notes, from the merged results."""
+        finetune = measured.data["finetune"]
+        return Report(
+            finetune_tables(finetune),
+            [plot_finetune(finetune, folder / "finetune_pruning.png").name],
+            study_notes(config, measured.data, measured.tuning),
         )
 
     def report(self, config: Config, measured: Measured, folder: Path) -> Report:
@@ -281,11 +314,12 @@ class SparsityStudy:
                 histograms["vision"], histograms["language"], folder / "weight_histograms.png"
             ),
         ]
-        tables = study_tables(config, data)
-        if "finetune" in data:
-            tables |= finetune_tables(data["finetune"])
-            figures.append(plot_finetune(data["finetune"], folder / "finetune_pruning.png"))
-        return Report(tables, [f.name for f in figures], study_notes(config, data, measured.tuning))
+        part = self.report_part(config, "c", measured, folder)
+        return Report(
+            study_tables(config, data) | part.tables,
+            [f.name for f in figures] + part.figures,
+            part.notes,
+        )
 
 
-STUDY: PilotedStudy = SparsityStudy()
+STUDY: PilotedStudy = SparsityStudy()  # and a PartedStudy

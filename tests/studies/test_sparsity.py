@@ -19,7 +19,7 @@ from convergent.commands import format_prune_summary, prune_run
 from convergent.data import is_cached
 from convergent.sparse import Masks
 from convergent.studies import VERDICTS
-from convergent.studies.framework import json_ready, run_config, write_study
+from convergent.studies.framework import json_ready, run_config, run_part, write_study
 from convergent.studies.sparsity import (
     STUDY,
     Config,
@@ -132,6 +132,7 @@ def test_smoke_study_runs_end_to_end(smoke_run):
     # 3 selection + 6 final classifier units, 2 + 2 language-model units; part (c): 2
     # selection, 1 readout-only and 2 final fine-tunes.
     assert len(_unit_files(folder)) == 18
+    assert payload["notes"][-1].endswith(" 18 computed.")  # part (c)'s own cache counted in
 
 
 def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run, monkeypatch):
@@ -164,6 +165,29 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
             folder,
             progress=False,
         )
+
+
+def test_part_c_run_alone_onto_the_written_run_gives_the_whole_runs_results(
+    smoke_run, monkeypatch, tmp_path
+):
+    config, folder, first = smoke_run
+    onto = tmp_path / "written"
+    shutil.copytree(folder, onto, ignore=shutil.ignore_patterns("units"))
+    written = json.loads((onto / "results.json").read_text())
+    (onto / "finetune_pruning.png").unlink()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished fine-tune was trained again")
+
+    monkeypatch.setattr(finetune_runs, "fit_recipe", refuse)
+    merged = run_part(STUDY, config, "c", folder, onto, progress=False)
+    write_study(merged, onto)
+    again = json.loads((onto / "results.json").read_text())
+    for key in ("claims", "data", "tuning", "tables", "figures"):
+        assert json.dumps(again[key], sort_keys=True) == json.dumps(written[key], sort_keys=True)
+    assert again["notes"][:-1] == written["notes"]  # the study's notes and the run's units note
+    assert again["notes"][-1].startswith("Part (c) alone: 5 unit(s) reused from ")
+    assert_drawn_figure(onto / "finetune_pruning.png")
 
 
 def test_selection_runs_never_touch_the_test_split(monkeypatch):

@@ -205,6 +205,15 @@ class UnitCache:
         self.put(unit, value, seconds)
         return value
 
+    def count_in(self, other: UnitCache) -> None:
+        """Count ``other``'s units (reused, computed, their stored time) in this cache's
+        `summary`: a part whose units are keyed by its own settings keeps them in a cache of
+        its own beside the study's, and the run's note counts every unit it read or made."""
+        self.hits += other.hits
+        self.misses += other.misses
+        self.reused_seconds += other.reused_seconds
+        self.reused_timed += other.reused_timed
+
     def summary(self) -> str:
         """``"3 unit(s) reused from F, 5 computed"`` for the report, with what the reused
         units took when computed where they stored it ("; the reused units' compute time:

@@ -279,6 +279,7 @@ class SparsityStudy:
         cache = finetune_cache(session.cache.folder, settings)
         finetune = finetune_part(settings, cache, session.log)
         session.log(f"(c) {cache.summary()}")
+        session.cache.count_in(cache)
         return Measured(
             data={
                 "finetune": {

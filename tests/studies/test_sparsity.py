@@ -170,7 +170,7 @@ def test_resume_computes_nothing_twice_and_a_changed_config_recomputes(smoke_run
 def test_part_c_run_alone_onto_the_written_run_gives_the_whole_runs_results(
     smoke_run, monkeypatch, tmp_path
 ):
-    config, folder, first = smoke_run
+    config, folder, _ = smoke_run
     onto = tmp_path / "written"
     shutil.copytree(folder, onto, ignore=shutil.ignore_patterns("units"))
     written = json.loads((onto / "results.json").read_text())

@@ -73,7 +73,7 @@ def test_a_part_goes_onto_results_in_another_folder_with_its_units_in_out(toy, t
 
 
 def test_a_part_is_refused_onto_results_it_does_not_belong_to(toy, tmp_path, monkeypatch):
-    with pytest.raises(PartRefused, match="results.json does not exist: a part is added to a"):
+    with pytest.raises(PartRefused, match=r"results\.json does not exist: a part is added to a"):
         run_study_part("toyparts", "full", "extra", tmp_path, progress=False)
     run_study("toyparts", "quick", tmp_path, progress=False)
     with pytest.raises(PartRefused, match="holds mode 'quick', but this run's mode is 'full'"):
@@ -85,7 +85,7 @@ def test_a_part_is_refused_onto_results_it_does_not_belong_to(toy, tmp_path, mon
         run_study_part("toyparts", "quick", "extra", tmp_path, progress=False)
     with pytest.raises(PartRefused, match=r"no part 'nope' that runs alone; its parts that do: "):
         run_study_part("toyparts", "quick", "nope", tmp_path, progress=False)
-    with pytest.raises(PartRefused, match="study toy has no part 'extra' .* do: none"):
+    with pytest.raises(PartRefused, match=r"study toy has no part 'extra' .* do: none"):
         run_study_part("toy", "quick", "extra", tmp_path, progress=False)
     assert toy.COMPUTED == [0]  # from the one whole run: no refused part measured anything
 

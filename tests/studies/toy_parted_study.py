@@ -79,7 +79,9 @@ class PartedToyStudy(ToyStudy):
     def report_part(self, config: Config, part: str, measured: Measured, folder: Path) -> Report:
         extra = [unit["extra"] for unit in measured.data["extra"]]
         return Report(
-            tables={"extra": [{"seed": s, "extra": e} for s, e in zip(config.seeds, extra)]},
+            tables={
+                "extra": [{"seed": s, "extra": e} for s, e in zip(config.seeds, extra, strict=True)]
+            },
             notes=[f"{len(measured.data['units'])} sums and {len(extra)} extras."],
         )
 

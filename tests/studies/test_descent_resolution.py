@@ -12,6 +12,7 @@ from scipy import stats
 
 from convergent.studies.framework.crossed import (
     crossed_interval,
+    mark_differences,
     seed_half_width,
     seeds_to_resolve,
 )
@@ -97,3 +98,13 @@ def test_the_crossed_interval_covers_where_each_one_way_interval_misses_a_source
     sentences = _coverage(seed_sd=0.0, sentence_sd=0.5)
     assert sentences["seeds"] < 0.7 and sentences["crossed"] >= 0.9
     assert sentences["sentences"] >= 0.9
+
+
+def test_mark_differences_pairs_each_seeds_marks_and_leaves_out_a_seed_without_them():
+    baseline = [[True, False, True], None, [1, 1, 0]]
+    method = [[True, True, False], [True, False, False], [0, 1, 1]]
+    table = mark_differences(zip((21, 22, 23), baseline, method, strict=True), "A", "B")
+    # method minus baseline, sentence by sentence; seed 22 has no baseline marks
+    assert table == [[0, 1, -1], [-1, 0, 1]]
+    with pytest.raises(ValueError, match="seed 7: A marked 2 test sentences and B 3 at x; they"):
+        mark_differences([(7, [1, 0], [1, 0, 1])], "A", "B", " at x")

@@ -78,6 +78,7 @@ from convergent.studies.framework import (
     claim_from_seeds,
     crossed_interval,
     margin_resolution,
+    mark_differences,
 )
 
 DESIGN = 3
@@ -123,19 +124,14 @@ def sentence_differences(erm: Sequence[Record], constrained: Sequence[Record]) -
     Raises:
         ValueError: marks of different lengths (not the same test sentences).
     """
-    rows = []
-    for e, c in zip(erm, constrained, strict=True):
-        if e.get("clean_correct") is None or c.get("clean_correct") is None:
-            continue
-        if len(e["clean_correct"]) != len(c["clean_correct"]):
-            raise ValueError(
-                f"seed {c['seed']}: ERM marked {len(e['clean_correct'])} test sentences and the "
-                f"constrained model {len(c['clean_correct'])}; they must be the same sentences"
-            )
-        rows.append(
-            [int(b) - int(a) for a, b in zip(e["clean_correct"], c["clean_correct"], strict=True)]
-        )
-    return rows
+    return mark_differences(
+        (
+            (c["seed"], e.get("clean_correct"), c.get("clean_correct"))
+            for e, c in zip(erm, constrained, strict=True)
+        ),
+        "ERM",
+        "the constrained model",
+    )
 
 
 def _resolution_text(found: Mapping[str, Any]) -> str:

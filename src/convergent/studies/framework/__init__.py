@@ -56,6 +56,7 @@ from convergent.studies.framework.crossed import (
     correct_per_example,
     crossed_interval,
     margin_resolution,
+    mark_differences,
     seed_half_width,
     seeds_to_resolve,
 )
@@ -162,6 +163,7 @@ __all__ = [
     "listed",
     "load_study",
     "margin_resolution",
+    "mark_differences",
     "minilm_classifier",
     "misstated_verdicts",
     "named_verdicts",

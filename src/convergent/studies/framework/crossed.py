@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,34 @@ class CrossedInterval:
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
+
+
+def mark_differences(
+    pairs: Iterable[tuple[Any, Sequence[Any] | None, Sequence[Any] | None]],
+    baseline: str,
+    method: str,
+    where: str = "",
+) -> list[list[int]]:
+    """The seeds x sentences table of paired differences, method correct minus baseline correct
+    (-1, 0 or 1), from ``(seed, baseline marks, method marks)`` per seed (the marks of
+    :func:`correct_per_example`, as booleans or 0/1); a seed where either has no marks (a
+    diverged run, or data from before the marks were stored) is left out.
+
+    Raises:
+        ValueError: marks of different lengths (not the same test sentences), naming the seed,
+            ``baseline``, ``method`` and ``where`` (" at ..." : what was scored).
+    """
+    rows = []
+    for seed, first, second in pairs:
+        if first is None or second is None:
+            continue
+        if len(first) != len(second):
+            raise ValueError(
+                f"seed {seed}: {baseline} marked {len(first)} test sentences and {method} "
+                f"{len(second)}{where}; they must be the same sentences"
+            )
+        rows.append([int(b) - int(a) for a, b in zip(first, second, strict=True)])
+    return rows
 
 
 def seed_half_width(per_seed: Sequence[float], confidence: float = CONFIDENCE) -> float:

@@ -39,6 +39,7 @@ from convergent.studies.framework import (
     finite_mean,
     json_ready,
     margin_resolution,
+    mark_differences,
     within,
 )
 from convergent.studies.framework import stored_number as number
@@ -77,18 +78,15 @@ def _marks_table(
 ) -> list[list[int]]:
     """Per seed, per test sentence: HORST correct minus AdamW correct (-1, 0 or 1); a seed where
     either run diverged is left out."""
-    rows = []
-    for a, h in zip(adamw, horst, strict=True):
-        first, second = a["correct"].get(label), h["correct"].get(label)
-        if first is None or second is None:
-            continue
-        if len(first) != len(second):
-            raise ValueError(
-                f"seed {a['seed']}: AdamW marked {len(first)} test sentences and HORST "
-                f"{len(second)} at {label}; they must be the same sentences"
-            )
-        rows.append([int(y) - int(x) for x, y in zip(first, second, strict=True)])
-    return rows
+    return mark_differences(
+        (
+            (a["seed"], a["correct"].get(label), h["correct"].get(label))
+            for a, h in zip(adamw, horst, strict=True)
+        ),
+        "AdamW",
+        "HORST",
+        f" at {label}",
+    )
 
 
 def _move_check(horst: Sequence[Mapping[str, Any]]) -> Check:

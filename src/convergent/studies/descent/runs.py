@@ -24,9 +24,7 @@ import torch
 from convergent.data import (
     DictDataset,
     load_rt_sentences,
-    load_splits,
     load_street_video,
-    minilm_path,
     perturb_texts,
     tokenize,
 )
@@ -40,7 +38,7 @@ from convergent.studies.descent.measures import (
     robustness,
 )
 from convergent.studies.descent.models import denoiser, text_model, train_model
-from convergent.studies.framework import correct_per_example
+from convergent.studies.framework import correct_per_example, rt_sentences
 from convergent.train import evaluate
 
 TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on train"
@@ -86,36 +84,17 @@ class TextData:
 def text_data(
     max_length: int, train: int | None, validation: int | None, test: int | None
 ) -> TextData:
-    """The splits (seed 0), each cut to its first examples, loaded once per process."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=max_length)
-
-    def cut(dataset: DictDataset, count: int | None) -> DictDataset:
-        return (
-            dataset
-            if count is None or count >= len(dataset)
-            else dataset.subset(torch.arange(count))
-        )
-
-    def by_length(dataset: DictDataset) -> torch.Tensor:
-        # Scored in order of length, evaluation batches carry little padding (about a third
-        # less compute on rt-sentences); accuracies are sums over examples, order-free.
-        return torch.argsort(dataset.tensors["attention_mask"].sum(1), stable=True)
-
-    test_set = cut(splits.test, test)
-    test_order = by_length(test_set)
-    validation_set = cut(splits.validation, validation)
+    """The splits (seed 0), each cut to its first examples, loaded once per process
+    (:func:`~convergent.studies.framework.rt_sentences`), with the raw test sentences."""
+    sentences = rt_sentences(max_length, train, validation, test)
     texts, _ = load_rt_sentences()
-    order = splits.info["indices"]["test"][: len(test_set)][test_order].tolist()
     return TextData(
-        train=cut(splits.train, train),
-        validation=validation_set.subset(by_length(validation_set)),
-        test=test_set.subset(test_order),
-        test_texts=[texts[i] for i in order],
-        special_ids=list(tokenizer.all_special_ids),
-        tokenizer=tokenizer,
+        train=sentences.train,
+        validation=sentences.validation,
+        test=sentences.test,
+        test_texts=[texts[i] for i in sentences.test_indices],
+        special_ids=list(sentences.tokenizer.all_special_ids),
+        tokenizer=sentences.tokenizer,
     )
 
 

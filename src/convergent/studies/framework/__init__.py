@@ -62,7 +62,7 @@ from convergent.studies.framework.crossed import (
 )
 from convergent.studies.framework.designs import OtherDesign, check_design
 from convergent.studies.framework.history import earlier_designs, history_lines
-from convergent.studies.framework.minilm import minilm_classifier
+from convergent.studies.framework.minilm import RtSentences, minilm_classifier, rt_sentences
 from convergent.studies.framework.numbers import (
     finite_mean,
     finite_or_none,
@@ -124,6 +124,7 @@ __all__ = [
     "PartedStudy",
     "PilotedStudy",
     "Report",
+    "RtSentences",
     "Sentence",
     "Session",
     "Study",
@@ -173,6 +174,7 @@ __all__ = [
     "printed_verdict",
     "render_markdown",
     "results_payload",
+    "rt_sentences",
     "run_config",
     "run_jobs",
     "run_part",

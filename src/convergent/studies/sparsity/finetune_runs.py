@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from convergent.data import DictDataset, load_splits, minilm_path
+from convergent.data import DictDataset
 from convergent.sparse import MaskSpec, prune_one_shot
-from convergent.studies.framework import correct_per_example, minilm_classifier
+from convergent.studies.framework import correct_per_example, minilm_classifier, rt_sentences
 from convergent.studies.sparsity.finetune_config import (
     READOUT,
     SELECTION_VARIANT,
@@ -69,19 +69,9 @@ class SentenceData:
 @functools.lru_cache(maxsize=2)
 def sentence_data(max_length: int, validation: int | None, test: int | None) -> SentenceData:
     """The splits, each evaluation split cut to its first ``validation`` / ``test`` sentences,
-    loaded once per process."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    splits = load_splits("rt-sentences", seed=0, tokenizer=tokenizer, max_length=max_length)
-
-    def cut(dataset: DictDataset, count: int | None) -> DictDataset:
-        if count is not None and count < len(dataset):
-            dataset = dataset.subset(torch.arange(count))
-        lengths = dataset.tensors["attention_mask"].sum(1)
-        return dataset.subset(torch.argsort(lengths, stable=True))
-
-    return SentenceData(splits.train, cut(splits.validation, validation), cut(splits.test, test))
+    loaded once per process (:func:`~convergent.studies.framework.rt_sentences`)."""
+    sentences = rt_sentences(max_length, None, validation, test)
+    return SentenceData(sentences.train, sentences.validation, sentences.test)
 
 
 def calibration_batches(train: DictDataset, sentences: int) -> list[dict[str, torch.Tensor]]:

@@ -17,7 +17,11 @@ from convergent.studies.sparsity import finetune_runs
 from convergent.studies.sparsity.finetune_claims import DENSE_KEY, finetune_claims, finetune_key
 from convergent.studies.sparsity.finetune_config import FinetuneConfig, Variant, variants
 from convergent.studies.sparsity.finetune_part import selection_score
-from convergent.studies.sparsity.finetune_summary import finetune_advice, finetune_sentences
+from convergent.studies.sparsity.finetune_summary import (
+    finetune_advice,
+    finetune_brief,
+    finetune_sentences,
+)
 from tests.conftest import RefusingTestSplit
 
 SENTENCES = 40
@@ -179,6 +183,13 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
         "SparseGPT to 70% (+17.5 points)"
     )
     assert set(helped.verdicts) == {finetune_key(LABEL), DENSE_KEY}
+    # The README's brief says the same without the numbers.
+    (brief,) = finetune_brief(_scored())
+    assert brief.text.startswith(
+        "(c) Fine-tune with HORST before pruning with SparseGPT to 70%: it kept more accuracy "
+        "than AdamW (reproduced)"
+    )
+    assert "points" not in brief.text and brief.verdicts == helped.verdicts
     (row,) = finetune_advice(_scored())
     assert row.when == "you will prune a fine-tuned model with SparseGPT to 70%"
     # HORST worse than AdamW after pruning (20 sentences right against 24): no gain, said first.
@@ -199,6 +210,7 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
     untested = _scored(horst_move=0.1)
     text = finetune_sentences(untested)[0].text
     assert text.startswith("(c) Whether a HORST fine-tune helps before pruning is not known")
+    assert finetune_brief(untested)[0].text == text  # nothing helped: the brief says the same
 
 
 def test_a_selection_run_never_reads_the_test_split(monkeypatch):

@@ -84,6 +84,29 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
     return [Sentence(text, verdicts)]
 
 
+def finetune_brief(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README's sentence on part (c): the report's, without numbers (they are in the
+    tables): where a HORST fine-tune helped, and that the rest stays open."""
+    keys = _keys(payload)
+    if not keys:
+        return []
+    claims = claims_by_key(payload)
+    verdicts = verdicts_of(payload, [*keys, DENSE_KEY])
+    helped = [key for key in keys if verdicts[key] == "reproduced"]
+    if not helped:
+        return finetune_sentences(payload)
+    settings = listed([shown_variant(claims[k]["extra"]["variant"]) for k in helped])
+    dense = verdicts.get(DENSE_KEY)
+    same = f" at the same dense accuracy ({dense})" if dense is not None else ""
+    rest = len(keys) - len(helped)
+    others = f"; not shown for the other {rest} pruned settings" if rest else ""
+    text = (
+        f"(c) Fine-tune with HORST before pruning with {settings}: it kept more accuracy than "
+        f"AdamW (reproduced){same}{others}."
+    )
+    return [Sentence(text, verdicts)]
+
+
 def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The "What to use" row of part (c)."""
     keys = _keys(payload)

@@ -67,7 +67,11 @@ from convergent.studies.sparsity.finetune_part import (
     finetune_part,
 )
 from convergent.studies.sparsity.finetune_report import finetune_tables, plot_finetune
-from convergent.studies.sparsity.finetune_summary import finetune_advice, finetune_sentences
+from convergent.studies.sparsity.finetune_summary import (
+    finetune_advice,
+    finetune_brief,
+    finetune_sentences,
+)
 from convergent.studies.sparsity.pilot import run_pilot
 from convergent.studies.sparsity.report import (
     plot_alpha_sweep,
@@ -235,7 +239,7 @@ class SparsityStudy:
         return [*summary(results), *finetune_sentences(results)]
 
     def brief(self, results: Mapping[str, Any]) -> list[Sentence]:
-        return [*brief(results), *finetune_sentences(results)]
+        return [*brief(results), *finetune_brief(results)]
 
     def advice(self, results: Mapping[str, Any]) -> list[Advice]:
         return [*advice(results), *finetune_advice(results)]

@@ -195,3 +195,24 @@ def test_alpha_and_strength_together_are_one_sentence():
         HORST([param], strength=0)
     group = HORST([{"params": [param], "alpha": 3.0}]).param_groups[0]
     assert group["alpha"] == 3.0 and group["strength"] is None  # the group's own choice
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reading_the_move_ratio_changes_no_weight_and_no_moment(dtype):
+    # The reading works in float64 and in place; a float64 moment must be copied first, or the
+    # reading would overwrite the optimizer's state.
+    torch.manual_seed(0)
+    weights = torch.nn.Parameter(torch.randn(6, 5, dtype=dtype))
+    optimizer = HORST([weights], lr=0.01, alpha=2.0)
+    weights.grad = torch.randn_like(weights)
+    optimizer.step()
+    before = {
+        key: value.clone()
+        for key, value in optimizer.state[weights].items()
+        if torch.is_tensor(value)
+    }
+    kept = weights.detach().clone()
+    assert math.isfinite(horst_move_ratio(optimizer))
+    after = optimizer.state[weights]
+    assert all(torch.equal(before[key], after[key]) for key in before)
+    assert torch.equal(weights.detach(), kept)

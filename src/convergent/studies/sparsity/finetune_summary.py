@@ -33,14 +33,24 @@ def _points(record: Mapping[str, Any]) -> str:
     return f"{100 * number(record['effect']):+.1f} points"
 
 
+def _scored(
+    payload: Mapping[str, Any],
+) -> tuple[list[str], dict[str, Any], dict[str, str]] | None:
+    """Part (c)'s pruned claims' keys, the claims by key and the verdicts (the dense claim's
+    too); None where the payload holds no part (c)."""
+    keys = _keys(payload)
+    if not keys:
+        return None
+    return keys, claims_by_key(payload), verdicts_of(payload, [*keys, DENSE_KEY])
+
+
 def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
     """One action-first sentence: which pruned settings a HORST fine-tune helped in (with its
     gain in points), or that it gave no gain here; and the dense comparison."""
-    keys = _keys(payload)
-    if not keys:
+    scored = _scored(payload)
+    if scored is None:
         return []
-    claims = claims_by_key(payload)
-    verdicts = verdicts_of(payload, [*keys, DENSE_KEY])
+    keys, claims, verdicts = scored
     helped = [key for key in keys if verdicts[key] == "reproduced"]
     worse = [key for key in keys if verdicts[key] == "not reproduced"]
     untested = [key for key in keys if verdicts[key] == "untested"]
@@ -87,11 +97,10 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
 def finetune_brief(payload: Mapping[str, Any]) -> list[Sentence]:
     """The README's sentence on part (c): the report's, without numbers (they are in the
     tables): where a HORST fine-tune helped, and that the rest stays open."""
-    keys = _keys(payload)
-    if not keys:
+    scored = _scored(payload)
+    if scored is None:
         return []
-    claims = claims_by_key(payload)
-    verdicts = verdicts_of(payload, [*keys, DENSE_KEY])
+    keys, claims, verdicts = scored
     helped = [key for key in keys if verdicts[key] == "reproduced"]
     if not helped:
         return finetune_sentences(payload)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from convergent.optim import EuclideanMap, HyperbolicEntropyMap, mirror_step
+from convergent.optim import (
+    EuclideanMap,
+    HyperbolicEntropyMap,
+    horst_mirror_direction,
+    mirror_step,
+)
 
 
 def test_grad_psi_star_inverts_grad_psi():
@@ -51,3 +56,36 @@ def test_scale_is_validated_and_scale_zero_has_no_dual_coordinates():
         HyperbolicEntropyMap(-1.0)
     with pytest.raises(ValueError, match="no finite dual coordinates"):
         HyperbolicEntropyMap(0.0).grad_psi(torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    ("theta_dtype", "direction_dtype", "direction_shape"),
+    [
+        (torch.float32, torch.float32, (7, 5)),
+        (torch.float64, torch.float64, (7, 5)),
+        (torch.float32, torch.float64, (7, 5)),  # promoted
+        (torch.float64, torch.float32, (7, 5)),  # promoted: the sum cannot be done in place
+        (torch.float64, torch.float64, (5,)),  # broadcast
+    ],
+)
+def test_the_multiplicative_steps_give_the_formulas_bits(
+    theta_dtype, direction_dtype, direction_shape
+):
+    # Written out as the docstrings state them, out of place: the library's in-place versions
+    # must give the same bits, and must not change their inputs.
+    generator = torch.Generator().manual_seed(3)
+    theta = torch.randn(7, 5, generator=generator, dtype=torch.float64).to(theta_dtype)
+    direction = (1e-2 * torch.randn(direction_shape, generator=generator, dtype=torch.float64)).to(
+        direction_dtype
+    )
+    theta[0, 0] = 0.0
+    kept_theta, kept_direction = theta.clone(), direction.clone()
+    expected = theta * torch.exp(-(torch.sign(theta) * direction))
+    stepped = HyperbolicEntropyMap(0.0).step(theta, direction)
+    assert stepped.dtype == expected.dtype and torch.equal(stepped, expected)
+    alpha, lr, beta = 3.0, 0.01, 0.5
+    expected_dual = alpha * direction + (lr * beta) * torch.sign(theta)
+    dual = horst_mirror_direction(theta, direction, alpha=alpha, lr=lr, beta=beta)
+    assert dual.dtype == expected_dual.dtype and dual.shape == expected_dual.shape
+    assert torch.equal(dual, expected_dual)
+    assert torch.equal(theta, kept_theta) and torch.equal(direction, kept_direction)

@@ -96,11 +96,26 @@ class HyperbolicEntropyMap(MirrorMap):
 
     def step(self, theta: Tensor, direction: Tensor) -> Tensor:
         if self.scale == 0:
-            return theta * torch.exp(-(torch.sign(theta) * direction))
+            exponent = torch.sign(theta) * direction
+            # theta * exp(-exponent), in the one new buffer (bit for bit: the same kernels on
+            # the same tensors, and a product is the same either way round).
+            return (
+                exponent.neg_().exp_().mul_(theta)
+                if fits_in_place(exponent, theta)
+                else (theta * torch.exp(-exponent))
+            )
         return super().step(theta, direction)
 
     def __repr__(self) -> str:
         return f"HyperbolicEntropyMap(scale={self.scale!r})"
+
+
+def fits_in_place(result: Tensor, other: Tensor) -> bool:
+    """Whether ``result`` can take an in-place op with ``other`` and give what the op would
+    give out of place: the same dtype, and ``other`` broadcasts to ``result``'s shape."""
+    return result.dtype == other.dtype and torch.broadcast_shapes(result.shape, other.shape) == (
+        result.shape
+    )
 
 
 def mirror_step(theta: Tensor, direction: Tensor, mirror_map: MirrorMap) -> Tensor:

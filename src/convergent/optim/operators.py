@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap, mirror_step
+from convergent.optim.mirror import HyperbolicEntropyMap, MirrorMap, fits_in_place, mirror_step
 
 __all__ = [
     "HorstHyperparameters",
@@ -125,8 +125,14 @@ def horst_mirror_direction(
     With the multiplicative map, the exponent is -sign(theta_half) * d; `exponent_clamp`
     bounds |d| (hence the exponent) by a positive number.
     """
-    signs = torch.sign(theta_half)
-    dual_step = alpha * direction + (lr * beta) * signs
+    dual_step = alpha * direction
+    # + (lr * beta) * sign(theta_half), added in place where it gives the same bits (the same
+    # dtype and shape as the sum would have).
+    scaled_signs = torch.sign(theta_half).mul_(lr * beta)
+    if fits_in_place(dual_step, scaled_signs):
+        dual_step.add_(scaled_signs)
+    else:
+        dual_step = dual_step + scaled_signs
     if exponent_clamp is not None:
         dual_step = dual_step.clamp_(-exponent_clamp, exponent_clamp)
     return dual_step

@@ -60,7 +60,15 @@ def test_a_part_added_afterwards_gives_what_a_whole_run_gives(toy, tmp_path):
     (tmp_path / "added" / "toyparts" / "results.json").write_text(json.dumps(merged))
     run_study_part("toyparts", "full", "extra", tmp_path / "added", progress=False)
     assert toy.COMPUTED == [0, 1, 2]
-    assert _payload(tmp_path / "added" / "toyparts")["data"] == expected["data"]
+    again = _payload(tmp_path / "added" / "toyparts")
+    assert again["data"] == expected["data"]
+    # The part's units are counted once: its earlier note gives way to this run's.
+    assert again["notes"][:2] == [
+        "3 sums and 3 extras.",
+        f"0 unit(s) reused from {units}, 3 computed.",
+    ]
+    assert len(again["notes"]) == 3
+    assert again["notes"][2].startswith(f"Part (extra) alone: 3 unit(s) reused from {units}, 0 ")
 
 
 def test_a_part_goes_onto_results_in_another_folder_with_its_units_in_out(toy, tmp_path):

@@ -133,7 +133,14 @@ def run_part(
     report: Report = parted.report_part(config, part, merged, onto)
     figures = list(payload.get("figures", []))
     figures += [name for name in report.figures if name not in figures]
-    earlier_units = [note for note in payload.get("notes", []) if UNITS_NOTE.search(note)]
+    # The earlier runs' unit notes, less one this part left in an earlier run alone (its units
+    # are this run's now, and would be counted twice).
+    alone = f"Part ({part}) alone: "
+    earlier_units = [
+        note
+        for note in payload.get("notes", [])
+        if UNITS_NOTE.search(note) and not note.startswith(alone)
+    ]
     return StudyResult(
         name=study.name,
         mode=config.mode,
@@ -142,7 +149,7 @@ def run_part(
         claims=list(claims),
         figures=figures,
         data=data,
-        notes=[*report.notes, *earlier_units, f"Part ({part}) alone: {cache.summary()}."],
+        notes=[*report.notes, *earlier_units, f"{alone}{cache.summary()}."],
         seconds=float(payload.get("seconds", 0.0)) + time.perf_counter() - started,
         tuning=tuning,
     )

@@ -59,8 +59,8 @@ def test_evidence_is_counted_by_verdict():
     row = Advice("Toy", "always", "x = 1 (unitless)", ("toy.a", "toy.d"), "nothing")
     lines = advice_lines([(payload, row)])
     assert lines[-2] == (
-        "| Toy (`toy`) | always | x = 1 (unitless) | 1 reproduced, 1 inconclusive (of 2) | "
-        "nothing |"
+        "| Toy (`toy`) | always | x = 1 (unitless) | no claim: nothing is recommended on this "
+        "evidence | 1 reproduced, 1 inconclusive (of 2) | nothing |"
     )
     with pytest.raises(KeyError, match=r"toy\.gone"):
         evidence_counts(payload, ["toy.gone"])

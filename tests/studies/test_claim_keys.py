@@ -1,18 +1,16 @@
-"""Claims carry stable keys: the committed results have them (the migration's output, which a
-second run leaves alone), and rescoring gives the same claims under the same keys."""
+"""Claims carry stable keys: every committed result has them, and rescoring gives the same
+claims under the same keys."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from convergent.studies import get_study
 from convergent.studies.framework.claims import at_least, check_key, claim_from_seeds
-from convergent.studies.migrate_keys import migrate
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 STUDY_FOLDERS = sorted(path.parent for path in RESULTS.glob("*/results.json"))
@@ -55,22 +53,6 @@ def test_every_committed_claim_has_a_unique_key():
         assert len(set(keys)) == len(keys), f"{path}: repeated keys"
         study = _read(path)["name"]
         assert all(key.startswith(f"{study}.") for key in keys), path
-
-
-def test_the_migration_gives_the_committed_keys_and_a_second_run_changes_nothing(tmp_path):
-    # The files as they were before keys: the committed ones with every key removed.
-    for folder in STUDY_FOLDERS:
-        shutil.copytree(folder, tmp_path / folder.name, ignore=shutil.ignore_patterns("*.png"))
-    committed = {}
-    for path in _result_files(tmp_path):
-        payload = _read(path)
-        committed[path] = [claim.pop("key") for claim in payload["claims"]]
-        text = (json.dumps(payload, indent=2) + "\n").encode()
-        path.write_bytes(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
-    assert len(migrate(tmp_path)) == len(committed)
-    for path, keys in committed.items():
-        assert [claim["key"] for claim in _read(path)["claims"]] == keys, path
-    assert migrate(tmp_path) == []
 
 
 @pytest.mark.parametrize("folder", STUDY_FOLDERS, ids=lambda folder: folder.name)

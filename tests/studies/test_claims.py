@@ -304,39 +304,6 @@ def test_history_lines_do_not_repeat_the_current_exploratory_scoring():
     )
 
 
-def test_the_key_migration_matches_a_name_whose_selection_was_nested_in_it():
-    from convergent.studies.migrate_keys import earlier_keys
-
-    # Earlier designs named the tuned regime with its selected step sizes; a redesign moved
-    # them into the test, so its name differs only by the nested parenthesis.
-    old = [_record(None, "Linear (lr tuned per beta (0: 0.8, 1: 0.4), 2000 steps; here: a)",
-                   "reproduced", 1)]  # fmt: skip
-    new = [_record("toy.linear_tuned", "Linear (lr tuned per beta, 2000 steps; here: 0: 0.8)",
-                   "untested", 2)]  # fmt: skip
-    assert earlier_keys("toy", old, new, retired={}) == ["toy.linear_tuned"]
-
-
-def test_the_key_migration_matches_an_earlier_name_that_only_appended_a_qualifier():
-    from convergent.studies.migrate_keys import earlier_keys
-
-    # Design 2 said "(ratio HORST / AdamW)" after a claim that design 3 names without it; two
-    # earlier names with the same words before their qualifiers match nothing, and take the
-    # keys written for them.
-    old = [
-        _record(None, "Pruned keeps lower perplexity (ratio HORST / AdamW)", "reproduced", 1),
-        _record(None, "Near zero (ViT)", "not reproduced", 2),
-        _record(None, "Near zero (LM)", "reproduced", 3),
-    ]
-    new = [
-        _record("toy.pruned", "Pruned keeps lower perplexity", "reproduced", 4),
-        _record("toy.near_zero", "Near zero", "reproduced", 5),
-    ]
-    retired = {("toy", "Near zero (ViT)"): "toy.near_zero_vit", ("toy", "Near zero (LM)"): "toy.lm"}
-    assert earlier_keys("toy", old, new, retired) == ["toy.pruned", "toy.near_zero_vit", "toy.lm"]
-    with pytest.raises(ValueError, match="add it to RETIRED"):
-        earlier_keys("toy", old, new, retired={})
-
-
 def test_earlier_designs_reads_plain_and_gzipped_history_files_in_design_order(tmp_path):
     import gzip
     import json

@@ -439,7 +439,9 @@ def test_design_two_data_gets_the_seed_level_interval_and_its_resolution():
 
 def _crossed_by_hand(table: Sequence[Sequence[float]]) -> tuple[float, float]:
     """The interval over seeds and sentences, written out: Var(mean) = var_a / N + var_b / n +
-    var_e / (N n) from the two-way mean squares (components cut at 0), Satterthwaite df."""
+    var_e / (N n) from the two-way mean squares with Satterthwaite's df; where a component's
+    estimate is below zero, the conservative (MS_sentences + MS_seeds) / (N n) instead (no
+    term is dropped)."""
     n, big_n = len(table), len(table[0])
     grand = sum(map(sum, table)) / (n * big_n)
     rows = [sum(row) / big_n for row in table]
@@ -449,16 +451,14 @@ def _crossed_by_hand(table: Sequence[Sequence[float]]) -> tuple[float, float]:
     ms_rest = sum(
         (table[s][i] - rows[s] - columns[i] + grand) ** 2 for s in range(n) for i in range(big_n)
     ) / ((n - 1) * (big_n - 1))
-    var_a, var_b = max(0.0, (ms_sentences - ms_rest) / n), max(0.0, (ms_seeds - ms_rest) / big_n)
-    variance = var_a / big_n + var_b / n + ms_rest / (big_n * n)
-    # The same variance as a sum of mean squares over N n, each with its degrees of freedom.
-    rest = (n - 1) * (big_n - 1)
-    pieces = {
-        (True, True): [(ms_sentences, big_n - 1), (ms_seeds, n - 1), (-ms_rest, rest)],
-        (True, False): [(ms_sentences, big_n - 1)],
-        (False, True): [(ms_seeds, n - 1)],
-        (False, False): [(ms_rest, rest)],
-    }[(var_a > 0, var_b > 0)]
+    var_a, var_b = (ms_sentences - ms_rest) / n, (ms_seeds - ms_rest) / big_n
+    if var_a >= 0 and var_b >= 0:
+        variance = var_a / big_n + var_b / n + ms_rest / (big_n * n)
+        rest = (n - 1) * (big_n - 1)
+        pieces = [(ms_sentences, big_n - 1), (ms_seeds, n - 1), (-ms_rest, rest)]
+    else:
+        variance = (ms_sentences + ms_seeds) / (big_n * n)
+        pieces = [(ms_sentences, big_n - 1), (ms_seeds, n - 1)]
     total = sum(value for value, _ in pieces)
     assert total / (n * big_n) == pytest.approx(variance)
     df = total**2 / sum(value**2 / freedom for value, freedom in pieces)

@@ -151,7 +151,7 @@ def test_rescore_of_the_committed_folder(tmp_path):
     # beside design 3's on its new seeds.
     history = report.partition("## Verdicts across designs")[2]
     assert (
-        "| design 2, seeds 0-4, as scored then | design 3's tests on design 2's seeds 0-4 | "
+        "| design 2, seeds 0-4, as scored then, Holm's adjustment over its parts added now | design 3's tests on design 2's seeds 0-4 | "
         "design 3's tests on seeds 10-14 |"
     ) in history
     speed = "| `residual.speeds_up_with_beta_lr_0p1` | — | "

@@ -7,6 +7,7 @@ seeded offset; every unit goes through the unit cache, so resuming can be tested
 from __future__ import annotations
 
 import functools
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class ToyStudy:
     name = "toy"
     design = 1
     unit_design = 1
+    families = types.MappingProxyType({})  # one family: the study's
     config = staticmethod(Config.for_mode)
     claims_from_results = staticmethod(claims_from_results)
 

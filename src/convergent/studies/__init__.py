@@ -36,6 +36,7 @@ from convergent.studies.framework import (
 )
 from convergent.studies.framework.advice import Advice
 from convergent.studies.framework.designs import OtherDesign
+from convergent.studies.framework.family import family_tested_records
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.summary import Sentence
 
@@ -146,6 +147,21 @@ def design_history(folder: str | Path, payload: Mapping[str, Any]) -> list[str]:
     if not earlier:
         return []
     study = get_study(payload["name"])
+    # Earlier designs' verdicts as scored then, with the family test their claims carry now
+    # (a kept earlier scoring, "scored_as", stays exactly as it was).
+    earlier = [
+        (
+            number,
+            old
+            if "scored_as" in old
+            else {
+                **old,
+                "claims": family_tested_records(old["claims"], study.families),
+                "scored_as": "as scored then, Holm's adjustment over its parts added now",
+            },
+        )
+        for number, old in earlier
+    ]
 
     def rescored(old: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [claim.to_json() for claim in study.claims_from_results(old)]

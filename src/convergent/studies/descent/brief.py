@@ -15,6 +15,7 @@ from convergent.studies.descent.keys import (
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
     TEXT_MONOTONE_KEY,
+    TEXT_TUNING,
     VIDEO_MONOTONE_KEY,
     VIDEO_NOISE_KEY,
     robustness_key,
@@ -136,6 +137,12 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
         if helped
         else "not at this scale: it bought no robustness over plain ERM, which is simpler"
     )
+    # The advice rests on the shifts that helped, or (advising against) on those that did not.
+    rests_on = [
+        key
+        for key in kinds.values()
+        if verdicts[key] == ("reproduced" if helped else "not reproduced")
+    ]
     text = payload["data"]["text"]["selected"]["constrained"]
     setting = f"text: {strength(text)}; {payload['config']['text_steps']} training steps"
     keys = [key for keys in (kinds.values(), (CLEAN_PAPER_KEY, CLEAN_KEY)) for key in keys]
@@ -152,4 +159,15 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     if groups:
         open_parts.append(f"the claims on {listed(groups)} (untested)")
     unknown = "; ".join(open_parts) or "larger models"
-    return [Advice("Layer-wise descent constraints", when, setting, tuple(every), unknown)]
+    return [
+        Advice(
+            "Layer-wise descent constraints",
+            when,
+            setting,
+            tuple(every),
+            unknown,
+            scale="pretrained MiniLM-L6 (6 layers, d_model 384) fine-tuned on rt-sentences",
+            rests_on=tuple(rests_on),
+            selections=(TEXT_TUNING,),
+        )
+    ]

@@ -44,7 +44,6 @@ The manipulation checks and the monotone claim, which every part shares, are in
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -77,8 +76,10 @@ from convergent.studies.framework import (
     check_design,
     claim_from_seeds,
     crossed_interval,
+    family_tested,
     margin_resolution,
     mark_differences,
+    with_crossed,
 )
 
 DESIGN = 3
@@ -198,11 +199,7 @@ def clean_claims(
             extra={"resolution": found},
             revised=CLEAN_REVISED.format(margin=f"{100 * margin:g} point"),
         )
-        if crossed is not None:
-            claim = dataclasses.replace(
-                claim, interval=(crossed.low, crossed.high), interval_method=CROSSED_METHOD
-            )
-        claims.append(claim)
+        claims.append(with_crossed(claim, crossed, CROSSED_METHOD))
     return claims
 
 
@@ -290,6 +287,14 @@ def video_claims(
     ]
 
 
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "descent.text_": "(a) text classifier",
+    "descent.video_": "(b) video denoiser",
+    "descent.language_": "(c) language model",
+}
+
+
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim of the study from ``results["config"]`` and ``results["data"]`` alone;
     design 2's data is scored exploratorily (these tests were written after it was seen).
@@ -306,4 +311,4 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
         ),
         *(language_claims(data["language"]) if "language" in data else []),
     ]
-    return as_exploratory(claims) if earlier else claims
+    return family_tested(as_exploratory(claims) if earlier else claims, FAMILIES)

@@ -16,3 +16,9 @@ LANGUAGE_MONOTONE_KEY = "descent.language_layers_monotone"
 def robustness_key(kind: str) -> str:
     """The key of part (a)'s claim under perturbation ``kind`` (a key of ``data.text.levels``)."""
     return f"descent.text_robust_to_{kind}"
+
+
+# The parts' grid searches, as `results.json`'s ``tuning`` names them.
+TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
+VIDEO_TUNING = "(b) street-video denoiser, selection seed"
+LANGUAGE_TUNING = "(c) Austen language model, selection seed"

@@ -19,7 +19,6 @@ before seed-to-seed variance (config.py has the arithmetic, and the pilot a meas
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -49,6 +48,7 @@ from convergent.studies.framework import (
     crossed_interval,
     margin_resolution,
     not_measured,
+    with_crossed,
     within,
 )
 
@@ -133,13 +133,7 @@ def _win_claim(
         paired=True,
         extra={"resolution": found},
     )
-    if crossed is not None:
-        claim = dataclasses.replace(
-            claim,
-            interval=(crossed.low, crossed.high),
-            interval_method=WIN_METHOD,
-        )
-    return claim
+    return with_crossed(claim, crossed, WIN_METHOD)
 
 
 def language_claims(language: Mapping[str, Any]) -> list[Claim]:

@@ -22,8 +22,9 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.brief import advice, brief
-from convergent.studies.descent.claims import DESIGN, claims_from_results
+from convergent.studies.descent.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.descent.config import METHODS, Config
+from convergent.studies.descent.keys import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
 from convergent.studies.descent.language import (
     LanguageJob,
     PretrainJob,
@@ -52,9 +53,6 @@ from convergent.studies.framework import (
 # 2: a final text unit records which test sentences it classified correctly.
 UNIT_DESIGN = 2
 
-TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
-VIDEO_TUNING = "(b) street-video denoiser, selection seed"
-LANGUAGE_TUNING = "(c) Austen language model, selection seed"
 # What a language selection unit keeps for the pilot but the report does not show.
 SEQUENCE_KEYS = ("validation_sequence_losses", "validation_noisy_sequence_losses")
 
@@ -226,6 +224,7 @@ class DescentStudy:
     design = DESIGN
     unit_design = UNIT_DESIGN
     config = staticmethod(Config.for_mode)
+    families = FAMILIES
     claims_from_results = staticmethod(claims_from_results)
     summary = staticmethod(summary)
     brief = staticmethod(brief)

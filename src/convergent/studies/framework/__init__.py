@@ -8,9 +8,11 @@ nothing else.
 from __future__ import annotations
 
 from convergent.studies.framework.advice import (
+    NOT_ESTABLISHED,
     WORDS_PER_BRIEF,
     Advice,
     advice_lines,
+    established,
     evidence_counts,
     verdict_words,
     word_count,
@@ -59,8 +61,14 @@ from convergent.studies.framework.crossed import (
     mark_differences,
     seed_half_width,
     seeds_to_resolve,
+    with_crossed,
 )
 from convergent.studies.framework.designs import OtherDesign, check_design
+from convergent.studies.framework.family import (
+    FamilyTest,
+    family_tested,
+    family_tested_records,
+)
 from convergent.studies.framework.history import earlier_designs, history_lines
 from convergent.studies.framework.minilm import RtSentences, minilm_classifier, rt_sentences
 from convergent.studies.framework.numbers import (
@@ -109,6 +117,7 @@ from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
 
 __all__ = [
     "MODES",
+    "NOT_ESTABLISHED",
     "PREVIEW_BELOW",
     "STUDY_PRUNER_OPTIONS",
     "VERDICTS",
@@ -118,6 +127,7 @@ __all__ = [
     "Check",
     "Claim",
     "CrossedInterval",
+    "FamilyTest",
     "Measured",
     "OtherDesign",
     "PartRefused",
@@ -150,8 +160,11 @@ __all__ = [
     "decide",
     "earlier_designs",
     "edge_note",
+    "established",
     "evidence_counts",
     "extension_points",
+    "family_tested",
+    "family_tested_records",
     "finish",
     "finite_mean",
     "finite_or_none",
@@ -190,6 +203,7 @@ __all__ = [
     "verdict_of",
     "verdict_words",
     "verdicts_of",
+    "with_crossed",
     "within",
     "word_count",
     "write_study",

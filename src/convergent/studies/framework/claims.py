@@ -33,6 +33,11 @@ claim with
   "text": str}``; the claim holds where ``effect form value``.
 - ``interval`` ([low, high] or null): the 95 % interval of the effect (null below 2 seeds).
 - ``interval_method`` (str): how the interval was computed.
+- ``degrees_of_freedom`` (float or null): the Student-t's behind ``interval`` (``n - 1`` for
+  an interval over per-seed values; Satterthwaite's for a two-way one).
+- ``holm`` (object, only for a tested claim): ``{"family", "size", "p_value", "adjusted",
+  "holds"}``, the claim's test within its study part's family (:mod:`.family`); a verdict
+  whose adjusted test fails reads "reproduced (not after Holm over N claims)".
 - ``n`` (int): the number of seeds (or seed pairs) behind the effect.
 - ``per_seed`` (list of float): the per-seed effects.
 - ``checks`` (list): ``{"name", "value", "required", "passed"}`` per manipulation check;
@@ -49,13 +54,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from scipy import stats
 
 from convergent.studies.framework.numbers import finite_or_none, format_interval, format_number
+
+if TYPE_CHECKING:
+    from convergent.studies.framework.family import FamilyTest
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "untested")
 PREVIEW_BELOW = 3
@@ -246,6 +254,10 @@ class Claim:
         exploratory: scored in its current form on data an earlier design collected (after
             that data was seen): a hypothesis for new seeds to confirm, not a result.
         revised: what changed in this claim's test since the previous design, and why.
+        degrees_of_freedom: the Student-t's behind ``interval`` (None: ``n - 1``, an interval
+            over the per-seed values).
+        family: the claim's test within its study part's family (Holm), set by
+            :func:`~convergent.studies.framework.family.family_tested`.
     """
 
     key: str
@@ -261,6 +273,8 @@ class Claim:
     extra: dict[str, Any] = field(default_factory=dict)
     exploratory: bool = False
     revised: str = ""
+    degrees_of_freedom: float | None = None
+    family: FamilyTest | None = None
 
     def __post_init__(self) -> None:
         check_key(self.key)
@@ -269,6 +283,13 @@ class Claim:
     def n(self) -> int:
         """The seeds behind the effect (a diverged seed's NaN does not count)."""
         return sum(math.isfinite(v) for v in self.per_seed)
+
+    @property
+    def freedom(self) -> float | None:
+        """The degrees of freedom behind ``interval`` (None without one)."""
+        if self.interval is None:
+            return None
+        return self.degrees_of_freedom if self.degrees_of_freedom is not None else self.n - 1
 
     @property
     def preview(self) -> bool:
@@ -282,8 +303,10 @@ class Claim:
     @property
     def label(self) -> str:
         """The verdict as printed: ``reproduced``, ``reproduced (preview)`` below 3 seeds,
-        ``reproduced (exploratory)`` on an earlier design's data."""
-        return self.verdict + qualifiers(self.preview, self.exploratory)
+        ``reproduced (exploratory)`` on an earlier design's data, ``reproduced (not after Holm
+        over 7 claims)`` where its family's adjustment does not keep it."""
+        holm = self.family.to_json() if self.family is not None else None
+        return self.verdict + qualifiers(self.preview, self.exploratory, holm, self.verdict)
 
     def summary(self) -> str:
         """One line: effect, interval, n, threshold and the checks."""
@@ -304,10 +327,12 @@ class Claim:
             "threshold": self.threshold.to_json(),
             "interval": None if self.interval is None else [*map(float, self.interval)],
             "interval_method": self.interval_method,
+            "degrees_of_freedom": finite_or_none(self.freedom),
             "n": self.n,
             "per_seed": [finite_or_none(v) for v in self.per_seed],
             "checks": [check.to_json() for check in self.checks],
             "evidence": self.evidence,
+            **({"holm": self.family.to_json()} if self.family is not None else {}),
             **({"extra": self.extra} if self.extra else {}),
             **({"exploratory": True} if self.exploratory else {}),
             **({"revised": self.revised} if self.revised else {}),
@@ -361,9 +386,22 @@ def claim_from_seeds(
     )
 
 
-def qualifiers(preview: bool, exploratory: bool) -> str:
-    """What follows a verdict word: ``" (preview)"``, ``" (exploratory)"``, both or nothing."""
+def holm_words(holm: Mapping[str, Any] | None, verdict: str) -> str:
+    """``"not after Holm over 7 claims"`` where a verdict that decided (reproduced or not
+    reproduced) does not survive its family's Holm adjustment (a claim record's ``holm``);
+    empty otherwise."""
+    if not holm or verdict not in ("reproduced", "not reproduced") or holm["holds"]:
+        return ""
+    return f"not after Holm over {holm['size']} claims"
+
+
+def qualifiers(
+    preview: bool, exploratory: bool, holm: Mapping[str, Any] | None = None, verdict: str = ""
+) -> str:
+    """What follows a verdict word: ``" (preview)"``, ``" (exploratory)"``, ``" (not after
+    Holm over N claims)"``, several or nothing."""
     words = [word for word, on in (("preview", preview), ("exploratory", exploratory)) if on]
+    words += [word for word in [holm_words(holm, verdict)] if word]
     return f" ({', '.join(words)})" if words else ""
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from convergent.io import write_text_atomically
-from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, qualifiers
+from convergent.studies.framework.claims import PREVIEW_BELOW, Claim, holm_words, qualifiers
+from convergent.studies.framework.family import family_lines
 from convergent.studies.framework.numbers import format_interval, format_number
 from convergent.studies.framework.resolution import resolution_lines
 
@@ -141,8 +142,11 @@ def table_cell(text: str) -> str:
 
 
 def printed_verdict(claim: Mapping[str, Any]) -> str:
-    """A JSON claim record's verdict as printed, with ``(preview)`` / ``(exploratory)``."""
-    return claim["verdict"] + qualifiers(claim["preview"], bool(claim.get("exploratory")))
+    """A JSON claim record's verdict as printed, with ``(preview)`` / ``(exploratory)`` /
+    ``(not after Holm over N claims)``."""
+    return claim["verdict"] + qualifiers(
+        claim["preview"], bool(claim.get("exploratory")), claim.get("holm"), claim["verdict"]
+    )
 
 
 def claim_rows(claims: list[dict[str, Any]]) -> list[str]:
@@ -189,6 +193,7 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
     ]
     for claim in claims:
         words = [w for w in ("preview", "exploratory") if claim.get(w)]
+        words += [w for w in [holm_words(claim.get("holm"), claim["verdict"])] if w]
         if claim["verdict"] == "untested":
             failed = [_short_check(c["name"]) for c in claim["checks"] if c["passed"] is not True]
             words += dict.fromkeys(failed)
@@ -202,24 +207,46 @@ def compact_claim_rows(claims: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _setting(point: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in point.items() if key != "validation"}
+
+
+def _edge_trend(record: Mapping[str, Any], axis: str) -> str:
+    """The validation scores along ``axis`` at the selected values of the other axes:
+    ``"0.809, 0.815, 0.825 at lr 0.0001, 0.0002, 0.0004"``."""
+    chosen = record["selected"]
+    line = sorted(
+        (
+            point
+            for point in record["points"]
+            if all(point.get(k) == v for k, v in chosen.items() if k != axis)
+        ),
+        key=lambda point: point[axis],
+    )
+    scores = ", ".join(format_number(point["validation"]) for point in line)
+    values = ", ".join(f"{point[axis]:g}" for point in line)
+    return f"validation {scores} at {axis} {values}"
+
+
 def tuning_lines(tuning: dict[str, Any]) -> list[str]:
-    """The report's tuning section from ``StudyResult.tuning``."""
+    """The report's tuning section from ``StudyResult.tuning``: every point that ran, every
+    point of the declared axes that did not (marked "not run"), and for a selection on the
+    edge of its grid the scores toward that edge, with the live explanation it leaves."""
     from convergent.report import markdown_table
+    from convergent.studies.framework.tuning import grid_points
 
     lines: list[str] = []
     for experiment, methods in tuning.items():
         first = next(iter(methods.values()))
-        lines += [
-            f"### {experiment}",
-            "",
-            f"Each method: a grid of {len(first['points'])} point(s), selected on "
-            f"{first['criterion']}; the test split is not read while tuning.",
-            "",
-        ]
+        counts = []
         rows = []
         for method, record in methods.items():
+            ran = [_setting(point) for point in record["points"]]
+            declared = grid_points(record["grid"]) if record.get("grid") else []
+            missing = [point for point in declared if point not in ran]
+            counts.append(f"{method} {len(ran)} of the declared axes' {len(declared)} points")
             for point in record["points"]:
-                setting = {k: v for k, v in point.items() if k != "validation"}
+                setting = _setting(point)
                 rows.append(
                     {
                         "method": method,
@@ -228,17 +255,30 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
                         "selected": "yes" if setting == record["selected"] else "",
                     }
                 )
+            rows += [
+                {"method": method, **point, "validation": "not run", "selected": ""}
+                for point in missing
+            ]
+        lines += [
+            f"### {experiment}",
+            "",
+            f"Selected on {first['criterion']}; the test split is not read while tuning. "
+            f"Points run: {', '.join(counts)}.",
+            "",
+        ]
         settings = dict.fromkeys(
             key for record in methods.values() for point in record["points"] for key in point
         )
         settings.pop("validation", None)
         lines.append(markdown_table(rows, ["method", *settings, "validation", "selected"]))
-        edges = [f"{m} ({', '.join(r['on_edge'])})" for m, r in methods.items() if r["on_edge"]]
-        if edges:
+        for method, record in methods.items():
+            if not record["on_edge"]:
+                continue
+            trends = "; ".join(_edge_trend(record, axis) for axis in record["on_edge"])
             lines += [
-                "Selected on the edge of its grid (the best value may lie outside it): "
-                + ", ".join(edges)
-                + ".",
+                f"{method} was selected on the edge of its grid ({trends}): the best value may "
+                f'lie outside it, so "{method} undertuned" is a live explanation of any '
+                "difference from it.",
                 "",
             ]
     return lines
@@ -257,6 +297,7 @@ def render_markdown(
     if result.claims:
         records = [claim.to_json() for claim in result.claims]
         lines += ["## Claims", "", VERDICT_LEGEND, "", *claim_rows(records), ""]
+        lines += family_lines(records)
         lines += ["Evidence and how each interval was computed:", ""]
         for index, claim in enumerate(result.claims, 1):
             lines.append(f"{index}. {claim.evidence} ({claim.interval_method}.)")

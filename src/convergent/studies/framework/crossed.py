@@ -16,10 +16,12 @@ the rest). The effect is the mean of D, with Var(mean D) = var_a / N + var_b / n
   seed gives every sentence at once.
 - :func:`crossed_interval` covers both: from the mean squares of the two-way table
   (MS_seeds, MS_sentences, MS_residual), Var(mean D) = (MS_sentences + MS_seeds -
-  MS_residual) / (N n), each variance component cut at zero, with Satterthwaite's degrees of
-  freedom. With little seed variance its degrees of freedom approach the sentences' (a t
-  quantile near 1.96 instead of 2.78 at 5 seeds); with much, they fall to n - 1 and it is no
-  narrower than the seed-level one.
+  MS_residual) / (N n) with Satterthwaite's degrees of freedom. Where a variance component's
+  estimate comes out below zero it is not cut to zero (that would drop a term five seeds
+  cannot rule out): the conservative (MS_sentences + MS_seeds) / (N n) is used instead, its
+  degrees of freedom over the two terms kept. The seeds' mean square always stays in the sum,
+  so with 5 seeds the degrees of freedom fall toward n - 1 as MS_seeds' share grows, and reach
+  the sentences' only where the seeds' share is truly negligible.
 
 The *resolution* of a margin is the expected half-width of the interval: a claim "at most M
 below" cannot be reproduced at a true difference of 0 when the half-width exceeds M.
@@ -27,6 +29,7 @@ below" cannot be reproduced at a true difference of 0 when the half-width exceed
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -39,6 +42,7 @@ from scipy import stats
 from torch import nn
 
 from convergent.data import DictDataset
+from convergent.studies.framework.claims import Claim
 from convergent.train import split_batch
 
 
@@ -182,14 +186,18 @@ def crossed_interval(
     ms_sentences = seeds * float(((sentence_means - grand) ** 2).sum()) / (sentences - 1)
     residual = table - seed_means[:, None] - sentence_means[None, :] + grand
     ms_residual = float((residual**2).sum()) / ((seeds - 1) * (sentences - 1))
-    # A variance component estimated below zero counts as zero: its mean square then drops
-    # out of the sum, and the residual's coefficient makes up the rest.
-    with_sentences = ms_sentences > ms_residual
-    with_seeds = ms_seeds > ms_residual
+    # Every variance term is kept. Where a component's estimate comes out below zero (five
+    # seeds estimate a variance poorly), the residual's negative coefficient is dropped
+    # instead: E[MS_sentences + MS_seeds] exceeds (N n) Var(mean D) by var_e, so the interval is
+    # conservative, and the seeds' term keeps its own few degrees of freedom in Satterthwaite's
+    # sum. Cutting the component at zero instead lets the degrees of freedom jump from the
+    # seeds' to the sentences' on a noisy estimate (docs/studies.md, "a variance that cannot be
+    # ruled out is kept").
+    both_positive = ms_sentences >= ms_residual and ms_seeds >= ms_residual
     terms = [
-        (float(with_sentences), ms_sentences, sentences - 1),
-        (float(with_seeds), ms_seeds, seeds - 1),
-        (1.0 - with_sentences - with_seeds, ms_residual, (seeds - 1) * (sentences - 1)),
+        (1.0, ms_sentences, sentences - 1),
+        (1.0, ms_seeds, seeds - 1),
+        (-1.0 if both_positive else 0.0, ms_residual, (seeds - 1) * (sentences - 1)),
     ]
     total = sum(weight * square for weight, square, _ in terms)
     denominator = sum((weight * square) ** 2 / df for weight, square, df in terms)
@@ -210,6 +218,19 @@ def crossed_interval(
         sentences_half_width=float(stats.t.ppf(quantile, sentences - 1))
         * spread
         / math.sqrt(sentences),
+    )
+
+
+def with_crossed(claim: Claim, crossed: CrossedInterval | None, method: str) -> Claim:
+    """``claim`` with the two-way interval ``crossed`` (its bounds, ``method`` as the interval's
+    description, Satterthwaite's degrees of freedom); unchanged where there is none."""
+    if crossed is None:
+        return claim
+    return dataclasses.replace(
+        claim,
+        interval=(crossed.low, crossed.high),
+        interval_method=method,
+        degrees_of_freedom=crossed.degrees_of_freedom,
     )
 
 

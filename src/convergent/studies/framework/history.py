@@ -6,7 +6,7 @@ earlier designs live in ``docs/results/<study>-full/history/design<N>.results.js
 ``.json.gz``) with the claims they were scored with; :func:`history_lines` puts each claim's
 verdicts from all of them in one table, with what changed in its test and why (the claim's
 ``revised`` field). Claims are matched across designs by their keys (a redesign keeps a
-claim's key; results written before keys got them from :mod:`convergent.studies.migrate_keys`). An earlier claim
+claim's key; every committed result carries keys). An earlier claim
 with no counterpart is listed below the table.
 """
 
@@ -22,22 +22,35 @@ from typing import Any
 from convergent.studies.framework.common import printed_verdict, table_cell
 from convergent.studies.framework.numbers import format_interval, format_number
 
-HISTORY_FILE = re.compile(r"design(?P<design>\d+)\.results\.json(\.gz)?$")
+HISTORY_FILE = re.compile(r"design(?P<design>\d+)(\.(?P<tag>[a-z0-9-]+))?\.results\.json(\.gz)?$")
+# A history file may hold a design's results as scored by earlier statistics, kept beside the
+# current scoring when a conservative change of the statistics re-scored them without new
+# seeds (STUDIES.md rule 16): ``design<N>.<tag>.results.json``, the tag naming the change.
+SCORED_AS = {
+    "before-kept-variance": (
+        "as scored before two-way intervals kept every variance term and before Holm's "
+        "adjustment (the same data, re-scored without new seeds)"
+    ),
+}
 
 Records = Sequence[Mapping[str, Any]]
 Rescore = Callable[[Mapping[str, Any]], Records]
 
 
 def earlier_designs(folder: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(design, payload)`` for each ``history/design<N>.results.json[.gz]`` in ``folder``,
-    oldest first (none when there is no history folder)."""
+    """``(design, payload)`` for each ``history/design<N>[.<tag>].results.json[.gz]`` in
+    ``folder``, oldest first (none when there is no history folder); a tagged file's payload
+    says under ``"scored_as"`` which scoring it keeps (:data:`SCORED_AS`)."""
     found = []
     for path in sorted(Path(folder, "history").glob("design*.results.json*")):
         match = HISTORY_FILE.search(path.name)
-        if match is None:
+        if match is None or (match["tag"] is not None and match["tag"] not in SCORED_AS):
             continue
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        found.append((int(match["design"]), json.loads(raw)))
+        payload = json.loads(raw)
+        if match["tag"] is not None:
+            payload["scored_as"] = SCORED_AS[match["tag"]]
+        found.append((int(match["design"]), payload))
     return sorted(found, key=lambda pair: pair[0])
 
 
@@ -90,7 +103,8 @@ def history_lines(
     for number, payload in earlier:
         columns.append(
             (
-                f"design {number}, {seeds_text(payload)}, as scored then",
+                f"design {number}, {seeds_text(payload)}, "
+                + payload.get("scored_as", "as scored then"),
                 f"Design {number}'s claims",
                 _by_key(payload["claims"]),
             )

@@ -78,11 +78,14 @@ class Study(Protocol):
         unit_design: the design of the study's units: raised when its own code would compute
             other numbers for the same config (the library's numbers are fingerprinted:
             docs/design.md, "Unit keys").
+        families: the study's parts by claim-key prefix, each one family of claims tested
+            together (Holm's adjustment, :mod:`.family`); `claims_from_results` applies it.
     """
 
     name: str
     design: int
     unit_design: int
+    families: Mapping[str, str]
 
     def config(self, mode: str) -> Any:
         """The frozen config at ``mode`` size (``smoke``, ``quick`` or ``full``); it has

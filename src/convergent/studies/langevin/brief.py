@@ -129,10 +129,13 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     when = (
         f"at the {' and '.join(acting)} temperature, where the noise acted"
         if acting
-        else "not shown to change the outcome here: plain gradient descent ends the same"
+        else "not shown to change the outcome here (no claim that it ends as plain gradient "
+        "descent does was tested: whether it does is unknown)"
     )
+    rests_on: list[str] = []
     if bounded and all(c.verdict == "reproduced" for c in bounded):
         when += "; add the penalty to keep weights bounded"
+        rests_on = [c.key for c in bounded]
     temperatures = payload["data"]["temperatures"]
     s = ", ".join(
         f"{significant(number(temperatures[t]))} ({t})"
@@ -158,5 +161,16 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
             setting,
             tuple(c.key for c in claims),
             unknown,
+            scale=_scale(payload),
+            rests_on=tuple(rests_on),
         )
     ]
+
+
+def _scale(payload: Mapping[str, Any]) -> str:
+    """``"a vision-transformer regressor (d_model 16) on 100 generated Darcy-flow fields"``."""
+    regime = payload["data"].get("regime") or {}
+    return (
+        f"a vision-transformer regressor (d_model {regime.get('d_model', '?')}) on "
+        f"{regime.get('train_fields', '?')} generated Darcy-flow fields"
+    )

@@ -49,6 +49,7 @@ from convergent.studies.framework import (
     at_most,
     check_design,
     claim_from_seeds,
+    family_tested,
     format_number,
     format_percent,
     within,
@@ -381,6 +382,13 @@ def selection_note(config: Mapping[str, Any], data: Mapping[str, Any], experimen
     )
 
 
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "langevin.attention_": "attention (W_Q, W_K)",
+    "langevin.lora_": "LoRA factors",
+}
+
+
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim from ``results["config"]`` and ``results["data"]`` (JSON) alone; a
     design-6 payload's claims are exploratory.
@@ -394,4 +402,4 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     claims = [
         claim for e in experiments(config, data) for claim in experiment_claims(e, config, data)
     ]
-    return as_exploratory(claims) if exploratory else claims
+    return family_tested(as_exploratory(claims) if exploratory else claims, FAMILIES)

@@ -12,7 +12,7 @@ import torch
 
 from convergent.studies.framework import Measured, Report, Session, Study, json_ready, run_jobs
 from convergent.studies.langevin.brief import advice, brief
-from convergent.studies.langevin.claims import DESIGN, claims_from_results
+from convergent.studies.langevin.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.langevin.config import Config
 from convergent.studies.langevin.models import DarcyData, darcy_pool
 from convergent.studies.langevin.pilot import PILOT_OVERFIT, regime_named, run_pilot
@@ -52,6 +52,7 @@ class LangevinStudy:
     design = DESIGN
     unit_design = UNIT_DESIGN
     config = staticmethod(Config.for_mode)
+    families = FAMILIES
     claims_from_results = staticmethod(claims_from_results)
     summary = staticmethod(summary)
     brief = staticmethod(brief)

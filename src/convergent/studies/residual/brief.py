@@ -150,5 +150,11 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
             "; ".join(parts),
             tuple(keys),
             "; ".join(unknown) or "larger models",
+            scale=(
+                f"a one-layer Transformer (d_model {payload['config']['d_model']}, no "
+                f"LayerNorm) on {payload['config']['examples']} weather-hourly windows, "
+                "full-batch gradient descent"
+            ),
+            rests_on=(FLOOR_KEY,) if floor == "reproduced" else (),
         )
     ]

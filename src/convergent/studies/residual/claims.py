@@ -56,6 +56,7 @@ from convergent.studies.framework import (
     at_most,
     check_design,
     claim_from_seeds,
+    family_tested,
     finite_mean,
     format_interval,
     t_interval,
@@ -377,6 +378,13 @@ def design_of(results: Mapping[str, Any]) -> int:
     return 2 if "regimes" in results["config"] else 1
 
 
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "residual.": "(a) one-layer Transformer",
+    "residual.advantage_grows_with_depth": "(b) depth",
+}
+
+
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim from ``results["config"]`` and ``results["data"]`` alone (a new run's data,
     or a committed ``results.json``); design 2's data is scored too, marked exploratory; raises
@@ -386,4 +394,4 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     claims = one_layer_claims(config, data)
     if data.get("depth_runs"):
         claims.append(depth_claim(config, data["depth_runs"]))
-    return as_exploratory(claims) if exploratory else claims
+    return family_tested(as_exploratory(claims) if exploratory else claims, FAMILIES)

@@ -22,7 +22,7 @@ from convergent.studies.framework import (
     run_jobs,
 )
 from convergent.studies.residual.brief import advice, brief
-from convergent.studies.residual.claims import DESIGN, claims_from_results
+from convergent.studies.residual.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import regimes_of, worst_final_losses
 from convergent.studies.residual.models import load_minilm
@@ -187,6 +187,7 @@ class ResidualStudy:
     design = DESIGN
     unit_design = UNIT_DESIGN
     config = staticmethod(Config.for_mode)
+    families = FAMILIES
     claims_from_results = staticmethod(claims_from_results)
     summary = staticmethod(summary)
     brief = staticmethod(brief)

@@ -16,7 +16,7 @@ from convergent.studies.framework import (
     verdicts_of,
 )
 from convergent.studies.sparsity.claims import PRUNER_NAMES
-from convergent.studies.sparsity.config import sparsity_key
+from convergent.studies.sparsity.config import LANGUAGE_TUNING, VISION_TUNING, sparsity_key
 from convergent.studies.sparsity.wording import (
     Role,
     one_shot_claims,
@@ -47,8 +47,9 @@ def _one_shot_sentence(payload: Mapping[str, Any]) -> Sentence | None:
     words = verdict_words(list(verdicts.values()))
     if held == {"reproduced"}:
         text = (
-            "Train with HORST a model you will prune once after training: it kept a lower "
-            f"perplexity than AdamW after every pruner and target tested ({words})."
+            "Train with HORST a small model you will prune once after training: on a "
+            "character LM trained from scratch it kept a lower perplexity than AdamW after "
+            f"every pruner and target tested ({words})."
         )
     elif "reproduced" in held:
         text = (
@@ -108,14 +109,15 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
         return None
     verdicts = verdicts_of(payload, keys)
     claims = claims_by_key(payload)
+    rests_on = [key for key, _ in one_shot_claims(payload) if verdicts[key] == "reproduced"]
     helped = [
         f"{PRUNER_NAMES[claims[key]['extra']['pruner']]} at {claims[key]['extra']['sparsity']}"
-        for key, _ in one_shot_claims(payload)
-        if verdicts[key] == "reproduced"
+        for key in rests_on
     ]
     everywhere = len(helped) == len(one_shot_claims(payload))
     when = (
-        "you will prune a trained model once (magnitude, Wanda or SparseGPT)"
+        "you train a small model from scratch and will prune it once (magnitude, Wanda or "
+        "SparseGPT); for a pretrained model, see the HORST fine-tune row"
         if everywhere
         else f"you will prune once with {listed(helped)}"
         if helped
@@ -132,7 +134,20 @@ def _one_shot_row(payload: Mapping[str, Any]) -> Advice | None:
     )
     unknown = "models beyond a 2-layer character LM; pruners beyond the three tested"
     near_lm = _present(payload, (Role.NEAR_ZERO_LM,))
-    return Advice("HORST, then one-shot pruning", when, setting, tuple(keys + near_lm), unknown)
+    config = payload["config"]
+    return Advice(
+        "HORST, then one-shot pruning",
+        when,
+        setting,
+        tuple(keys + near_lm),
+        unknown,
+        scale=(
+            f"a {config['lm_layers']}-layer character LM (d_model {config['lm_d_model']}) "
+            "trained from scratch on Austen"
+        ),
+        rests_on=tuple(rests_on),
+        selections=(LANGUAGE_TUNING,),
+    )
 
 
 def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
@@ -161,12 +176,18 @@ def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
         if untested
         else "larger vision models"
     )
+    config = payload["config"]
     return Advice(
         "HORST under AC/DC sparse training",
         when,
         setting,
         tuple(keys + _present(payload, (Role.NEAR_ZERO_VIT,))),
         unknown,
+        scale=(
+            f"a {config['vit_layers']}-layer ViT (d_model {config['vit_d_model']}) on Fashion-MNIST"
+        ),
+        rests_on=tuple(keys) if held == {"reproduced"} else (),
+        selections=(VISION_TUNING,),
     )
 
 

@@ -51,6 +51,7 @@ from convergent.studies.framework import (
     at_most,
     check_design,
     claim_from_seeds,
+    family_tested,
     finite_mean,
     not_measured,
     within,
@@ -160,6 +161,20 @@ def _drops(by_key: Mapping[str, Sequence[Any]], keys: Sequence[str]) -> list[flo
     ]
 
 
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "sparsity.horst_beats_": "(a) ViT under AC/DC",
+    "sparsity.horst_loses_": "(a) ViT under AC/DC",
+    "sparsity.horst_near_zero_vit": "(a) ViT under AC/DC",
+    "sparsity.horst_near_zero_char_lm": "(b) character LM, one-shot pruning",
+    "sparsity.horst_near_zero_lm": "(b) character LM, one-shot pruning",
+    "sparsity.horst_lower_perplexity_": "(b) character LM, one-shot pruning",
+    "sparsity.horst_oneshot_": "(b) character LM, one-shot pruning",
+    "sparsity.horst_survives_": "(b) character LM, one-shot pruning",
+    "sparsity.finetune_": "(c) MiniLM fine-tune, then one-shot pruning",
+}
+
+
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """The study's claims from ``results["config"]`` and ``results["data"]`` alone."""
     config, data = results["config"], results["data"]
@@ -171,7 +186,7 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
         claims.extend(_language_claims(config, data))
     if "finetune" in data:
         claims.extend(finetune_claims(data["finetune"]))
-    return claims
+    return family_tested(claims, FAMILIES)
 
 
 def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:

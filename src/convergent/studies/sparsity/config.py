@@ -300,3 +300,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lm_test_windows": None,
     },
 }
+
+# The parts' grid searches, as `results.json`'s ``tuning`` names them.
+VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
+LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"

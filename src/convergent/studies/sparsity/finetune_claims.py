@@ -23,7 +23,6 @@ its threshold, so the report states the smallest difference this design resolves
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -40,6 +39,7 @@ from convergent.studies.framework import (
     json_ready,
     margin_resolution,
     mark_differences,
+    with_crossed,
     within,
 )
 from convergent.studies.framework import stored_number as number
@@ -174,11 +174,7 @@ def _paired_claim(
         extra={"variant": label, "resolution": json_ready(found)},
         revised=revised,
     )
-    if crossed is not None:
-        claim = dataclasses.replace(
-            claim, interval=(crossed.low, crossed.high), interval_method=CROSSED_METHOD
-        )
-    return claim
+    return with_crossed(claim, crossed, CROSSED_METHOD)
 
 
 def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:

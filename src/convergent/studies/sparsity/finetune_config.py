@@ -237,3 +237,6 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
         "extension_rounds": 1,
     },
 }
+
+# Part (c)'s grid search, as `results.json`'s ``tuning`` names it.
+FINETUNE_TUNING = "(c) MiniLM fine-tune, SparseGPT 70 % on validation, selection seed"

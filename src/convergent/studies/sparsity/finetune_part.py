@@ -28,7 +28,6 @@ from convergent.studies.sparsity.selection import select_on_validation, selectio
 # The design of part (c)'s units: raise it when its own code would compute other numbers for
 # the same config (the library's numbers are fingerprinted).
 FINETUNE_UNIT_DESIGN = 1
-FINETUNE_TUNING = "(c) MiniLM fine-tune, SparseGPT 70 % on validation, selection seed"
 
 
 def finetune_cache(folder: str | Path, config: FinetuneConfig) -> UnitCache:

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.framework import Advice, Sentence, claims_by_key, listed, verdicts_of
+from convergent.studies.framework import (
+    NOT_ESTABLISHED,
+    Advice,
+    Sentence,
+    claims_by_key,
+    established,
+    listed,
+    verdicts_of,
+)
 from convergent.studies.framework import stored_number as number
 from convergent.studies.sparsity.finetune_claims import (
     DENSE_KEY,
@@ -14,6 +22,7 @@ from convergent.studies.sparsity.finetune_claims import (
     finetune_key,
     shown_variant,
 )
+from convergent.studies.sparsity.finetune_config import FINETUNE_TUNING
 
 
 def _keys(payload: Mapping[str, Any]) -> list[str]:
@@ -63,10 +72,18 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
             ]
         )
 
-    if helped:
+    sure = [key for key in helped if established(claims[key])]
+    if sure:
         lead = (
             f"Fine-tune a pretrained model with {_strength(payload)} before pruning with "
-            f"{shown(helped)}: it kept that much more test accuracy than an AdamW fine-tune"
+            f"{shown(sure)}: it kept that much more test accuracy than an AdamW fine-tune"
+        )
+    elif helped:
+        size = claims[helped[0]]["holm"]["size"]
+        lead = (
+            f"A fine-tune with {_strength(payload)} kept more test accuracy than an AdamW "
+            f"fine-tune after {shown(helped)}, but not after Holm over the {size} claims tested "
+            f"together: {NOT_ESTABLISHED}"
         )
     elif len(untested) < len(keys):
         lead = "No gain from a HORST fine-tune before pruning at this scale (MiniLM-L6)"
@@ -104,16 +121,24 @@ def finetune_brief(payload: Mapping[str, Any]) -> list[Sentence]:
     helped = [key for key in keys if verdicts[key] == "reproduced"]
     if not helped:
         return finetune_sentences(payload)
-    settings = listed([shown_variant(claims[k]["extra"]["variant"]) for k in helped])
     dense = verdicts.get(DENSE_KEY)
-    same = f" at the same dense accuracy ({dense})" if dense is not None else ""
+    same = f", at the same dense accuracy ({dense})" if dense is not None else ""
     rest = len(keys) - len(helped)
     others = f"; not shown for the other {rest} pruned settings" if rest else ""
-    text = (
-        f"(c) Fine-tune with HORST before pruning with {settings}: it kept more accuracy than "
-        f"AdamW (reproduced){same}{others}."
-    )
-    return [Sentence(text, verdicts)]
+    sure = [key for key in helped if established(claims[key])]
+    settings = listed([shown_variant(claims[k]["extra"]["variant"]) for k in sure or helped])
+    if sure:
+        lead = (
+            f"Fine-tune with HORST before pruning with {settings}: it kept more accuracy than "
+            f"AdamW (reproduced){same}"
+        )
+    else:
+        size = claims[helped[0]]["holm"]["size"]
+        lead = (
+            f"After {settings}, a HORST fine-tune kept more accuracy than AdamW (reproduced, "
+            f"but not after Holm over {size} claims: {NOT_ESTABLISHED}){same}"
+        )
+    return [Sentence(f"(c) {lead}{others}.", verdicts)]
 
 
 def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
@@ -123,7 +148,8 @@ def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
         return []
     claims = claims_by_key(payload)
     verdicts = verdicts_of(payload, keys)
-    helped = [claims[k]["extra"]["variant"] for k in keys if verdicts[k] == "reproduced"]
+    rests_on = [k for k in keys if verdicts[k] == "reproduced"]
+    helped = [claims[k]["extra"]["variant"] for k in rests_on]
     when = (
         f"you will prune a fine-tuned model with {listed([shown_variant(v) for v in helped])}"
         if helped
@@ -140,5 +166,8 @@ def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
             f"{_strength(payload)} for the fine-tune, against AdamW",
             (*keys, DENSE_KEY) if DENSE_KEY in claims else tuple(keys),
             unknown,
+            scale="pretrained MiniLM-L6 (6 layers, d_model 384) fine-tuned on rt-sentences",
+            rests_on=tuple(rests_on),
+            selections=(FINETUNE_TUNING,),
         )
     ]

@@ -50,19 +50,20 @@ from convergent.studies.framework import (
     run_jobs,
 )
 from convergent.studies.sparsity.brief import advice, brief
-from convergent.studies.sparsity.claims import DESIGN, claims_from_results
+from convergent.studies.sparsity.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.sparsity.config import (
     LANGUAGE_CRITERION,
+    LANGUAGE_TUNING,
     LM_DENSE_TOLERANCE,
     LM_SELECTION_PRUNER,
     RMS_FRACTION,
     VISION_CRITERION,
+    VISION_TUNING,
     Config,
     sparsity_key,
 )
-from convergent.studies.sparsity.finetune_config import finetune_settings
+from convergent.studies.sparsity.finetune_config import FINETUNE_TUNING, finetune_settings
 from convergent.studies.sparsity.finetune_part import (
-    FINETUNE_TUNING,
     finetune_cache,
     finetune_part,
 )
@@ -90,8 +91,6 @@ from convergent.studies.sparsity.runs import (
 from convergent.studies.sparsity.selection import select_on_validation, selections_record
 from convergent.studies.sparsity.summary import summary
 
-VISION_TUNING = "(a) ViT, AC/DC at the selection sparsity, selection seed"
-LANGUAGE_TUNING = "(b) LM, one-shot at the largest target, selection seed"
 MIRRORED = ("horst", "ham")  # the optimizers whose runs record a move ratio
 
 
@@ -229,6 +228,7 @@ class SparsityStudy:
     design = DESIGN
     unit_design = UNIT_DESIGN
     config = staticmethod(Config.for_mode)
+    families = FAMILIES
     claims_from_results = staticmethod(claims_from_results)
     run_pilot = staticmethod(run_pilot)
     parts: Mapping[str, str] = MappingProxyType(

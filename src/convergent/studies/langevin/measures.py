@@ -10,6 +10,7 @@ through `stored_number`: JSON keeps inf and NaN as strings, or as None.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -153,8 +154,15 @@ def saturation_ceiling(curve: Sequence[float], steps: Sequence[float]) -> float:
     """
     if len(curve) and not curve[-1] > curve[0]:
         return math.nan
+    return _fitted_ceiling(tuple(map(float, curve)), tuple(map(float, steps)))
+
+
+# A results.json is scored several times in one process (claims, summary, brief, advice, each
+# re-scoring it); the 260 curve fits of a full langevin run are most of that time.
+@functools.lru_cache(maxsize=8192)
+def _fitted_ceiling(curve: tuple[float, ...], steps: tuple[float, ...]) -> float:
     try:
-        ceiling = fit_saturation(curve, steps=steps).floor_high
+        ceiling = fit_saturation(list(curve), steps=list(steps)).floor_high
     except ValueError:
         return math.nan
     return ceiling if math.isfinite(ceiling) else math.nan

@@ -280,30 +280,31 @@ def test_a_diverging_run_ends_as_diverged_and_the_study_goes_on(tmp_path, monkey
     assert json.dumps(rescored) == json.dumps(payload["claims"])  # NaN != NaN in a plain ==
 
 
-def test_a_second_run_reuses_every_unit(tmp_path, monkeypatch):
-    config = replace(
-        Config.for_mode("smoke"),
-        temperatures=("hot", "calibrated"),
-        claim_temperatures=("hot", "calibrated"),
-    )
-    first = run_config(STUDY, config, tmp_path, progress=False)
+@pytest.fixture(scope="module")
+def ten_steps_run(tmp_path_factory):
+    """`_ten_steps` run in one process, shared by the resume and the parallel test."""
+    folder = tmp_path_factory.mktemp("langevin-ten-steps")
+    return folder, run_config(STUDY, _ten_steps(), folder, progress=False)
+
+
+def test_a_second_run_reuses_every_unit(ten_steps_run, monkeypatch):
+    folder, first = ten_steps_run
     # temperatures, a selection per experiment, a final run per experiment (one seed)
-    assert len(list((tmp_path / "units").glob("*.pt"))) == 1 + 2 + 2
+    assert len(list((folder / "units").glob("*.pt"))) == 1 + 2 + 2
 
     def refuse(*args, **kwargs):
         raise AssertionError("a cached unit was computed again")
 
     for name in ("final_runs", "select_lam", "temperatures"):
         monkeypatch.setattr(study, name, refuse)
-    second = run_config(STUDY, config, tmp_path, progress=False)
+    second = run_config(STUDY, _ten_steps(), folder, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
     assert any("5 unit(s) reused" in note and "0 computed" in note for note in second.notes)
 
 
-def test_parallel_jobs_give_the_same_numbers_as_one_process(tmp_path):
-    config = _ten_steps()
-    alone = run_config(STUDY, config, tmp_path / "one", progress=False)
-    parallel = run_config(STUDY, replace(config, workers=2), tmp_path / "two", progress=False)
+def test_parallel_jobs_give_the_same_numbers_as_one_process(ten_steps_run, tmp_path):
+    _, alone = ten_steps_run
+    parallel = run_config(STUDY, replace(_ten_steps(), workers=2), tmp_path, progress=False)
     assert json.dumps(parallel.data["runs"], sort_keys=True, default=str) == json.dumps(
         alone.data["runs"], sort_keys=True, default=str
     )

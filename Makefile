@@ -22,11 +22,9 @@ run: install
 # also on $(TEST_WORKERS) workers: their ranks are mostly busy, so two tests side by side gain
 # little (121 s and 160 s in two runs against 166 s one at a time on 2 cores) but never lose.
 # pytest's exit code 5 (no test collected) is no failure.
-# --dist loadgroup: the tests of a module marked xdist_group run on one worker, so a module
-# fixture that runs a study is computed once, not once per worker.
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not distributed"; rc=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow and not distributed"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no single-process tests"; rc=0; fi; \
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "distributed and not slow"; rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no distributed tests"; rc2=0; fi; \

@@ -28,10 +28,6 @@ PACKAGE = Path(canary.__file__).resolve().parents[2]  # src/convergent
 # its HORST came from, its fingerprint and its canary's hash on this process's own kernels.
 PROBE = """
 import importlib, sys, torch
-
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("canary")
 torch.set_num_threads(int(sys.argv[1]))
 for root in sys.argv[2:]:
     for name in [n for n in sys.modules if n.split(".")[0] == "convergent"]:

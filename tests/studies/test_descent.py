@@ -24,10 +24,6 @@ from convergent.studies.descent.selection import denoising_score, robust_score, 
 from convergent.studies.framework import run_config
 from tests.conftest import assert_drawn_figure
 
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("descent")
-
 RESULTS = Path(__file__).parents[2] / "docs" / "results" / "descent-full"
 COMMITTED = RESULTS / "results.json"
 # The full results of earlier designs, each with the claims it was scored with.

@@ -26,10 +26,6 @@ from convergent.studies.langevin.plots import plot_curves, plot_norms
 from convergent.train import TrainingDiverged
 from tests.conftest import assert_drawn_figure
 
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("langevin_study")
-
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
 
 

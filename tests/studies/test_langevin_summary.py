@@ -18,10 +18,6 @@ from convergent.studies.langevin import claims_from_results, summary
 from convergent.studies.langevin.summary import TemperatureFit
 from convergent.studies.langevin.wording import significant
 
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("langevin_summary")
-
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
 WARM_GAP_CREEPS = "langevin.lora_gap_creeps_without_penalty_warm"
 BOUNDED = "langevin.attention_norm_bounded_with_penalty"

@@ -13,10 +13,6 @@ from convergent.studies import EXPLORATORY_SENTENCE, study_findings
 from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.residual import summary
 
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("residual_summary")
-
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
 LINEAR = "residual.converges_linearly_"
 SPEED = "residual.speeds_up_with_beta_"

@@ -34,10 +34,6 @@ from convergent.train import load_checkpoint
 from tests.conftest import RefusingTestSplit, assert_drawn_figure
 from tests.studies.sparsity_payload import design4_payload
 
-# Its tests share module fixtures that run a study: one worker computes them once (make test
-# runs pytest-xdist with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("sparsity")
-
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "sparsity-full"
 # The full results of earlier designs, with the claims they were scored with (data only).
 HISTORY = COMMITTED / "history"

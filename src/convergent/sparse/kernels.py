@@ -6,7 +6,9 @@
 
 A pruned ``nn.Linear`` (or GPT-2's ``Conv1D``) computes y = x W^T + b. On the CPU the
 sparse path keeps W as CSR with int32 indices (or BSR, in blocks, where its blocks are
-mostly full) and computes y^T = W x^T through ``torch.addmm``; on CUDA a 2:4 pattern runs
+mostly full) and computes y^T = W x^T through ``torch.addmm``, or runs the decode kernel of
+:mod:`convergent.sparse.decode_kernels` (kept values and uint16 columns, compiled by numba;
+float32 and bfloat16, made for few tokens per forward); on CUDA a 2:4 pattern runs
 through ``torch.sparse.to_sparse_semi_structured``. PyTorch's kernels beat the dense GEMM only
 at high sparsity and depending on the shape (a 2048 x 2048 layer at 90 % was 1.4-3.5x faster
 on one core, at 50 % 1.2-3.7x slower), so each candidate layer is timed, dense against each
@@ -34,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from convergent.sparse.decode_kernels import DECODE_DTYPES, IndexedLinear, decode_kernel_reason
+from convergent.sparse.decode_kernels import LAYOUT as DECODE_LAYOUT
 from convergent.sparse.selection import is_conv1d
 
 logger = logging.getLogger(__name__)
@@ -271,14 +275,30 @@ def _layouts(weight: Tensor) -> tuple[list[tuple[str, int | None]], list[str]]:
         return layouts, missing
     if device.type != "cpu":
         return [], [f"dense: no sparse kernel is known for device {device.type}"]
-    if dtype not in CSR_DTYPES:
-        return [], [
-            f"dense: this CPU has no CSR or BSR matmul for "
-            f"{str(dtype).removeprefix('torch.')} (float32 and float64 only)"
-        ]
-    layouts.append(("csr", None))
-    layouts += [("bsr", edge) for edge in _bsr_blocks(weight)]
+    decode = decode_kernel_reason(weight)
+    if decode is None:
+        layouts.append((DECODE_LAYOUT, None))
+    elif dtype in DECODE_DTYPES:  # numba missing or broken: said once, for every layer
+        missing.append(decode)
+    if dtype in CSR_DTYPES:
+        layouts.append(("csr", None))
+        layouts += [("bsr", edge) for edge in _bsr_blocks(weight)]
+    elif not layouts and not missing:
+        missing.append(
+            f"dense: this CPU has no sparse kernel for {str(dtype).removeprefix('torch.')} "
+            "(CSR and BSR take float32 and float64, the decode kernel float32 and bfloat16)"
+        )
     return layouts, missing
+
+
+def build_sparse(
+    weight: Tensor, bias: Tensor | None, layout: str, blocksize: int | None = None
+) -> nn.Module:
+    """The sparse module of ``layout``: the decode kernel (:class:`IndexedLinear`) or a
+    :class:`SparseLinear` (CSR, BSR with ``blocksize``, 2:4)."""
+    if layout == DECODE_LAYOUT:
+        return IndexedLinear(weight, bias)
+    return SparseLinear(weight, bias, layout, blocksize)
 
 
 def _bias(module: nn.Module) -> Tensor | None:
@@ -367,13 +387,9 @@ def to_sparse_kernels(
         if not layouts:
             choice.reason = missing[0] if missing else "dense: no sparse kernel for this layer"
             continue
-        _choose(choice, module, weight, layouts, tokens, timer)
-        if choice.kernel != "dense":
-            blocksize = (
-                int(choice.kernel.split("x")[-1]) if choice.kernel.startswith("bsr") else None
-            )
-            layout = choice.kernel.split(" ")[0]
-            _replace(model, name, SparseLinear(weight, _bias(module), layout, blocksize))
+        chosen = _choose(choice, module, weight, layouts, tokens, timer)
+        if chosen is not None:
+            _replace(model, name, chosen)
     for reason, count in report.unavailable.items():
         logger.warning("%s (%d layer(s))", reason, count)
     for line in report.notes()[len(report.unavailable) :]:
@@ -388,22 +404,23 @@ def _choose(
     layouts: list[tuple[str, int | None]],
     tokens: int,
     timer: Timer | None,
-) -> None:
-    """Time the dense layer against each layout and record the winner in ``choice``."""
+) -> nn.Module | None:
+    """Time the dense layer against each layout and record the winner in ``choice``; the
+    winning sparse module, or None where dense is fastest."""
     inputs = torch.randn(tokens, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    built: list[tuple[str, SparseLinear]] = []
+    built: list[tuple[str, nn.Module]] = []
     failures = []
     for layout, blocksize in layouts:
         try:
-            sparse = SparseLinear(weight, _bias(module), layout, blocksize)
+            sparse = build_sparse(weight, _bias(module), layout, blocksize)
             sparse(inputs)
         except (RuntimeError, ValueError, NotImplementedError) as error:
             failures.append(f"{layout}: {str(error).splitlines()[0] if str(error) else error}")
             continue
-        built.append((sparse.layout, sparse))
+        built.append((str(sparse.layout), sparse))
     if not built:
         choice.reason = f"dense: no sparse kernel ran here ({'; '.join(failures)})"
-        return
+        return None
     calls: list[Callable[[], Any]] = [functools.partial(module, inputs)]
     calls += [functools.partial(sparse, inputs) for _, sparse in built]
     samples = timer(calls) if timer is not None else timed_samples(calls, weight.device)
@@ -413,8 +430,8 @@ def _choose(
     choice.speedup = speedups[best]
     if choice.speedup > 1.0:
         choice.kernel = built[best][0]
-    else:
-        choice.reason = (
-            f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at "
-            f"{choice.sparsity:.0%}"
-        )
+        return built[best][1]
+    choice.reason = (
+        f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at {choice.sparsity:.0%}"
+    )
+    return None

@@ -79,7 +79,7 @@ class _LayoutTimer:
         self.seconds = seconds
 
     def __call__(self, calls):
-        layouts = [str(getattr(call.func, "layout", "dense")) for call in calls]
+        layouts = [str(call.layout) for call in calls]
         return [[self.seconds[layout.split(" ")[0]]] * 3 for layout in layouts]
 
 

@@ -5,11 +5,12 @@
 
 Token-by-token generation runs each linear layer on one row of input, and that is bound by
 the bytes of weight read, not by arithmetic (docs/design.md, "Decoding a sparse model"). This
-layout reads each kept weight once, as its value in the model's dtype (float32, or bfloat16
-kept as its 16 bits) and its column as a ``uint16`` (``in_features <= 65,536``), row after
-row (``row_starts`` marks where each row begins, so rows need not keep equal counts):
+layout (ELL) reads each kept weight once, as its value in the model's dtype (float32, or
+bfloat16 kept as its 16 bits) and its column as a ``uint16`` (``in_features <= 65,536``);
+every row holds ``kept`` slots, the most any row keeps, the shorter rows padded with zeros
+(none where the mask keeps the same count in every row, as Wanda's and N:M masks do):
 
-    y[t, r] = b[r] + sum over j in row r of values[j] * x[t, columns[j]]
+    y[t, r] = b[r] + sum over j < kept of values[r, j] * x[t, columns[r, j]]
 
 The loop is compiled by numba (LLVM), with float reassociation allowed (``fastmath``) so
 that the gathers are vectorized: sums run in another order than the dense GEMM's, so outputs
@@ -21,6 +22,7 @@ many numba threads. Where numba is not installed or fails to compile, nothing he
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -66,15 +68,21 @@ def decode_kernel_reason(weight: Tensor) -> str | None:
     return None
 
 
-def _run(arrays: tuple[Any, ...], parallel: bool) -> None:
-    from numba.core.errors import NumbaError
+_LOOPS: list[Any] = []  # (run, NumbaError) once imported: a forward pays no import
 
-    try:
+
+def _run(arrays: tuple[Any, ...], parallel: bool) -> None:
+    if not _LOOPS:
+        from numba.core.errors import NumbaError
+
         from convergent.sparse.decode_loops import run
 
-        row_starts, columns, values, x, out = arrays
-        run(row_starts, columns, values, x, out, parallel=parallel)  # compiles on first call
-    except (ImportError, NumbaError) as error:
+        _LOOPS.extend((run, NumbaError))
+    run, numba_error = _LOOPS
+    try:
+        columns, values, x, out = arrays
+        run(columns, values, x, out, parallel=parallel)  # compiles on a first call
+    except numba_error as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         _FAILURES.append(f"dense: the decode kernel does not compile here ({first})")
         raise RuntimeError(_FAILURES[-1].removeprefix("dense: ")) from error
@@ -104,7 +112,6 @@ class IndexedLinear(nn.Module):
         ValueError: a weight the kernel cannot take (:func:`decode_kernel_reason`).
     """
 
-    row_starts: Tensor
     columns: Tensor
     values: Tensor
     bias: Tensor | None
@@ -120,47 +127,69 @@ class IndexedLinear(nn.Module):
         self.layout = LAYOUT
         kept = dense != 0
         self.sparsity = 1.0 - float(kept.float().mean())
-        starts = torch.zeros(self.out_features + 1, dtype=torch.int64)
-        starts[1:] = kept.sum(dim=1).cumsum(0)
-        columns = kept.nonzero()[:, 1]  # row-major order: row by row, columns ascending
-        values = dense[kept]
+        slots = int(kept.sum(dim=1).max()) if dense.numel() else 0
+        # each row's kept columns first, ascending, then its zeros (padding: value 0)
+        order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices[:, :slots]
+        values = dense.gather(1, order).contiguous()
         if dense.dtype == torch.bfloat16:
             values = values.view(torch.int16)  # its bits; widened to float32 in the kernel
-        self.register_buffer("row_starts", starts, persistent=False)
-        # uint16 columns (no sign to test in the loop); torch's uint16 has few ops, so the
-        # bits are kept as int16 and viewed as uint16 by numpy
-        self.register_buffer("columns", columns.to(torch.int32).to(torch.int16), persistent=False)
-        self.register_buffer("values", values.contiguous(), persistent=False)
+        # uint16 columns: no sign for numba to test on every read (int16 ran 0.5x as fast).
+        # torch's uint16 has few ops, so the bits are kept as int16 and viewed by numpy.
+        self.register_buffer("columns", order.to(torch.int32).to(torch.int16), persistent=False)
+        self.register_buffer("values", values, persistent=False)
         self.register_buffer(
             "bias", None if bias is None else bias.detach().clone(), persistent=False
         )
-        self._arrays = (
-            self.row_starts.numpy(),
-            self.columns.numpy().view("uint16"),
-            self.values.numpy().view("uint16")
-            if dense.dtype == torch.bfloat16
-            else self.values.numpy(),
-        )
+        self._has_bias = bias is not None  # a plain attribute: a buffer's lookup costs ~2 us
+        self._arrays = self._views()
+
+    def _views(self) -> tuple[Any, Any]:
+        """numpy views of the columns (as uint16) and values (bfloat16: as its uint16 bits),
+        made once: each ``.numpy()`` costs ~1 us a forward."""
+        values = self.values.numpy()
+        return self.columns.numpy().view("uint16"), values.view("uint16") if (
+            self.dtype == torch.bfloat16
+        ) else values
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> IndexedLinear:
+        clone = IndexedLinear.__new__(IndexedLinear)
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            if key != "_arrays":  # views of this module's buffers, not of the copy's
+                clone.__dict__[key] = copy.deepcopy(value, memo)
+        clone._arrays = clone._views()
+        return clone
+
+    def _apply(self, fn: Any, recurse: bool = True) -> IndexedLinear:
+        super()._apply(fn, recurse)
+        self._arrays = self._views()  # the buffers may be new tensors
+        return self
 
     @property
     def stored_bytes(self) -> int:
-        """Bytes of weight read per forward: values, columns and row starts."""
-        return sum(part.numel() * part.element_size() for part in self._parts())
-
-    def _parts(self) -> list[Tensor]:
-        return [self.row_starts, self.columns, self.values]
+        """Bytes of weight read per forward: values and columns, padding included."""
+        return sum(part.numel() * part.element_size() for part in (self.columns, self.values))
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``[..., in]`` -> ``[..., out]`` in x's dtype."""
-        rows = x.reshape(-1, self.in_features)
+        threads = torch.get_num_threads()
+        parallel = threads > 1 and _set_threads(threads)
+        if x.numel() == self.in_features and x.dtype == torch.float32:
+            # one float32 token, the decoding step: no copies (each torch op costs ~1 us)
+            out = torch.empty(self.out_features)
+            _run((*self._arrays, x.detach().numpy().reshape(-1, 1), out.numpy()[:, None]), parallel)
+            if self._has_bias:
+                out += self.bias  # type: ignore[arg-type]
+            return out.view(*x.shape[:-1], self.out_features)
         # [in, tokens] float32: each kept weight reads its column's tokens side by side
-        transposed = rows.detach().to(torch.float32).T.contiguous()
-        out = torch.empty(self.out_features, rows.shape[0], dtype=torch.float32)
-        parallel = _set_threads(torch.get_num_threads())
-        _run((*self._arrays, transposed.numpy(), out.numpy()), parallel)
-        result = out.T
+        source = x.detach().reshape(-1, self.in_features).to(torch.float32)
+        tokens = source.shape[0]
+        source = source.reshape(-1, 1) if tokens == 1 else source.T.contiguous()
+        result = torch.empty(self.out_features, tokens, dtype=torch.float32)
+        _run((*self._arrays, source.numpy(), result.numpy()), parallel)
         if self.bias is not None:
-            result = result + self.bias.to(torch.float32)
+            result += self.bias.to(torch.float32).unsqueeze(1)  # before rounding to x's dtype
+        result = result.reshape(1, -1) if tokens == 1 else result.T
         return result.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

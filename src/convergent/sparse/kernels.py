@@ -24,7 +24,7 @@ float rounding (the sums run in another order): within ``OUTPUT_TOLERANCE`` of
 
 from __future__ import annotations
 
-import functools
+import copy
 import logging
 import time
 import warnings
@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from convergent.sparse.decode_kernels import DECODE_DTYPES, IndexedLinear, decode_kernel_reason
 from convergent.sparse.decode_kernels import LAYOUT as DECODE_LAYOUT
 from convergent.sparse.selection import is_conv1d
+from convergent.sparse.streamed_timing import Rotation, copies_to_stream
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,15 @@ CSR_DTYPES = (torch.float32, torch.float64)
 SEMI_STRUCTURED_DTYPES = (torch.float16, torch.bfloat16)
 TIMING_REPEATS = 15
 TIMING_SECONDS = 1e-3  # each timed sample runs the call this long at least
+
+# Why a layer stayed dense, by key (a report counts layers by these, never by wording).
+TOO_DENSE, SLOWER, NO_KERNEL, FAILED = "too dense", "slower", "no kernel", "failed"
+CAUSES = {
+    TOO_DENSE: "too dense to try (below the least sparsity)",
+    SLOWER: "slower on every sparse kernel than dense (too narrow, or too few zeros, to gain)",
+    NO_KERNEL: "no sparse kernel for its dtype or device",
+    FAILED: "no sparse kernel ran",
+}
 
 # calls -> per call, the seconds of each sample (samples taken in turn, call by call).
 Timer = Callable[[Sequence[Callable[[], Any]]], list[list[float]]]
@@ -145,7 +155,8 @@ class LayerChoice:
             (None: not timed).
         sparse_seconds: the fastest sparse layout's (None: none timed).
         speedup: that layout's :func:`fastest_speedup` over dense (above 1: faster).
-        reason: for a layer left dense, why.
+        reason: for a layer left dense, why (a sentence).
+        cause: for a layer left dense, the key of why: one of ``CAUSES``.
     """
 
     name: str
@@ -156,6 +167,7 @@ class LayerChoice:
     sparse_seconds: float | None = None
     speedup: float | None = None
     reason: str = ""
+    cause: str = ""
 
 
 @dataclass
@@ -315,6 +327,10 @@ def _shared_weights(model: nn.Module) -> set[int]:
     return {key for key, count in counts.items() if count > 1}
 
 
+def _bytes(tensor: Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
@@ -368,6 +384,7 @@ def to_sparse_kernels(
     report = KernelReport(
         tokens, str(next(iter(model.parameters())).device) if candidates else "cpu"
     )
+    model_bytes = sum(_bytes(linear_weight(module)) for _, module in candidates)
     for name, module in candidates:
         weight = linear_weight(module)
         sparsity = float((weight == 0).float().mean())
@@ -376,6 +393,7 @@ def to_sparse_kernels(
         choice = LayerChoice(name, list(weight.shape), sparsity, "dense")
         report.layers.append(choice)
         if sparsity < min_sparsity:
+            choice.cause = TOO_DENSE
             choice.reason = (
                 f"dense: {sparsity:.0%} sparse, below the {min_sparsity:.0%} at which a sparse "
                 "kernel is tried"
@@ -385,9 +403,11 @@ def to_sparse_kernels(
         for reason in missing:
             report.unavailable[reason] = report.unavailable.get(reason, 0) + 1
         if not layouts:
+            choice.cause = NO_KERNEL
             choice.reason = missing[0] if missing else "dense: no sparse kernel for this layer"
             continue
-        chosen = _choose(choice, module, weight, layouts, tokens, timer)
+        copies = copies_to_stream(_bytes(weight), model_bytes) if weight.is_cpu else 1
+        chosen = _choose(choice, module, weight, layouts, tokens, timer, copies)
         if chosen is not None:
             _replace(model, name, chosen)
     for reason, count in report.unavailable.items():
@@ -404,25 +424,31 @@ def _choose(
     layouts: list[tuple[str, int | None]],
     tokens: int,
     timer: Timer | None,
+    copies: int = 1,
 ) -> nn.Module | None:
     """Time the dense layer against each layout and record the winner in ``choice``; the
-    winning sparse module, or None where dense is fastest."""
+    winning sparse module, or None where dense is fastest. With ``copies`` > 1 each is timed
+    over that many copies called in turn, its weights streamed from memory
+    (:mod:`convergent.sparse.streamed_timing`)."""
     inputs = torch.randn(tokens, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    built: list[tuple[str, nn.Module]] = []
+    built: list[tuple[str, list[nn.Module]]] = []
     failures = []
     for layout, blocksize in layouts:
         try:
-            sparse = build_sparse(weight, _bias(module), layout, blocksize)
-            sparse(inputs)
+            sparse = [build_sparse(weight, _bias(module), layout, blocksize)]
+            sparse[0](inputs)
+            sparse += [copy.deepcopy(sparse[0]) for _ in range(copies - 1)]
         except (RuntimeError, ValueError, NotImplementedError) as error:
             failures.append(f"{layout}: {str(error).splitlines()[0] if str(error) else error}")
             continue
-        built.append((str(sparse.layout), sparse))
+        built.append((str(sparse[0].layout), sparse))
     if not built:
+        choice.cause = FAILED
         choice.reason = f"dense: no sparse kernel ran here ({'; '.join(failures)})"
         return None
-    calls: list[Callable[[], Any]] = [functools.partial(module, inputs)]
-    calls += [functools.partial(sparse, inputs) for _, sparse in built]
+    dense = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
+    calls: list[Callable[[], Any]] = [Rotation(dense, inputs, "dense")]
+    calls += [Rotation(sparse, inputs, layout) for layout, sparse in built]
     samples = timer(calls) if timer is not None else timed_samples(calls, weight.device)
     speedups = [fastest_speedup(samples[0], sample) for sample in samples[1:]]
     best = max(range(len(built)), key=lambda index: speedups[index])
@@ -430,7 +456,8 @@ def _choose(
     choice.speedup = speedups[best]
     if choice.speedup > 1.0:
         choice.kernel = built[best][0]
-        return built[best][1]
+        return built[best][1][0]
+    choice.cause = SLOWER
     choice.reason = (
         f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at {choice.sparsity:.0%}"
     )

@@ -177,16 +177,17 @@ class IndexedLinear(nn.Module):
         if x.numel() == self.in_features and x.dtype == torch.float32:
             # one float32 token, the decoding step: no copies (each torch op costs ~1 us)
             out = torch.empty(self.out_features)
-            _run((*self._arrays, x.detach().numpy().reshape(-1, 1), out.numpy()[:, None]), parallel)
+            _run((*self._arrays, x.detach().numpy().reshape(-1), out.numpy()), parallel)
             if self._has_bias:
                 out += self.bias  # type: ignore[arg-type]
             return out.view(*x.shape[:-1], self.out_features)
         # [in, tokens] float32: each kept weight reads its column's tokens side by side
         source = x.detach().reshape(-1, self.in_features).to(torch.float32)
         tokens = source.shape[0]
-        source = source.reshape(-1, 1) if tokens == 1 else source.T.contiguous()
+        source = source.reshape(-1) if tokens == 1 else source.T.contiguous()
         result = torch.empty(self.out_features, tokens, dtype=torch.float32)
-        _run((*self._arrays, source.numpy(), result.numpy()), parallel)
+        target = result.numpy()
+        _run((*self._arrays, source.numpy(), target[:, 0] if tokens == 1 else target), parallel)
         if self.bias is not None:
             result += self.bias.to(torch.float32).unsqueeze(1)  # before rounding to x's dtype
         result = result.reshape(1, -1) if tokens == 1 else result.T

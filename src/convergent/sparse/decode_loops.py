@@ -89,10 +89,9 @@ def few_tokens_parallel(columns, values, x, out):
 
 
 def run(columns, values, x, out, parallel: bool) -> None:
-    """The loop for ``x``'s token count (``x`` is ``[in, tokens]``, ``out`` ``[out,
-    tokens]``), serial or parallel."""
-    if x.shape[1] == 1:
-        loop = one_token_parallel if parallel else one_token
-        loop(columns, values, x[:, 0], out[:, 0])
+    """The loop for ``x``: one token (``x`` ``[in]``, ``out`` ``[out]``) or few (``x``
+    ``[in, tokens]``, ``out`` ``[out, tokens]``), serial or parallel."""
+    if x.ndim == 1:
+        (one_token_parallel if parallel else one_token)(columns, values, x, out)
     else:
         (few_tokens_parallel if parallel else few_tokens)(columns, values, x, out)

@@ -13,6 +13,7 @@ value type and caches it on disk (``cache=True``), so a new process reuses it.
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import prange
 from numba.core import types
@@ -60,18 +61,22 @@ def one_token_parallel(columns, values, x, out):
         out[row] = total
 
 
+# Few tokens: each kept weight times its column's tokens, side by side (x is [in, tokens]),
+# summed in a local array: summed into ``out[row, t]``, which LLVM cannot prove apart from
+# ``x``, a [32, 1024] x 2816 layer at 50 % took 2x dense's time; so, 1.3x.
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=True)
 def few_tokens(columns, values, x, out):
     rows, kept = values.shape
     tokens = x.shape[1]
+    total = np.zeros(tokens, np.float32)
     for row in range(rows):
-        for t in range(tokens):
-            out[row, t] = 0.0
+        total[:] = 0.0
         for j in range(kept):
             value = widen(values[row, j])
             column = columns[row, j]
             for t in range(tokens):
-                out[row, t] += value * x[column, t]
+                total[t] += value * x[column, t]
+        out[row, :] = total
 
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=True, parallel=True)
@@ -79,13 +84,13 @@ def few_tokens_parallel(columns, values, x, out):
     rows, kept = values.shape
     tokens = x.shape[1]
     for row in prange(rows):
-        for t in range(tokens):
-            out[row, t] = 0.0
+        total = np.zeros(tokens, np.float32)  # one per row: the threads share none
         for j in range(kept):
             value = widen(values[row, j])
             column = columns[row, j]
             for t in range(tokens):
-                out[row, t] += value * x[column, t]
+                total[t] += value * x[column, t]
+        out[row, :] = total
 
 
 def run(columns, values, x, out, parallel: bool) -> None:

@@ -145,3 +145,12 @@ def test_streamed_timing_copies_and_rotates():
     for _ in range(3):
         rotation()
     assert seen == [("a", 7), ("b", 7), ("a", 7)] and rotation.layout == "d"
+
+
+def test_bench_on_a_dense_folder_prints_no_speed_up(gpt2_folder, capsys):
+    capsys.readouterr()
+    assert main(["bench", str(gpt2_folder), "--lengths", "1", "--threads", "1", "--no-memory"]) == 0
+    out = capsys.readouterr().out
+    assert "| [1, 1] forward (ms) |" in out and "| as dense | no layer switched |" in out
+    assert "T = 1: no layer switched: no linear layer has zeros, so none was tried." in out
+    assert "faster" not in out and "x slower" not in out

@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"data"},
     {"losses"},
     {"optim", "sparse", "constrained", "regularize"},
+    {"registration"},  # registers sparse's transformers reader on `import convergent`
     {"diagnostics"},
     {"train"},
     {"studies"},

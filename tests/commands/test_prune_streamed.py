@@ -105,6 +105,11 @@ def test_streaming_prunes_exactly_as_in_memory(llama_folder, tmp_path, method, d
     assert sizes["compressed"] is not dense
     if not dense:  # the shards' headers give the same sizes as the in-memory file's
         assert sizes["compressed_bytes"] == in_memory["sizes"]["compressed_bytes"]
+        from transformers import AutoModelForCausalLM  # reads the shards' index too
+
+        sharded = AutoModelForCausalLM.from_pretrained(tmp_path / "b", local_files_only=True)
+        for name, value in sharded.state_dict().items():
+            assert torch.equal(got[name], value), name
 
 
 def test_only_one_block_holds_weights_at_a_time(llama_folder, tmp_path, monkeypatch):

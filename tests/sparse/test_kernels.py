@@ -11,6 +11,7 @@ from torch import nn
 
 from convergent.models import Transformer, TransformerConfig
 from convergent.sparse import prune_one_shot
+from convergent.sparse.decode_kernels import IndexedLinear
 from convergent.sparse.kernels import (
     OUTPUT_TOLERANCE,
     SparseLinear,
@@ -71,6 +72,17 @@ class _Timer:
         return [[self.dense] * 3] + [[self.sparse] * 3 for _ in calls[1:]]
 
 
+class _LayoutTimer:
+    """Seconds per call by the layout each call runs (``"dense"`` for the dense layer)."""
+
+    def __init__(self, **seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, calls):
+        layouts = [str(call.layout) for call in calls]
+        return [[self.seconds[layout.split(" ")[0]]] * 3 for layout in layouts]
+
+
 def _language_model() -> Transformer:
     torch.manual_seed(0)
     config = TransformerConfig(task="lm", vocab_size=30, max_len=16, d_model=32, n_heads=4,
@@ -86,7 +98,9 @@ def test_a_faster_kernel_replaces_each_pruned_layer_and_the_logits_stay(caplog):
     with torch.no_grad():
         expected = model(input_ids=ids).logits
     with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
-        report = to_sparse_kernels(model, tokens=16, timer=_Timer(2.0, 1.0))
+        report = to_sparse_kernels(
+            model, tokens=16, timer=_LayoutTimer(dense=2.0, csr=1.0, bsr=1.5, index16=1.5)
+        )
     assert len(report.converted) == 12 and all(layer.speedup == 2.0 for layer in report.layers)
     assert isinstance(model.blocks[0].attention.q_proj, SparseLinear)
     assert isinstance(model.head, nn.Linear)  # not pruned: left as it is, unmentioned
@@ -119,15 +133,62 @@ def test_layers_below_the_least_sparsity_are_not_timed():
 
 
 def test_a_dtype_the_device_lacks_stays_dense_logged_once(caplog):
-    model = _language_model().to(torch.bfloat16)
+    model = _language_model().to(torch.float16)
     with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
         report = to_sparse_kernels(model, timer=_Timer(2.0, 1.0))
     assert not report.converted
     warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "no CSR or BSR matmul for bfloat16" in warnings[0].message and "(12 layer(s))" in (
+    assert "no sparse kernel for float16" in warnings[0].message and "(12 layer(s))" in (
         warnings[0].message
     )
+
+
+@pytest.mark.parametrize("fastest", ["index16", "csr"])
+def test_the_fastest_layout_by_the_timer_replaces_the_layer(fastest):
+    model = _language_model()
+    ids = torch.randint(0, 30, (1, 16))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    seconds = {"dense": 3.0, "csr": 2.0, "bsr": 2.5, "index16": 2.0}
+    seconds[fastest] = 1.0
+    report = to_sparse_kernels(model, tokens=1, timer=_LayoutTimer(**seconds))
+    assert {layer.kernel for layer in report.layers} == {fastest}
+    assert all(layer.speedup == 3.0 for layer in report.layers)
+    kind = IndexedLinear if fastest == "index16" else SparseLinear
+    assert isinstance(model.blocks[1].feed_forward.down_proj, kind)
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_layers_run_on_the_decode_kernel():
+    model = _language_model().to(torch.bfloat16)
+    report = to_sparse_kernels(model, tokens=1, timer=_LayoutTimer(dense=2.0, index16=1.0))
+    assert len(report.converted) == 12 and not report.unavailable
+    assert isinstance(model.blocks[0].attention.q_proj, IndexedLinear)
+
+
+def test_without_numba_the_layers_keep_csr_or_stay_dense_said_once(monkeypatch, caplog):
+    import convergent.sparse.decode_kernels as decode
+
+    monkeypatch.setattr(
+        decode,
+        "_FAILURES",
+        [
+            "dense: the decode kernel needs numba, which does"
+            " not import here (no numba); pip install numba"
+        ],
+    )
+    for dtype, converted in ((torch.float32, 12), (torch.bfloat16, 0)):
+        caplog.clear()
+        model = _language_model().to(dtype)
+        with caplog.at_level(logging.INFO, logger="convergent.sparse.kernels"):
+            report = to_sparse_kernels(model, timer=_LayoutTimer(dense=2.0, csr=1.0, bsr=1.0))
+        assert len(report.converted) == converted
+        warnings = [
+            record.message for record in caplog.records if record.levelno >= logging.WARNING
+        ]
+        assert len(warnings) == 1 and "pip install numba (12 layer(s))" in warnings[0]
 
 
 def test_training_mode_is_refused_with_the_reason():
@@ -159,3 +220,50 @@ def test_gpt2_conv1d_layers_convert_and_tied_weights_stay():
 def test_the_speedup_compares_the_fastest_samples():
     # Samples another process slowed (9.0, 10.0) do not count; the fastest of each do.
     assert fastest_speedup([1.0, 1.2, 9.0], [10.0, 0.5, 0.6]) == 2.0
+
+
+def _uneven_weight(out: int, inputs: int, keep: float) -> torch.Tensor:
+    """A pruned weight whose rows keep different counts: one row empty, one row full."""
+    weight = _pruned_weight(out, inputs, keep)
+    weight[1] = 0.0
+    weight[2] = torch.randn(inputs)
+    return weight
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("tokens", [1, 5, 16])
+def test_the_decode_kernel_computes_the_dense_layer_within_tolerance(tokens, threads):
+    weight = _uneven_weight(40, 72, 0.3)
+    bias = torch.randn(40)
+    inputs = torch.randn(tokens, 72)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for with_bias in (bias, None):
+            dense = nn.functional.linear(inputs, weight, with_bias)  # the dense layer
+            got = IndexedLinear(weight, with_bias)(inputs.view(1, tokens, 72))
+            assert got.shape == (1, tokens, 40) and got.dtype == torch.float32
+            assert bool(((got[0] - dense).abs() <= _bound(inputs, weight)).all())
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_decode_kernel_reads_columns_past_32768_and_bfloat16_values():
+    weight = torch.zeros(3, 40_000)
+    weight[0, [5, 32_767, 32_768, 39_999]] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    weight[2, 35_000] = -1.5
+    inputs = torch.randn(2, 40_000)
+    for dtype in (torch.float32, torch.bfloat16):
+        low = weight.to(dtype)
+        got = IndexedLinear(low, None)(inputs.to(dtype)).double()
+        exact = inputs.to(dtype).double() @ low.double().T
+        # bfloat16: the float32 sum rounded once to bfloat16 (8 significant bits)
+        tolerance = 2**-8 * exact.abs() if dtype == torch.bfloat16 else _bound(inputs, weight)
+        assert bool(((got - exact).abs() <= tolerance + 1e-30).all()), dtype
+
+
+def test_the_decode_kernel_refuses_what_it_cannot_take():
+    with pytest.raises(ValueError, match="takes float32 or bfloat16, not float64"):
+        IndexedLinear(torch.ones(2, 2, dtype=torch.float64), None)
+    with pytest.raises(ValueError, match="70000 inputs exceed the decode kernel's 65536"):
+        IndexedLinear(torch.ones(1, 70_000), None)

@@ -45,6 +45,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="T",
         help=f"tokens per forward (default {' '.join(map(str, LENGTHS))})",
     )
+    parser.add_argument(
+        "--generate",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also time model.generate of N new tokens (greedy, KV cache, batch 1) dense"
+        " against sparse kernels chosen at one token, with the weights read per token",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.set_defaults(handler=run)
@@ -61,6 +69,7 @@ def run(arguments: argparse.Namespace) -> int:
         device=arguments.device,
         lengths=arguments.lengths,
         memory=not arguments.no_memory,
+        generate=arguments.generate,
     )
     if arguments.json is not None:
         write_text_atomically(arguments.json, json.dumps(result, indent=2) + "\n")

@@ -32,10 +32,12 @@ import torch
 from torch import nn
 
 from convergent.commands.compressed import MIB, weights_files
+from convergent.commands.decode_speed import bench_generation, generation_line
 from convergent.commands.hf_folders import HUGGING_FACE, folder_kind, load_hf_folder
 from convergent.commands.runs import load_run
 from convergent.report import markdown_table
 from convergent.sparse.kernels import (
+    CAUSES,
     TIMING_REPEATS,
     fastest_speedup,
     linear_weight,
@@ -171,6 +173,11 @@ def time_lengths(
         calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
         dense, fast = timed_samples(calls, device, repeats)
         dense_seconds, sparse_seconds = min(dense), min(fast)
+        switched = choices.converted
+        causes: dict[str, int] = {}
+        for layer in choices.layers:
+            if layer.kernel == "dense":
+                causes[layer.cause] = causes.get(layer.cause, 0) + 1
         rows.append(
             {
                 "tokens": tokens,
@@ -179,8 +186,14 @@ def time_lengths(
                 "speedup": fastest_speedup(dense, fast),
                 "dense_tokens_per_second": tokens / dense_seconds,
                 "sparse_tokens_per_second": tokens / sparse_seconds,
-                "sparse_layers": len(choices.converted),
+                "sparse_layers": len(switched),
                 "pruned_layers": len(choices.layers),
+                # the switched layers alone, each timed by itself: dense over sparse seconds
+                "switched_speedup": sum(layer.dense_seconds or 0.0 for layer in switched)
+                / sum(layer.sparse_seconds or 0.0 for layer in switched)
+                if switched
+                else None,
+                "dense_causes": causes,
                 "kernels": choices.as_dict(),
             }
         )
@@ -230,6 +243,7 @@ def bench(
     device: str = "cpu",
     lengths: Sequence[int] = LENGTHS,
     memory: bool = True,
+    generate: int | None = None,
 ) -> dict[str, Any]:
     """Measure a model folder dense and with sparse kernels (see the module docstring).
 
@@ -240,6 +254,8 @@ def bench(
         lengths: the token counts T of the ``[1, T]`` forwards; those past the model's
             positions are skipped, with a note.
         memory: measure peak memory (two fresh processes).
+        generate: also time ``model.generate`` of this many new tokens, dense against
+            sparse kernels chosen at one token (:mod:`convergent.commands.decode_speed`).
 
     Returns:
         ``{"source", "model", "device", "threads", "dtype", "sparsity", "sizes", "lengths":
@@ -266,6 +282,7 @@ def bench(
             "lengths": rows,
             "memory": None,
             "notes": notes,
+            "generate": [] if generate is None else [bench_generation(model, generate)],
         }
     if memory:
         result["memory"] = {
@@ -321,29 +338,28 @@ def format_bench(result: dict[str, Any]) -> str:
         )
     for row in result["lengths"]:
         tokens = row["tokens"]
+        changed = row["sparse_layers"] > 0  # else both columns time the same dense model
         rows.append(
             {
                 "measure": f"[1, {tokens}] forward (ms)",
                 "dense": f"{row['dense_seconds'] * 1e3:.3f}",
-                "sparse kernels": f"{row['sparse_seconds'] * 1e3:.3f}",
-                "sparse / dense": _speed(row["speedup"]),
+                "sparse kernels": f"{row['sparse_seconds'] * 1e3:.3f}" if changed else "as dense",
+                "sparse / dense": _speed(row["speedup"]) if changed else "no layer switched",
             }
         )
     for row in result["lengths"]:
+        changed = row["sparse_layers"] > 0
         rows.append(
             {
                 "measure": f"tokens/s at T = {row['tokens']}",
                 "dense": f"{row['dense_tokens_per_second']:.0f}",
-                "sparse kernels": f"{row['sparse_tokens_per_second']:.0f}",
+                "sparse kernels": f"{row['sparse_tokens_per_second']:.0f}" if changed else "",
                 "sparse / dense": "",
             }
         )
     lines.append(markdown_table(rows))
-    converted = ", ".join(
-        f"{row['sparse_layers']} of {row['pruned_layers']} at T = {row['tokens']}"
-        for row in result["lengths"]
-    )
-    lines.append(f"Pruned layers on sparse kernels (chosen by timing at each T): {converted}.")
+    lines += [switched_line(row) for row in result["lengths"]]
+    lines += [generation_line(row) for row in result.get("generate", [])]
     if memory:
         lines.append(
             "Peak memory: one fresh process per variant loads the model (the sparse one converts"
@@ -355,6 +371,22 @@ def format_bench(result: dict[str, Any]) -> str:
             lines.append(f"Peak memory of the {variant} variant not measured: {entry['error']}")
     lines += result["notes"]
     return "\n".join(lines) + "\n"
+
+
+def switched_line(row: dict[str, Any]) -> str:
+    """What switched at one length, and the speed-up over those layers only; with none, why
+    (no ratio: it would time the same dense model twice)."""
+    tokens, switched, pruned = row["tokens"], row["sparse_layers"], row["pruned_layers"]
+    if pruned == 0:
+        return f"T = {tokens}: no layer switched: no linear layer has zeros, so none was tried."
+    causes = row.get("dense_causes") or {}
+    why = "; ".join(f"{count} {CAUSES.get(cause, cause)}" for cause, count in causes.items())
+    if switched == 0:
+        return f"T = {tokens}: no layer switched, so no speed-up is printed ({why})."
+    ratio = row.get("switched_speedup")
+    over = f", {_speed(ratio)} over those layers, each timed alone" if ratio else ""
+    rest = f"; the others dense: {why}" if why else ""
+    return f"T = {tokens}: {switched} of {pruned} pruned layers on sparse kernels{over}{rest}."
 
 
 def resident_bytes() -> int:

@@ -32,6 +32,7 @@ from convergent.sparse.storage import (
     COMPRESSED_WEIGHTS,
     has_compressed_weights,
     load_compressed_into,
+    quantization_entry,
 )
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
@@ -267,6 +268,8 @@ def hf_model_from_compressed(
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the model in memory is dense: save_pretrained writes it so
     if model_class is None:
         names = list(getattr(config, "architectures", None) or [])
         model_class = getattr(transformers, names[0], None) if names else None
@@ -281,6 +284,30 @@ def hf_model_from_compressed(
     if dtype is not None:
         model.to(dtype)
     return model.eval()
+
+
+def save_compressed_config(
+    config: Any, folder: str | Path, weights: str = COMPRESSED_WEIGHTS
+) -> None:
+    """Write a compressed folder's ``config.json``: the model's config with the
+    ``quantization_config`` that names our format, so that ``from_pretrained`` finds the
+    reader ``import convergent`` registers (``config`` itself is left as it was).
+
+    Args:
+        config: the model's ``transformers`` config.
+        folder: where to write.
+        weights: the compressed weights file, or ``COMPRESSED_INDEX`` for shards.
+    """
+    had = "quantization_config" in vars(config)
+    before = vars(config).get("quantization_config")
+    config.quantization_config = quantization_entry(weights)
+    try:
+        config.save_pretrained(folder)
+    finally:
+        if had:
+            config.quantization_config = before
+        else:
+            del config.quantization_config
 
 
 def evaluation_tokenizer(tokenizer: Any) -> Any:

@@ -30,6 +30,7 @@ from convergent.commands.hf_folders import (
     evaluation_summary,
     load_hf_folder,
     quiet_progress,
+    save_compressed_config,
 )
 from convergent.commands.pruned_folder import size_summary
 from convergent.commands.pruning_report import write_pruning_report
@@ -37,7 +38,12 @@ from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedB
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
-from convergent.sparse.storage import CompressedReader, CompressedShards, group_dims
+from convergent.sparse.storage import (
+    COMPRESSED_INDEX,
+    CompressedReader,
+    CompressedShards,
+    group_dims,
+)
 from convergent.train import calibration_batches, evaluate_block_by_block
 
 logger = logging.getLogger(__name__)
@@ -136,7 +142,10 @@ def prune_hf_folder_streamed(
         streamed.reader = SafetensorsReader(staging) if dense else CompressedReader(staging)
         pruned = measure()
         with quiet_progress():
-            model.config.save_pretrained(staging)
+            if dense:
+                model.config.save_pretrained(staging)
+            else:
+                save_compressed_config(model.config, staging, COMPRESSED_INDEX)
             loaded.tokenizer.save_pretrained(staging)
         summary = _summary(path, loaded, evaluation, report, dense_metrics, pruned, max_length,
                            seed, calibrated, compute, streamed.dtype)  # fmt: skip

@@ -136,7 +136,11 @@ def saved_lines(summary: dict[str, Any]) -> list[str]:
     if not sizes:
         return []
     share = sizes["file_bytes"] / max(sizes["dense_bytes"], 1)
-    how = "compressed; load_sparse reads them" if sizes["compressed"] else "dense"
+    how = (
+        "compressed; load_sparse and, after import convergent, from_pretrained read them"
+        if sizes["compressed"]
+        else "dense"
+    )
     return [
         f"weights: {sizes['file']}, {sizes['file_bytes'] / MIB:.2f} MiB, {share:.1%} of the dense"
         f" weights ({how})"
@@ -153,9 +157,13 @@ def saved_markdown(summary: dict[str, Any]) -> list[str]:
         loading = (
             f"`{sizes['file']}` holds the weights compressed: {sizes['file_bytes'] / MIB:.2f} MiB, "
             f"{sizes['file_bytes'] / max(dense, 1):.1%} of the {dense / MIB:.2f} MiB of dense "
-            "weights in the same dtypes. `convergent prune`, `diagnose` and `bench` read this "
-            'folder; in Python, `convergent.commands.load_sparse("FOLDER")` returns the model '
-            "bit for bit (a plain `from_pretrained` finds no weights here and refuses it)."
+            "weights in the same dtypes. The `convergent` package (`pip install convergent`) "
+            "reads this format: `convergent prune`, `diagnose` and `bench` read this folder, "
+            '`convergent.commands.load_sparse("FOLDER")` returns the model bit for bit, and '
+            "after `import convergent` so does transformers' own `from_pretrained` "
+            "(`config.json`'s `quantization_config` names the format, `convergent-sparse`; "
+            "without convergent, transformers warns of that unknown method and finds no "
+            "weights)."
         )
     elif stored is None:
         return [

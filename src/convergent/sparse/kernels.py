@@ -6,7 +6,9 @@
 
 A pruned ``nn.Linear`` (or GPT-2's ``Conv1D``) computes y = x W^T + b. On the CPU the
 sparse path keeps W as CSR with int32 indices (or BSR, in blocks, where its blocks are
-mostly full) and computes y^T = W x^T through ``torch.addmm``; on CUDA a 2:4 pattern runs
+mostly full) and computes y^T = W x^T through ``torch.addmm``, or runs the decode kernel of
+:mod:`convergent.sparse.decode_kernels` (kept values and uint16 columns, compiled by numba;
+float32 and bfloat16, made for few tokens per forward); on CUDA a 2:4 pattern runs
 through ``torch.sparse.to_sparse_semi_structured``. PyTorch's kernels beat the dense GEMM only
 at high sparsity and depending on the shape (a 2048 x 2048 layer at 90 % was 1.4-3.5x faster
 on one core, at 50 % 1.2-3.7x slower), so each candidate layer is timed, dense against each
@@ -22,7 +24,7 @@ float rounding (the sums run in another order): within ``OUTPUT_TOLERANCE`` of
 
 from __future__ import annotations
 
-import functools
+import copy
 import logging
 import time
 import warnings
@@ -34,7 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from convergent.sparse.decode_kernels import DECODE_DTYPES, IndexedLinear, decode_kernel_reason
+from convergent.sparse.decode_kernels import LAYOUT as DECODE_LAYOUT
 from convergent.sparse.selection import is_conv1d
+from convergent.sparse.streamed_timing import Rotation, copies_to_stream
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,15 @@ CSR_DTYPES = (torch.float32, torch.float64)
 SEMI_STRUCTURED_DTYPES = (torch.float16, torch.bfloat16)
 TIMING_REPEATS = 15
 TIMING_SECONDS = 1e-3  # each timed sample runs the call this long at least
+
+# Why a layer stayed dense, by key (a report counts layers by these, never by wording).
+TOO_DENSE, SLOWER, NO_KERNEL, FAILED = "too dense", "slower", "no kernel", "failed"
+CAUSES = {
+    TOO_DENSE: "too dense to try (below the least sparsity)",
+    SLOWER: "slower on every sparse kernel than dense (too narrow, or too few zeros, to gain)",
+    NO_KERNEL: "no sparse kernel for its dtype or device",
+    FAILED: "no sparse kernel ran",
+}
 
 # calls -> per call, the seconds of each sample (samples taken in turn, call by call).
 Timer = Callable[[Sequence[Callable[[], Any]]], list[list[float]]]
@@ -141,7 +155,8 @@ class LayerChoice:
             (None: not timed).
         sparse_seconds: the fastest sparse layout's (None: none timed).
         speedup: that layout's :func:`fastest_speedup` over dense (above 1: faster).
-        reason: for a layer left dense, why.
+        reason: for a layer left dense, why (a sentence).
+        cause: for a layer left dense, the key of why: one of ``CAUSES``.
     """
 
     name: str
@@ -152,6 +167,7 @@ class LayerChoice:
     sparse_seconds: float | None = None
     speedup: float | None = None
     reason: str = ""
+    cause: str = ""
 
 
 @dataclass
@@ -271,14 +287,30 @@ def _layouts(weight: Tensor) -> tuple[list[tuple[str, int | None]], list[str]]:
         return layouts, missing
     if device.type != "cpu":
         return [], [f"dense: no sparse kernel is known for device {device.type}"]
-    if dtype not in CSR_DTYPES:
-        return [], [
-            f"dense: this CPU has no CSR or BSR matmul for "
-            f"{str(dtype).removeprefix('torch.')} (float32 and float64 only)"
-        ]
-    layouts.append(("csr", None))
-    layouts += [("bsr", edge) for edge in _bsr_blocks(weight)]
+    decode = decode_kernel_reason(weight)
+    if decode is None:
+        layouts.append((DECODE_LAYOUT, None))
+    elif dtype in DECODE_DTYPES:  # numba missing or broken: said once, for every layer
+        missing.append(decode)
+    if dtype in CSR_DTYPES:
+        layouts.append(("csr", None))
+        layouts += [("bsr", edge) for edge in _bsr_blocks(weight)]
+    elif not layouts and not missing:
+        missing.append(
+            f"dense: this CPU has no sparse kernel for {str(dtype).removeprefix('torch.')} "
+            "(CSR and BSR take float32 and float64, the decode kernel float32 and bfloat16)"
+        )
     return layouts, missing
+
+
+def build_sparse(
+    weight: Tensor, bias: Tensor | None, layout: str, blocksize: int | None = None
+) -> nn.Module:
+    """The sparse module of ``layout``: the decode kernel (:class:`IndexedLinear`) or a
+    :class:`SparseLinear` (CSR, BSR with ``blocksize``, 2:4)."""
+    if layout == DECODE_LAYOUT:
+        return IndexedLinear(weight, bias)
+    return SparseLinear(weight, bias, layout, blocksize)
 
 
 def _bias(module: nn.Module) -> Tensor | None:
@@ -293,6 +325,10 @@ def _shared_weights(model: nn.Module) -> set[int]:
         for parameter in module.parameters(recurse=False):
             counts[id(parameter)] = counts.get(id(parameter), 0) + 1
     return {key for key, count in counts.items() if count > 1}
+
+
+def _bytes(tensor: Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
@@ -348,6 +384,7 @@ def to_sparse_kernels(
     report = KernelReport(
         tokens, str(next(iter(model.parameters())).device) if candidates else "cpu"
     )
+    model_bytes = sum(_bytes(linear_weight(module)) for _, module in candidates)
     for name, module in candidates:
         weight = linear_weight(module)
         sparsity = float((weight == 0).float().mean())
@@ -356,6 +393,7 @@ def to_sparse_kernels(
         choice = LayerChoice(name, list(weight.shape), sparsity, "dense")
         report.layers.append(choice)
         if sparsity < min_sparsity:
+            choice.cause = TOO_DENSE
             choice.reason = (
                 f"dense: {sparsity:.0%} sparse, below the {min_sparsity:.0%} at which a sparse "
                 "kernel is tried"
@@ -365,15 +403,13 @@ def to_sparse_kernels(
         for reason in missing:
             report.unavailable[reason] = report.unavailable.get(reason, 0) + 1
         if not layouts:
+            choice.cause = NO_KERNEL
             choice.reason = missing[0] if missing else "dense: no sparse kernel for this layer"
             continue
-        _choose(choice, module, weight, layouts, tokens, timer)
-        if choice.kernel != "dense":
-            blocksize = (
-                int(choice.kernel.split("x")[-1]) if choice.kernel.startswith("bsr") else None
-            )
-            layout = choice.kernel.split(" ")[0]
-            _replace(model, name, SparseLinear(weight, _bias(module), layout, blocksize))
+        copies = copies_to_stream(_bytes(weight), model_bytes) if weight.is_cpu else 1
+        chosen = _choose(choice, module, weight, layouts, tokens, timer, copies)
+        if chosen is not None:
+            _replace(model, name, chosen)
     for reason, count in report.unavailable.items():
         logger.warning("%s (%d layer(s))", reason, count)
     for line in report.notes()[len(report.unavailable) :]:
@@ -388,24 +424,31 @@ def _choose(
     layouts: list[tuple[str, int | None]],
     tokens: int,
     timer: Timer | None,
-) -> None:
-    """Time the dense layer against each layout and record the winner in ``choice``."""
+    copies: int = 1,
+) -> nn.Module | None:
+    """Time the dense layer against each layout and record the winner in ``choice``; the
+    winning sparse module, or None where dense is fastest. With ``copies`` > 1 each is timed
+    over that many copies called in turn, its weights streamed from memory
+    (:mod:`convergent.sparse.streamed_timing`)."""
     inputs = torch.randn(tokens, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    built: list[tuple[str, SparseLinear]] = []
+    built: list[tuple[str, list[nn.Module]]] = []
     failures = []
     for layout, blocksize in layouts:
         try:
-            sparse = SparseLinear(weight, _bias(module), layout, blocksize)
-            sparse(inputs)
+            sparse = [build_sparse(weight, _bias(module), layout, blocksize)]
+            sparse[0](inputs)
+            sparse += [copy.deepcopy(sparse[0]) for _ in range(copies - 1)]
         except (RuntimeError, ValueError, NotImplementedError) as error:
             failures.append(f"{layout}: {str(error).splitlines()[0] if str(error) else error}")
             continue
-        built.append((sparse.layout, sparse))
+        built.append((str(sparse[0].layout), sparse))
     if not built:
+        choice.cause = FAILED
         choice.reason = f"dense: no sparse kernel ran here ({'; '.join(failures)})"
-        return
-    calls: list[Callable[[], Any]] = [functools.partial(module, inputs)]
-    calls += [functools.partial(sparse, inputs) for _, sparse in built]
+        return None
+    dense = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
+    calls: list[Callable[[], Any]] = [Rotation(dense, inputs, "dense")]
+    calls += [Rotation(sparse, inputs, layout) for layout, sparse in built]
     samples = timer(calls) if timer is not None else timed_samples(calls, weight.device)
     speedups = [fastest_speedup(samples[0], sample) for sample in samples[1:]]
     best = max(range(len(built)), key=lambda index: speedups[index])
@@ -413,8 +456,9 @@ def _choose(
     choice.speedup = speedups[best]
     if choice.speedup > 1.0:
         choice.kernel = built[best][0]
-    else:
-        choice.reason = (
-            f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at "
-            f"{choice.sparsity:.0%}"
-        )
+        return built[best][1][0]
+    choice.cause = SLOWER
+    choice.reason = (
+        f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at {choice.sparsity:.0%}"
+    )
+    return None

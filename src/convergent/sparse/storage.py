@@ -41,10 +41,20 @@ COMPRESSED_WEIGHTS = "sparse_model.safetensors"
 COMPRESSED_INDEX = "sparse_model.safetensors.index.json"
 ALIAS = "alias"
 PART_SEPARATOR = "#"
+# config.json's quantization_config names the format by this quant_method, so that transformers
+# finds the reader convergent registers (convergent/sparse/transformers_quantizer.py).
+QUANT_METHOD = FORMAT
 
 
 class CompressedFileError(ValueError):
     """A compressed weights file that is missing, damaged or not ours."""
+
+
+def quantization_entry(weights: str = COMPRESSED_WEIGHTS) -> dict[str, Any]:
+    """The ``quantization_config`` a compressed folder's ``config.json`` carries: the
+    ``quant_method`` that transformers looks its reader up by, and the weights file
+    (``COMPRESSED_WEIGHTS`` or ``COMPRESSED_INDEX``)."""
+    return {"quant_method": QUANT_METHOD, "weights": weights, "version": FORMAT_VERSION}
 
 
 # --- a state dict ---------------------------------------------------------------------------
@@ -158,7 +168,8 @@ def write_compressed_index(folder: str | Path, shards: Mapping[str, Mapping[str,
     weight_map = {
         name: file for file, header in shards.items() for name in header.get("tensors", {})
     }
-    index = {"format": FORMAT, "version": FORMAT_VERSION, "weight_map": weight_map}
+    # "metadata": transformers' index reader requires the key (from_pretrained reads shards too)
+    index = {"format": FORMAT, "version": FORMAT_VERSION, "metadata": {}, "weight_map": weight_map}
     path = Path(folder) / COMPRESSED_INDEX
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(descriptor, "w") as handle:

@@ -1,0 +1,144 @@
+"""Token-by-token generation, dense against sparse kernels, on Llama-style models built from a
+config (random weights): tokens per second of ``model.generate`` (greedy, KV cache, batch 1,
+a 32-token prompt, 64 new tokens), beside the bytes of weight each token reads.
+
+For each d_model, dtype, thread count and setting, the decoder's linear layers are pruned
+Wanda-like (each row keeps its largest magnitudes, the same count in every row; 2:4 keeps
+two of every four inputs), then the same pruned model is timed dense and after
+``to_sparse_kernels(model, tokens=1)`` (each layer on the fastest of dense, CSR, BSR and the
+decode kernel, timed at one token), samples taken in turn in one process, the fastest of
+``--repeats`` each. The limit of the speed-up is the ratio of bytes read per token; the
+table prints the speed-up's share of it. Generated ids are compared with the dense model's.
+
+    python benchmarks/sparse_decode.py                       # the table in benchmarks/README.md
+    python benchmarks/sparse_decode.py --sizes 1024 --dtypes float32 --threads 1
+
+Targets (d_model 1024, float32, one thread): 1.3x dense at 50 %, 2x at 70 %, 3.5x at 90 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from convergent.commands.decode_speed import time_generation
+from convergent.report import markdown_table
+from convergent.sparse import n_m_mask
+from convergent.sparse.kernels import to_sparse_kernels
+
+SETTINGS = {"50%": 0.5, "70%": 0.7, "90%": 0.9, "2:4": None}
+TARGETS = {"50%": 1.3, "70%": 2.0, "90%": 3.5}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MIB = 2**20
+
+
+def llama(d_model: int, layers: int, vocabulary: int) -> nn.Module:
+    """A Llama-style causal LM with random weights: d_ff = 2.75 d_model, 64-wide heads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=d_model,
+        intermediate_size=int(2.75 * d_model),
+        num_hidden_layers=layers,
+        num_attention_heads=d_model // 64,
+        num_key_value_heads=d_model // 64,
+        vocab_size=vocabulary,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@torch.no_grad()
+def prune_rows(model: nn.Module, setting: str) -> None:
+    """Prune every decoder linear layer in place: each row keeps the same count of its largest
+    magnitudes (``SETTINGS[setting]`` of them zeroed), or 2:4 along the inputs."""
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or name == "lm_head":
+            continue
+        weight = module.weight
+        sparsity = SETTINGS[setting]
+        if sparsity is None:
+            mask = n_m_mask(weight, 2, 4)
+        else:
+            keep = weight.shape[1] - round(sparsity * weight.shape[1])
+            top = weight.abs().topk(keep, dim=1).indices
+            mask = torch.zeros_like(weight, dtype=torch.bool).scatter_(1, top, True)
+        weight.masked_fill_(~mask, 0.0)
+
+
+def measure(model: nn.Module, threads: int, repeats: int, new_tokens: int) -> dict[str, Any]:
+    """The pruned ``model`` dense against its sparse-kernel copy, on ``threads`` threads."""
+    torch.set_num_threads(threads)
+    sparse = copy.deepcopy(model)
+    report = to_sparse_kernels(sparse, tokens=1)
+    result = time_generation(model, sparse, new_tokens=new_tokens, repeats=repeats)
+    kernels = sorted({layer.kernel for layer in report.converted})
+    result["switched"] = f"{len(report.converted)} of {len(report.layers)}"
+    result["kernels"] = ", ".join(kernels) or "none"
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, torch.get_num_threads()])
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--vocabulary", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--json", type=Path, default=None)
+    arguments = parser.parse_args()
+    rows = []
+    start = time.perf_counter()
+    for size in arguments.sizes:
+        base = llama(size, arguments.layers, arguments.vocabulary)
+        for dtype_name in arguments.dtypes:
+            for setting in arguments.settings:
+                model = copy.deepcopy(base).to(DTYPES[dtype_name])
+                prune_rows(model, setting)
+                for threads in dict.fromkeys(arguments.threads):
+                    result = measure(model, threads, arguments.repeats, arguments.new_tokens)
+                    target = TARGETS.get(setting) if size == 1024 and threads == 1 else None
+                    if dtype_name != "float32":
+                        target = None
+                    row = {
+                        "d_model": size,
+                        "dtype": dtype_name,
+                        "threads": threads,
+                        "setting": setting,
+                        "dense tok/s": f"{result['dense_tokens_per_second']:.1f}",
+                        "sparse tok/s": f"{result['sparse_tokens_per_second']:.1f}",
+                        "speed-up": f"{result['speedup']:.2f}x",
+                        "MiB/token dense": f"{result['dense_bytes_per_token'] / MIB:.1f}",
+                        "MiB/token sparse": f"{result['sparse_bytes_per_token'] / MIB:.1f}",
+                        "limit": f"{result['memory_limit']:.2f}x",
+                        "share of limit": f"{result['share_of_limit']:.0%}",
+                        "layers switched": f"{result['switched']} ({result['kernels']})",
+                        "same tokens": "yes" if result["same_tokens"] else "no",
+                        "target": f">= {target}x: {'met' if result['speedup'] >= target else 'not met'}"
+                        if target
+                        else "",
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                del model
+    print()
+    print(markdown_table(rows))
+    print(f"\n{time.perf_counter() - start:.0f} s in all")
+    if arguments.json is not None:
+        arguments.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

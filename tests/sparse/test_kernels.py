@@ -121,6 +121,19 @@ def test_a_slower_kernel_leaves_the_layer_dense_and_says_why(caplog):
     )
 
 
+def test_a_layer_switches_only_where_it_gains_the_margin():
+    # dense 1.2 s against sparse 1.0 s: a 1.2x gain per layer, under the 1.25x a layer must
+    # gain (per-layer gains this small came to less than dense for a whole model)
+    small = to_sparse_kernels(_language_model(), tokens=4, timer=_Timer(1.2, 1.0))
+    assert not small.converted
+    assert small.layers[0].reason == (
+        "dense: the sparse kernel gained only 1.20x at 90%, under the 1.25x a layer must gain "
+        "to switch"
+    )
+    # 1.3x clears it
+    assert to_sparse_kernels(_language_model(), tokens=4, timer=_Timer(1.3, 1.0)).converted
+
+
 def test_layers_below_the_least_sparsity_are_not_timed():
     model = _language_model()
     timer = _Timer(2.0, 1.0)

@@ -48,7 +48,7 @@ MIN_SPARSITY = 0.5
 # A layer switches only where its kernel beats dense by this much on its own: per-layer gains of
 # 1.0-1.2x at 50 % (ELL's ceiling there is about 1.2x) came to 0.72-0.91x of dense for the
 # whole model under generate (each call's ~20 us overhead, timing noise), so a smaller gain is
-# no gain a user keeps (docs/design.md, "Decoding").
+# no gain a user keeps (docs/design.md, "Loading and decoding a pruned model").
 MIN_SPEEDUP = 1.25
 # BSR is tried only where its blocks store at most this many entries per nonzero.
 BSR_BLOCKS = (16, 8, 4)

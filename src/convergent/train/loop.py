@@ -2,8 +2,9 @@
 
 One optimizer step per global batch: ``training_step.loss`` -> backward (with a gradient
 scaler for fp16) -> optional clipping -> ``optimizer.step()`` ->
-``training_step.after_optimizer_step`` -> scheduler. Evaluation, metrics (JSON lines and
-TensorBoard), a tqdm bar, atomic checkpoints and exact resume come with it.
+``training_step.after_optimizer_step`` -> the manipulation checks -> scheduler. Evaluation,
+metrics (JSON lines and TensorBoard), a tqdm bar, atomic checkpoints and exact resume come with
+it: `fit` runs them as events (:mod:`convergent.train.fit_events`, one job each).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +22,36 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from convergent.losses import SCORE_KEYS, summarize_scores, task_scores
-from convergent.models import unwrap_model
 from convergent.models.placement import BlockHost, forward_block_by_block
-from convergent.optim import Langevin, describe_temperature
 from convergent.train import distributed
 from convergent.train.batches import iterate_batches, take, trim_padding
-from convergent.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
-from convergent.train.checks import MethodChecks, log_failures
+from convergent.train.checks import MethodChecks, introductions
+from convergent.train.fit_events import (
+    CheckEvents,
+    Checkpoints,
+    Evaluation,
+    OptimizerStep,
+    Progress,
+    RunState,
+    TrainingDiverged,
+    call_hook,
+    holds_a_run,
+)
 from convergent.train.metrics import MetricsLogger
-from convergent.train.reproducibility import rng_state, set_rng_state
 from convergent.train.steps import ErmStep, TrainingStep, split_batch
+
+__all__ = [
+    "PRECISIONS",
+    "FitResult",
+    "TrainingDiverged",
+    "autocast_context",
+    "evaluate",
+    "evaluate_block_by_block",
+    "fit",
+    "holds_a_run",
+]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger(__name__)
@@ -138,47 +157,6 @@ def evaluate_block_by_block(
     return summarize_scores(totals, task)
 
 
-def _state(
-    step: int,
-    optimizer: Optimizer,
-    scheduler: Any,
-    training_step: TrainingStep,
-    scaler: Any,
-    checks: MethodChecks | None,
-) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "format": "convergent-checkpoint-1",
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "training_step": training_step.state_dict(),
-        "rng": rng_state(),
-    }
-    if checks is not None:
-        state["checks"] = checks.state_dict()
-    if scheduler is not None:
-        state["scheduler"] = scheduler.state_dict()
-    if scaler is not None:
-        state["scaler"] = scaler.state_dict()
-    return state
-
-
-class TrainingDiverged(FloatingPointError):
-    """The training loss became NaN or infinite; nothing of that step was applied."""
-
-
-def holds_a_run(run_dir: str | Path) -> bool:
-    """Whether ``run_dir`` holds metrics or checkpoints of an earlier run."""
-    folder = Path(run_dir)
-    return (folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir()
-
-
-def _call(callbacks: Sequence[Any], hook: str, *args: Any) -> None:
-    for callback in callbacks:
-        method = getattr(callback, hook, None)
-        if method is not None:
-            method(*args)
-
-
 def fit(
     model: nn.Module,
     optimizer: Optimizer,
@@ -231,9 +209,6 @@ def fit(
         resume: continue from the newest checkpoint in ``run_dir`` if there is one (from
             step 0 if there is none). Without it, a ``run_dir`` that already holds metrics or
             checkpoints is refused, so that two runs never mix in one folder.
-
-    Raises:
-        TrainingDiverged: the loss became NaN or infinite (a ``FloatingPointError``).
         callbacks: objects with any of ``on_step_end(step, metrics)``,
             ``on_evaluate(step, metrics)`` and ``on_fit_end(result)``.
         progress: show a tqdm bar (main process only).
@@ -242,204 +217,88 @@ def fit(
         checks: run the manipulation checks of :class:`~convergent.train.checks.MethodChecks`
             (is HORST's mirror step, Langevin's noise, a descent constraint, a sparsity
             target acting?): their readings join the train metrics of their steps
-            (``mirror_move_ratio``, ``noise_displacement_ratio``), and each failed check once to the Python log, the metrics (``"split": "warning"``),
-            TensorBoard and ``FitResult.warnings``.
+            (``mirror_move_ratio``, ``noise_displacement_ratio``), and each failed check
+            once to the Python log, the metrics (``"split": "warning"``), TensorBoard and
+            ``FitResult.warnings``.
         should_stop: asked before every step (under DDP, any rank's True stops every rank):
             True ends the run there, with a checkpoint of the last step taken (given a
             ``run_dir``), no final evaluation and ``FitResult.stopped`` set; ``convergent
             train`` asks whether SIGINT or SIGTERM arrived.
+
+    Raises:
+        TrainingDiverged: the loss became NaN or infinite (a ``FloatingPointError``).
     """
+    _check_arguments(max_steps, grad_clip, checkpoint_every, run_dir)
+    training_step = training_step or ErmStep(task)
+    device = distributed.model_device(model)
+    autocast_context(precision, device)  # validates early
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    wanted = checks and max_steps > 0
+    method_checks = MethodChecks(optimizer, training_step, max_steps=max_steps) if wanted else None
+    run = RunState(model, optimizer, scheduler, training_step, scaler, method_checks)
+    start_step = run.resume(run_dir, resume, device)
+    wrapped = distributed.wrap_model(model)
+    logger = MetricsLogger(
+        run_dir, tensorboard=tensorboard, resume_step=start_step if resume else None
+    )
+    batches = iterate_batches(train_data, batch_size, seed=seed, start_step=start_step,
+                              rank=distributed.rank(), world_size=distributed.world_size(),
+                              device=device)  # fmt: skip
+    result = FitResult(step=start_step, train_loss=math.nan, history=logger.records)
+    folder = Path(run_dir) / "checkpoints" if run_dir is not None else None
+    take_step = OptimizerStep(run, lambda: autocast_context(precision, device), grad_clip, folder)
+    watch = CheckEvents(method_checks, logger, result)
+    evaluate_now = (
+        None
+        if eval_data is None
+        else partial(evaluate, model, eval_data, task, precision=precision)
+    )
+    evaluation = Evaluation(evaluate_now, eval_every, max_steps, logger, callbacks, result)
+    saving = Checkpoints(folder, checkpoint_every, keep_checkpoints, run,
+                         start_step if resume and start_step > 0 else None, result)  # fmt: skip
+    bar = Progress(max_steps, start_step, progress, result)
+    events = [bar, *callbacks, evaluation, saving]  # each sees every step, in this order
+    _introduce((optimizer, training_step), train_data, task)
+    wrapped.train()
+    try:
+        for step in range(start_step + 1, max_steps + 1):
+            if should_stop is not None and distributed.any_rank(should_stop(), device):
+                result.stopped = True
+                break
+            loss, metrics = take_step(wrapped, next(batches), step)
+            noted, failed = watch.after_step(step, metrics, wrapped)
+            if scheduler is not None:
+                scheduler.step()
+            metrics["lr"] = optimizer.param_groups[0]["lr"]
+            result.step, result.train_loss = step, metrics.get("loss", float(loss.detach()))
+            if step % log_every == 0 or step == max_steps or noted:
+                logger.log(step, "train", metrics)
+            watch.report(step, failed)
+            call_hook(events, "on_step_end", step, metrics)
+        if not result.stopped:
+            evaluation.run(result.step)
+            watch.finish(wrapped)
+        saving.finish()
+    finally:
+        bar.close()
+        logger.close()
+    call_hook(callbacks, "on_fit_end", result)
+    return result
+
+
+def _check_arguments(
+    max_steps: int, grad_clip: float | None, checkpoint_every: int, run_dir: str | Path | None
+) -> None:
     if max_steps < 0:
         raise ValueError(f"max_steps must be a non-negative integer, got {max_steps}")
     if grad_clip is not None and grad_clip <= 0:
         raise ValueError(f"grad_clip must be positive or None, got {grad_clip}")
     if checkpoint_every > 0 and run_dir is None:
         raise ValueError("checkpoint_every > 0 needs a run_dir to write checkpoints into")
-    training_step = training_step or ErmStep(task)
-    method_checks = (
-        MethodChecks(optimizer, training_step, max_steps=max_steps)
-        if checks and max_steps > 0
-        else None
-    )
-    device = distributed.model_device(model)
-    autocast_context(precision, device)  # validates early
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-
-    start_step = 0
-    checkpoints = Path(run_dir) / "checkpoints" if run_dir is not None else None
-    if not resume and run_dir is not None and holds_a_run(run_dir):
-        raise ValueError(
-            f"run_dir {run_dir} already holds a run (metrics or checkpoints); pass resume=True "
-            "to continue it, or choose an empty folder"
-        )
-    if resume and checkpoints is not None and (checkpoints / "latest").is_file():
-        state = load_checkpoint(checkpoints, model, map_location=device)
-        optimizer.load_state_dict(state["optimizer"])
-        training_step.load_state_dict(state["training_step"])
-        if scheduler is not None and "scheduler" in state:
-            scheduler.load_state_dict(state["scheduler"])
-        if scaler is not None and "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        set_rng_state(state["rng"])
-        start_step = int(state["step"])
-        if method_checks is not None and "checks" in state:
-            method_checks.load_state_dict(state["checks"])
-
-    wrapped = distributed.wrap_model(model)
-    logger = MetricsLogger(
-        run_dir, tensorboard=tensorboard, resume_step=start_step if resume else None
-    )
-    batches: Iterator[dict[str, torch.Tensor]] = iterate_batches(
-        train_data,
-        batch_size,
-        seed=seed,
-        start_step=start_step,
-        rank=distributed.rank(),
-        world_size=distributed.world_size(),
-        device=device,
-    )
-    bar = tqdm(
-        total=max_steps,
-        initial=start_step,
-        desc="train",
-        disable=not (progress and distributed.is_main_process()),
-        dynamic_ncols=True,
-    )
-    if isinstance(optimizer, Langevin) and distributed.is_main_process():
-        log.info(_temperature_line(optimizer, train_data, task))
-    result = FitResult(step=start_step, train_loss=math.nan, history=logger.records)
-    if method_checks is not None:  # a resumed run keeps the warnings it wrote before
-        result.warnings = [dict(record) for record in method_checks.warned.values()]
-
-    def report(step: int, failed: list[Any]) -> None:
-        log_failures(failed)
-        for check in failed:
-            logger.warn(step, check.as_record())
-            result.warnings.append({"step": step, **check.as_record()})
-
-    wrapped.train()
-    checkpointed = start_step if resume and start_step > 0 else None  # loaded from there
-    try:
-        for step in range(start_step + 1, max_steps + 1):
-            if should_stop is not None and distributed.any_rank(should_stop(), device):
-                result.stopped = True
-                break
-            batch = next(batches)
-            optimizer.zero_grad(set_to_none=True)
-            with autocast_context(precision, device):
-                loss, metrics = training_step.loss(wrapped, batch)
-            if not torch.isfinite(loss.detach()):
-                raise TrainingDiverged(
-                    f"training diverged: the loss became {float(loss.detach())} at step {step}; "
-                    "lower the learning rate (or clip gradients) and train again"
-                    + (f" (the checkpoints in {checkpoints} are intact)" if checkpoints else "")
-                )
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            if grad_clip is not None:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-                metrics["grad_norm"] = float(norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            metrics.update(training_step.after_optimizer_step(wrapped))
-            readings: dict[str, float] = {}
-            failed: list[Any] = []
-            if method_checks is not None:  # before the scheduler: the lr this step used
-                readings, failed = method_checks.after_step(step, metrics, wrapped)
-                metrics.update(readings)
-            if scheduler is not None:
-                scheduler.step()
-            metrics["lr"] = optimizer.param_groups[0]["lr"]
-            result.step, result.train_loss = step, metrics.get("loss", float(loss.detach()))
-            if step % log_every == 0 or step == max_steps or readings or failed:
-                logger.log(step, "train", metrics)
-            report(step, failed)
-            bar.update(1)
-            bar.set_postfix(loss=f"{result.train_loss:.4f}", refresh=False)
-            _call(callbacks, "on_step_end", step, metrics)
-            if (
-                eval_data is not None
-                and eval_every > 0
-                and step % eval_every == 0
-                and step < max_steps
-            ):
-                result.evaluation = evaluate(model, eval_data, task, precision=precision)
-                logger.log(step, "validation", result.evaluation)
-                _call(callbacks, "on_evaluate", step, result.evaluation)
-            if checkpoints is not None and checkpoint_every > 0 and step % checkpoint_every == 0:
-                result.checkpoint = _checkpoint(
-                    checkpoints,
-                    step,
-                    model,
-                    optimizer,
-                    scheduler,
-                    training_step,
-                    scaler,
-                    keep_checkpoints,
-                    method_checks,
-                )
-                checkpointed = step
-        if not result.stopped:
-            if eval_data is not None:
-                result.evaluation = evaluate(model, eval_data, task, precision=precision)
-                logger.log(result.step, "validation", result.evaluation)
-                _call(callbacks, "on_evaluate", result.step, result.evaluation)
-            if method_checks is not None:
-                report(result.step, method_checks.finish(result.step, wrapped))
-                result.acting = list(method_checks.confirmed.values())
-        # A stopped run always keeps its last step; a finished one as checkpoint_every asks.
-        wanted = result.stopped or (checkpoint_every > 0 and result.step > 0)
-        if checkpoints is not None and wanted and checkpointed != result.step:
-            result.checkpoint = _checkpoint(
-                checkpoints,
-                result.step,
-                model,
-                optimizer,
-                scheduler,
-                training_step,
-                scaler,
-                keep_checkpoints,
-                method_checks,
-            )
-        elif checkpoints is not None and result.stopped and result.checkpoint is None:
-            result.checkpoint = resolve_checkpoint(checkpoints)  # stopped before any step
-    finally:
-        bar.close()
-        logger.close()
-    _call(callbacks, "on_fit_end", result)
-    return result
 
 
-def _temperature_line(optimizer: Langevin, train_data: Dataset[Any], task: str) -> str:
-    """The run's largest s in loss units (N the training examples, K a label's numbers)."""
-    examples = len(train_data)  # type: ignore[arg-type]
-    outputs = 1
-    if task == "regression" and examples:
-        outputs = max(1, int(torch.as_tensor(train_data[0]["labels"]).numel()))
-    s = max(float(group["s"]) for group in optimizer.param_groups)
-    return describe_temperature(s, max(1, examples), outputs)
-
-
-def _checkpoint(
-    folder: Path,
-    step: int,
-    model: nn.Module,
-    optimizer: Optimizer,
-    scheduler: Any,
-    training_step: TrainingStep,
-    scaler: Any,
-    keep: int,
-    checks: MethodChecks | None,
-) -> Path | None:
-    """Rank 0 writes; the others wait so that no process runs ahead of a checkpoint."""
-    path = None
+def _introduce(methods: Sequence[object], train_data: Dataset[Any], task: str) -> None:
+    """Logs each method's strength in the run's units (Langevin's temperature), once."""
     if distributed.is_main_process():
-        state = _state(step, optimizer, scheduler, training_step, scaler, checks)
-        path = save_checkpoint(folder, step, unwrap_model(model), state, keep=keep)
-    if distributed.is_distributed():
-        torch.distributed.barrier()
-    return path
+        for line in introductions(methods, train_data, task):
+            log.info(line)

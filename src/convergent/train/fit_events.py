@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim import Optimizer
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from convergent.acting import ActingCheck
@@ -24,6 +25,7 @@ from convergent.models import unwrap_model
 from convergent.train import distributed
 from convergent.train.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from convergent.train.checks import MethodChecks, log_failures
+from convergent.train.evaluation import evaluate
 from convergent.train.metrics import MetricsLogger
 from convergent.train.reproducibility import rng_state, set_rng_state
 from convergent.train.steps import TrainingStep
@@ -225,7 +227,10 @@ class Evaluation:
     """Evaluates every ``every`` steps (not at the last) and at the end of the run.
 
     Args:
-        evaluate: ``evaluate()`` -> the metrics of the evaluation data now; None: no data.
+        model: the model.
+        data: the evaluation data, or None (no evaluation).
+        task: as for :func:`~convergent.train.evaluate`.
+        precision: as for :func:`~convergent.train.evaluate`.
         every: steps between evaluations; 0 evaluates only at the end.
         max_steps: the run's length.
         logger: the run's metrics.
@@ -235,14 +240,20 @@ class Evaluation:
 
     def __init__(
         self,
-        evaluate: Callable[[], dict[str, float]] | None,
+        model: nn.Module,
+        data: Dataset[Any] | None,
+        task: str,
+        precision: str,
         every: int,
         max_steps: int,
         logger: MetricsLogger,
         callbacks: Sequence[Any],
         result: Any,
     ) -> None:
-        self.evaluate = evaluate
+        self.model = model
+        self.data = data
+        self.task = task
+        self.precision = precision
         self.every = every
         self.max_steps = max_steps
         self.logger = logger
@@ -255,9 +266,11 @@ class Evaluation:
 
     def run(self, step: int) -> None:
         """Evaluates now (if there is data), as of step ``step``."""
-        if self.evaluate is None:
+        if self.data is None:
             return
-        self.result.evaluation = self.evaluate()
+        self.result.evaluation = evaluate(
+            self.model, self.data, self.task, precision=self.precision
+        )
         self.logger.log(step, "validation", self.result.evaluation)
         call_hook(self.callbacks, "on_evaluate", step, self.result.evaluation)
 

@@ -9,12 +9,10 @@ it: `fit` runs them as events (:mod:`convergent.train.fit_events`, one job each)
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +21,15 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import Dataset
 
-from convergent.losses import SCORE_KEYS, summarize_scores, task_scores
-from convergent.models.placement import BlockHost, forward_block_by_block
 from convergent.train import distributed
-from convergent.train.batches import iterate_batches, take, trim_padding
+from convergent.train.batches import iterate_batches
 from convergent.train.checks import MethodChecks, introductions
+from convergent.train.evaluation import (
+    PRECISIONS,
+    autocast_context,
+    evaluate,
+    evaluate_block_by_block,
+)
 from convergent.train.fit_events import (
     CheckEvents,
     Checkpoints,
@@ -40,7 +42,7 @@ from convergent.train.fit_events import (
     holds_a_run,
 )
 from convergent.train.metrics import MetricsLogger
-from convergent.train.steps import ErmStep, TrainingStep, split_batch
+from convergent.train.steps import ErmStep, TrainingStep
 
 __all__ = [
     "PRECISIONS",
@@ -53,7 +55,6 @@ __all__ = [
     "holds_a_run",
 ]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 log = logging.getLogger(__name__)
 
 
@@ -75,86 +76,6 @@ class FitResult:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     acting: list[str] = field(default_factory=list)
     stopped: bool = False
-
-
-def autocast_context(
-    precision: str, device: torch.device
-) -> contextlib.AbstractContextManager[Any]:
-    """``torch.autocast`` for ``"bf16"``/``"fp16"``, a null context for ``"fp32"``."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError("precision 'fp16' needs a CUDA device; use 'bf16' or 'fp32' on CPU")
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    dataset: Dataset[Any],
-    task: str,
-    batch_size: int = 256,
-    precision: str = "fp32",
-) -> dict[str, float]:
-    """Loss and task metrics over ``dataset``, split across processes and summed exactly."""
-    device = distributed.model_device(model)
-    was_training = model.training
-    model.eval()
-    size = len(dataset)  # type: ignore[arg-type]
-    rank, world = distributed.rank(), distributed.world_size()
-    totals: dict[str, torch.Tensor] = {}
-    for start in range(rank * batch_size, size, batch_size * world):
-        indices = torch.arange(start, min(start + batch_size, size))
-        batch = {k: v.to(device) for k, v in trim_padding(take(dataset, indices)).items()}
-        inputs, labels = split_batch(batch)
-        with autocast_context(precision, device):
-            logits = model(**inputs).logits
-        for key, value in task_scores(logits, labels, task).items():
-            totals[key] = totals.get(key, torch.zeros((), device=device)) + value.to(device)
-    if not totals:  # this rank had no examples; it still takes part in the reductions
-        totals = {key: torch.zeros((), device=device) for key in SCORE_KEYS[task]}
-    totals = {key: distributed.all_reduce_sum(value) for key, value in totals.items()}
-    model.train(was_training)
-    return summarize_scores(totals, task)
-
-
-def evaluate_block_by_block(
-    model: nn.Module,
-    prefix: str,
-    dataset: Dataset[Any],
-    task: str,
-    batch_size: int,
-    device: torch.device,
-    host: BlockHost | None = None,
-) -> dict[str, float]:
-    """:func:`evaluate`'s metrics, computed one Transformer block at a time over every batch
-    (:func:`~convergent.models.placement.forward_block_by_block`): for a model whose blocks
-    live elsewhere (another device, or its files). One process.
-
-    Args:
-        model: the model (its blocks at ``prefix`` may be empty: ``host`` brings them).
-        prefix: the name of its block list.
-        dataset: the examples (with ``labels``).
-        task: as for :func:`evaluate`.
-        batch_size: examples per batch.
-        device: where to compute.
-        host: brings each block to ``device`` (None: it is in memory).
-    """
-    size = len(dataset)  # type: ignore[arg-type]
-    batches = [
-        trim_padding(take(dataset, torch.arange(start, min(start + batch_size, size))))
-        for start in range(0, size, batch_size)
-    ]
-    inputs = [split_batch(batch)[0] for batch in batches]
-    totals: dict[str, torch.Tensor] = {}
-    outputs = forward_block_by_block(model, prefix, inputs, device, host)
-    for batch, output in zip(batches, outputs, strict=True):
-        for key, value in task_scores(output.logits, batch["labels"].to(device), task).items():
-            totals[key] = totals.get(key, torch.zeros((), device=device)) + value
-    return summarize_scores(totals, task)
 
 
 def fit(
@@ -233,8 +154,10 @@ def fit(
     device = distributed.model_device(model)
     autocast_context(precision, device)  # validates early
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    wanted = checks and max_steps > 0
-    method_checks = MethodChecks(optimizer, training_step, max_steps=max_steps) if wanted else None
+    checking = checks and max_steps > 0
+    method_checks = (
+        MethodChecks(optimizer, training_step, max_steps=max_steps) if checking else None
+    )
     run = RunState(model, optimizer, scheduler, training_step, scaler, method_checks)
     start_step = run.resume(run_dir, resume, device)
     wrapped = distributed.wrap_model(model)
@@ -248,14 +171,12 @@ def fit(
     folder = Path(run_dir) / "checkpoints" if run_dir is not None else None
     take_step = OptimizerStep(run, lambda: autocast_context(precision, device), grad_clip, folder)
     watch = CheckEvents(method_checks, logger, result)
-    evaluate_now = (
-        None
-        if eval_data is None
-        else partial(evaluate, model, eval_data, task, precision=precision)
+    evaluation = Evaluation(model, eval_data, task, precision, eval_every, max_steps, logger,
+                            callbacks, result)  # fmt: skip
+    # a resumed run starts at the checkpoint it was loaded from
+    saving = Checkpoints(
+        folder, checkpoint_every, keep_checkpoints, run, start_step or None, result
     )
-    evaluation = Evaluation(evaluate_now, eval_every, max_steps, logger, callbacks, result)
-    saving = Checkpoints(folder, checkpoint_every, keep_checkpoints, run,
-                         start_step if resume and start_step > 0 else None, result)  # fmt: skip
     bar = Progress(max_steps, start_step, progress, result)
     events = [bar, *callbacks, evaluation, saving]  # each sees every step, in this order
     _introduce((optimizer, training_step), train_data, task)

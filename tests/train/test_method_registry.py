@@ -19,7 +19,11 @@ from torch import nn
 from torch.optim import Optimizer
 
 from convergent.acting import ActingCheck, MethodCheck, RunShape, register_check
-from convergent.train import MethodChecks, fit
+from convergent.constrained import DescentCheck
+from convergent.optim import HAM, HORST, MirrorCheck
+from convergent.sparse import SparsityCheck
+from convergent.train import MaskedStep, MethodChecks, fit
+from convergent.train.primal_dual import descent_step
 from tests.conftest import TinyClassifier, make_classification
 
 FLOOR = 0.2
@@ -147,3 +151,30 @@ def test_without_checks_the_toy_method_is_not_read():
                  max_steps=10, batch_size=16, progress=False, tensorboard=False,
                  checks=False)  # fmt: skip
     assert result.warnings == [] and not any("shrink_ratio" in r for r in result.history)
+
+
+def test_a_masked_step_brings_its_base_steps_checks_after_the_optimizers():
+    # the order in which a run reports: the optimizer's, the objective's, the masks'
+    model = TinyClassifier()
+    optimizer = HAM(torch.optim.AdamW(model.parameters(), lr=1e-3), alpha=20.0)
+    descent = descent_step("classification", 2, alpha=0.1, dual_lr=0.5)
+    masked = MaskedStep(descent, optimizer, ["hidden.weight"], sparsity=0.5)
+    checks = MethodChecks(optimizer, masked, max_steps=40)
+    assert [type(check) for check in checks.checks] == [MirrorCheck, DescentCheck, SparsityCheck]
+
+
+def test_a_checks_state_written_before_the_registry_still_loads():
+    # the flat dict MethodChecks wrote when it held every method's readings itself (8749abd)
+    model = TinyClassifier()
+    checks = MethodChecks(HORST(model.parameters(), lr=1e-3), max_steps=40)
+    checks.load_state_dict({
+        "warned": {"HORST:mirror_acts": {"step": 10, "check": "mirror_acts"}},
+        "confirmed": {}, "ratios": [0.01, 0.02], "windows": [], "losses": [[1, 2.0]],
+        "phases_read": 0, "largest_exponent": 0.0,
+        "descent_counts": {"steps": 0, "active": 0, "late": 0, "met": 0},
+        "largest_multiplier": 0.0, "multiplier_at_four_fifths": None, "multiplier_now": 0.0,
+    })  # fmt: skip
+    assert checks.checks[0].ratios == [0.01, 0.02]  # type: ignore[attr-defined]
+    assert checks.losses == [(1, 2.0)] and list(checks.warned) == ["HORST:mirror_acts"]
+    kept = {"warned", "confirmed", "losses", "ratios", "largest_exponent"}  # HORST's run only
+    assert set(checks.state_dict()) == kept

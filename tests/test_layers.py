@@ -16,7 +16,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "convergent"
 # only in train/ and studies/. The commands sit above the studies, since `reproduce` and
 # `report` run and read them; a study never reads a command's configuration.
 LAYERS: list[set[str]] = [
-    {"report", "io", "wording", "cli_help"},
+    {"report", "io", "wording", "cli_help", "acting"},
     {"models"},
     {"data"},
     {"losses"},

@@ -3,7 +3,8 @@
 minimize f_L subject to f_l <= (1 - alpha_l) f_{l-1}, l = 1..L, with Lagrange multipliers
 updated by projected dual ascent and optional resilient relaxation (Porras-Valenzuela,
 Hadou, Ribeiro, 2026). This package holds the math on per-layer losses as tensors; the
-training step that runs a model lives in :mod:`convergent.train.primal_dual`.
+training step that runs a model lives in :mod:`convergent.train.primal_dual`, which registers
+`DescentCheck` (do the constraints bind, are they met, have they settled?) for it.
 
 Example:
     >>> constraints = DescentConstraints(num_layers=6, alpha=0.05)
@@ -19,6 +20,7 @@ from convergent.constrained.constraints import (
     descent_slacks,
     resolve_alpha,
 )
+from convergent.constrained.descent_check import DescentCheck
 from convergent.constrained.dual import (
     CADENCES,
     DualAscent,
@@ -38,6 +40,7 @@ from convergent.constrained.sampling import (
 
 __all__ = [
     "CADENCES",
+    "DescentCheck",
     "DescentConstraints",
     "DualAscent",
     "DualCadence",

@@ -11,7 +11,8 @@ HORST is the composition M∘S of two operators, both exported as pure functions
 `horst_reference_step` is one HORST step on one tensor, with its numbers in one
 `HorstHyperparameters`; `HORST` runs it, or its foreach or compiled equivalent, behind the
 `torch.optim.Optimizer` interface. `build_optimizer(name, params, **overrides)` builds any of
-them by name with the class's own defaults.
+them by name with the class's own defaults. `MirrorCheck` (HORST, HAM) and `LangevinCheck` are
+their acting checks, registered for their types (`convergent.acting`).
 """
 
 from convergent.optim._nonfinite import NonFiniteGradientError
@@ -30,7 +31,9 @@ from convergent.optim.langevin import (
     s_from_temperature,
     temperature_from_s,
 )
+from convergent.optim.langevin_check import LangevinCheck  # registers Langevin's check
 from convergent.optim.mirror import EuclideanMap, HyperbolicEntropyMap, MirrorMap, mirror_step
+from convergent.optim.mirror_check import MirrorCheck  # registers HORST's and HAM's check
 from convergent.optim.operators import (
     HorstHyperparameters,
     adam_direction,
@@ -51,6 +54,8 @@ __all__ = [
     "HorstHyperparameters",
     "HyperbolicEntropyMap",
     "Langevin",
+    "LangevinCheck",
+    "MirrorCheck",
     "MirrorMap",
     "NoiseSchedule",
     "NonFiniteGradientError",

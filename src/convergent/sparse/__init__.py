@@ -8,6 +8,7 @@
 
 Training with masks (re-masked after every step, AC/DC phase flips) is
 :class:`convergent.train.masked.MaskedStep`; this package knows nothing of training loops.
+`SparsityCheck` is its acting check (is the target reached?), registered there.
 """
 
 from convergent.sparse.acdc import ACDCSchedule, Phase
@@ -28,6 +29,7 @@ from convergent.sparse.owl import outlier_ratio, owl_sparsities
 from convergent.sparse.pruners import METHODS, PRUNERS, Pruner, make_pruner
 from convergent.sparse.selection import Selection, is_conv1d, select_prunable
 from convergent.sparse.sparsegpt import SparseGPT, hessian, sparsegpt_prune
+from convergent.sparse.sparsity_check import SparsityCheck
 from convergent.sparse.spec import DISTRIBUTIONS, PATTERNS, MaskSpec, parse_pattern
 from convergent.sparse.topk import (
     Threshold,
@@ -55,6 +57,7 @@ __all__ = [
     "PruningReport",
     "Selection",
     "SparseGPT",
+    "SparsityCheck",
     "Threshold",
     "Wanda",
     "check_reset",

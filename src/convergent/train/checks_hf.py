@@ -49,7 +49,8 @@ class TrainerChecks:
     """`MethodChecks` driven by Trainer events, reporting into the Trainer's state.
 
     Args:
-        training_step: a `MaskedStep` or `PrimalDualStep` whose checks to add, or None.
+        training_step: a training step whose registered checks to add (a `MaskedStep`'s, a
+            `PrimalDualStep`'s), or None.
         every: steps between readings; None: 20 readings per run.
     """
 
@@ -100,8 +101,8 @@ class TrainerChecks:
 
 class MethodChecksCallback(TrainerCallback):
     """Warns once per failed manipulation check of a Trainer run's optimizer (HORST, HAM,
-    Langevin); its readings (``mirror_move_ratio``, ``noise_displacement_ratio``) join the
-    next training log.
+    Langevin, or any optimizer whose check is registered with `convergent.acting`); its
+    readings (``mirror_move_ratio``, ``noise_displacement_ratio``) join the next training log.
 
     Args:
         every: optimizer steps between readings; None: 20 readings per run.

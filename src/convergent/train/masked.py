@@ -18,12 +18,14 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from convergent.acting import RunShape, checks_for, register_check
 from convergent.models import unwrap_model
 from convergent.sparse import (
     ACDCSchedule,
     GradualSchedule,
     Masks,
     MaskSpec,
+    SparsityCheck,
     check_reset,
     magnitude_masks,
     reset_optimizer_state,
@@ -98,7 +100,7 @@ class MaskedStep:
         self._started = False
         self._sparsity = 0.0
         # (step, zeros among the prunable weights) at the end of each compressed phase: what
-        # the run really reached, for the manipulation check (`convergent.train.checks`).
+        # the run really reached, for the manipulation check (`SparsityCheck`).
         self.phase_sparsities: list[tuple[int, float]] = []
 
     @property
@@ -208,3 +210,11 @@ class MaskedStep:
             (int(step), float(value)) for step, value in state.get("phase_sparsities", [])
         ]
         self.base.load_state_dict(state.get("base", {}))
+
+
+def _masked_checks(masked: MaskedStep, run: RunShape) -> list[Any]:
+    # the base step's checks first: a run reports the objective's before the masks'
+    return [*checks_for(masked.base, run), SparsityCheck(masked)]
+
+
+register_check(MaskedStep, _masked_checks)

@@ -17,7 +17,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from convergent.acting import RunShape, register_check
 from convergent.constrained import (
+    DescentCheck,
     DescentConstraints,
     DualAscent,
     DualCadence,
@@ -364,6 +366,13 @@ def dataset_layer_losses(
     totals = distributed.all_reduce_sum(totals)
     count = distributed.all_reduce_sum(count)
     return (totals / count.clamp(min=1.0)).float()
+
+
+def _descent_checks(step: PrimalDualStep, run: RunShape) -> list[DescentCheck]:
+    return [DescentCheck(step.num_layers, run.max_steps)]
+
+
+register_check(PrimalDualStep, _descent_checks)
 
 
 def _list(tensor: torch.Tensor | None) -> list[float] | None:

@@ -33,10 +33,9 @@ from convergent.data import Splits
 from convergent.optim import (
     HAM,
     HORST,
+    MirrorCheck,
     build_optimizer,
     decay_groups,
-    ham_move_ratio,
-    horst_move_ratio,
     horst_strength,
 )
 from convergent.sparse import ACDCSchedule
@@ -109,9 +108,10 @@ class RunResult:
 
 
 class MoveRatioRecorder:
-    """Records the mirror/AdamW move ratio every ``every`` steps of a fit:
+    """Records the mirror/AdamW move ratio every ``every`` steps of a fit, as the run's own
+    manipulation check reads it (:class:`~convergent.optim.MirrorCheck`:
     :func:`~convergent.optim.horst_move_ratio` for HORST, :func:`~convergent.optim.ham_move_ratio`
-    for HAM (which reads the step's gradient, still there when a step ends).
+    for HAM, which reads the step's gradient, still there when a step ends).
 
     Args:
         optimizer: the HORST or HAM optimizer of the run.
@@ -119,19 +119,13 @@ class MoveRatioRecorder:
     """
 
     def __init__(self, optimizer: HORST | HAM, every: int) -> None:
-        self.optimizer = optimizer
+        self.check = MirrorCheck(optimizer)
         self.every = max(1, every)
         self.values: list[float] = []
 
     def on_step_end(self, step: int, metrics: dict[str, Any]) -> None:
         if step % self.every == 0:
-            optimizer = self.optimizer
-            ratio = (
-                ham_move_ratio(optimizer)
-                if isinstance(optimizer, HAM)
-                else horst_move_ratio(optimizer)
-            )
-            self.values.append(ratio)
+            self.values.append(self.check.move_ratio())
 
     @property
     def mean(self) -> float:

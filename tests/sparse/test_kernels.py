@@ -134,6 +134,25 @@ def test_a_layer_switches_only_where_it_gains_the_margin():
     assert to_sparse_kernels(_language_model(), tokens=4, timer=_Timer(1.3, 1.0)).converted
 
 
+def test_the_decode_kernel_is_tried_only_where_it_reads_far_fewer_bytes():
+    # Per-row uniform masks (Wanda's shape): ELL reads a value plus a 2-byte column per kept
+    # weight. float32 at 50 %: 4 / (0.5 x 6) = 1.33x fewer bytes; at 70 %: 2.22x.
+    def layer(keep: int) -> nn.Sequential:
+        weight = torch.zeros(64, 128)
+        for row in range(64):
+            weight[row, torch.randperm(128)[:keep]] = torch.randn(keep)
+        linear = nn.Linear(128, 64, bias=False)
+        linear.weight.data = weight
+        return nn.Sequential(linear).eval()
+
+    timer = _LayoutTimer(dense=2.0, index16=1.0, csr=3.0, bsr=3.0)
+    half = to_sparse_kernels(layer(64), tokens=1, timer=timer)
+    assert not half.converted and half.layers[0].kernel == "dense"
+    assert any("decode kernel reads less than 1.5x fewer bytes" in r for r in half.unavailable)
+    seventy = to_sparse_kernels(layer(38), tokens=1, timer=timer)
+    assert [c.kernel for c in seventy.converted] == ["index16"]
+
+
 def test_layers_below_the_least_sparsity_are_not_timed():
     model = _language_model()
     timer = _Timer(2.0, 1.0)

@@ -23,6 +23,7 @@ many numba threads. Where numba is not installed or fails to compile, nothing he
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -66,6 +67,15 @@ def decode_kernel_reason(weight: Tensor) -> str | None:
     if weight.shape[1] > MAX_COLUMNS:
         return f"dense: {weight.shape[1]} inputs exceed the decode kernel's {MAX_COLUMNS}"
     return None
+
+
+def decode_bytes_gain(weight: Tensor) -> float:
+    """Dense bytes over the decode kernel's for ``weight``: each row padded to the fullest
+    row's kept count, a value in the weight's dtype plus a 2-byte column per slot; the limit of
+    its speed-up where weights stream from memory."""
+    slots = int((weight != 0).sum(dim=1).max()) if weight.numel() else 0
+    size = weight.element_size()
+    return weight.shape[1] * size / (slots * (size + 2)) if slots else math.inf
 
 
 _LOOPS: list[Any] = []  # (run, NumbaError) once imported: a forward pays no import

@@ -36,7 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from convergent.sparse.decode_kernels import DECODE_DTYPES, IndexedLinear, decode_kernel_reason
+from convergent.sparse.decode_kernels import (
+    DECODE_DTYPES,
+    IndexedLinear,
+    decode_bytes_gain,
+    decode_kernel_reason,
+)
 from convergent.sparse.decode_kernels import LAYOUT as DECODE_LAYOUT
 from convergent.sparse.selection import is_conv1d
 from convergent.sparse.streamed_timing import Rotation, copies_to_stream
@@ -50,6 +55,10 @@ MIN_SPARSITY = 0.5
 # whole model under generate (each call's ~20 us overhead, timing noise), so a smaller gain is
 # no gain a user keeps (docs/design.md, "Loading and decoding a pruned model").
 MIN_SPEEDUP = 1.25
+# Nor is the decode kernel tried where it reads less than 1.5x fewer bytes than dense (float32
+# below about 56 % sparse, bfloat16 below 67 %): at 50 % (a 1.33x limit) layers that timed
+# 1.25x and more on their own still left generate at 0.91x of dense.
+MIN_BYTES_GAIN = 1.5
 # BSR is tried only where its blocks store at most this many entries per nonzero.
 BSR_BLOCKS = (16, 8, 4)
 BSR_MAX_FILL = 1.5
@@ -293,7 +302,13 @@ def _layouts(weight: Tensor) -> tuple[list[tuple[str, int | None]], list[str]]:
     if device.type != "cpu":
         return [], [f"dense: no sparse kernel is known for device {device.type}"]
     decode = decode_kernel_reason(weight)
-    if decode is None:
+    if decode is None and decode_bytes_gain(weight) < MIN_BYTES_GAIN:
+        decode = (
+            f"dense: at this sparsity the decode kernel reads less than {MIN_BYTES_GAIN:g}x "
+            "fewer bytes than dense (values plus 2-byte columns), a gain a whole model loses"
+        )
+        missing.append(decode)
+    elif decode is None:
         layouts.append((DECODE_LAYOUT, None))
     elif dtype in DECODE_DTYPES:  # numba missing or broken: said once, for every layer
         missing.append(decode)
@@ -464,8 +479,7 @@ def _choose(
         return built[best][1][0]
     choice.cause = SLOWER
     choice.reason = (
-        f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at "
-        f"{choice.sparsity:.0%}"
+        f"dense: the sparse kernel took {1 / choice.speedup:.1f}x as long at {choice.sparsity:.0%}"
         if choice.speedup <= 1.0
         else f"dense: the sparse kernel gained only {choice.speedup:.2f}x at "
         f"{choice.sparsity:.0%}, under the {MIN_SPEEDUP:g}x a layer must gain to switch"

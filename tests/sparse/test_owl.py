@@ -139,7 +139,7 @@ def _expected_owl(model, prefix: str, blocks: int, target: float, m: float, lmbd
         sizes.append(pooled.numel())
     low, high = min(ratios), max(ratios)
     kept = [2 * lmbda * (r - low) / (high - low) for r in ratios]
-    shift = (1 - target) - sum(k * n for k, n in zip(kept, sizes)) / sum(sizes)
+    shift = (1 - target) - sum(k * n for k, n in zip(kept, sizes, strict=True)) / sum(sizes)
     return ratios, [1 - (k + shift) for k in kept]
 
 

@@ -38,11 +38,9 @@ from convergent.report import markdown_table
 from convergent.sparse.kernels import (
     TIMING_REPEATS,
     fastest_speedup,
-    linear_weight,
     timed_samples,
     to_sparse_kernels,
 )
-from convergent.sparse.selection import is_conv1d
 from convergent.sparse.storage import COMPRESSED_WEIGHTS, encode_state_dict, group_dims
 
 LENGTHS = (1, 16, 128)
@@ -85,15 +83,52 @@ def model_inputs(model: nn.Module, tokens: int) -> dict[str, Any]:
     return {"inputs": features.to(device)}
 
 
-def linear_sparsity(model: nn.Module) -> float:
-    """The share of zeros over the weights of every linear (and ``Conv1D``) layer."""
-    zeros = total = 0
-    for module in model.modules():
-        if isinstance(module, nn.Linear) or is_conv1d(module):
-            weight = linear_weight(module)
-            zeros += int((weight == 0).sum())
-            total += weight.numel()
-    return zeros / max(total, 1)
+def pruned_layers(path: str | Path, model: nn.Module) -> tuple[list[str], str]:
+    """The weight matrices ``prune`` counts, and where that list came from: the layers of the
+    ``pruning.json`` that ``prune --save`` wrote beside the weights (in ``path`` or a folder
+    above, for a run's checkpoint), else those ``prune`` would select by default (which leaves
+    out the embeddings, the first layer and the LM head)."""
+    parameters = dict(model.named_parameters())
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    for candidate in (folder, *list(folder.parents)[:3]):
+        try:
+            layers = json.loads((candidate / "pruning.json").read_text())["layers"]
+            names = [str(layer["name"]) for layer in layers]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if names and all(name in parameters for name in names):
+            return names, "as prune counted them (pruning.json)"
+    from convergent.sparse import MaskSpec
+
+    return MaskSpec().select(model).names, "as prune selects them by default"
+
+
+def pruned_sparsity(model: nn.Module, names: Sequence[str]) -> float:
+    """The share of zeros over the weight matrices ``names``."""
+    parameters = dict(model.named_parameters())
+    zeros = sum(int((parameters[name] == 0).sum()) for name in names)
+    return zeros / max(sum(parameters[name].numel() for name in names), 1)
+
+
+@contextlib.contextmanager
+def each_warning_once(logger_name: str) -> Iterator[None]:
+    """Inside the block, ``logger_name`` says each message once (``bench`` converts the model
+    once per length, and a missing sparse format would be said each time)."""
+    seen: set[str] = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in seen:
+            return False
+        seen.add(message)
+        return True
+
+    target = logging.getLogger(logger_name)
+    target.addFilter(first_time)
+    try:
+        yield
+    finally:
+        target.removeFilter(first_time)
 
 
 def weights_sizes(path: str | Path, model: nn.Module) -> dict[str, Any]:
@@ -164,28 +199,33 @@ def time_lengths(
     """Dense against sparse kernels at each length, in this process (see the module)."""
     device = next(model.parameters()).device
     rows = []
-    for tokens in lengths:
-        sparse = copy.deepcopy(model)
-        choices = to_sparse_kernels(sparse, tokens=tokens)
-        inputs = model_inputs(model, tokens)
-        calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
-        dense, fast = timed_samples(calls, device, repeats)
-        dense_seconds, sparse_seconds = min(dense), min(fast)
-        rows.append(
-            {
-                "tokens": tokens,
-                "dense_seconds": dense_seconds,
-                "sparse_seconds": sparse_seconds,
-                "speedup": fastest_speedup(dense, fast),
-                "dense_tokens_per_second": tokens / dense_seconds,
-                "sparse_tokens_per_second": tokens / sparse_seconds,
-                "sparse_layers": len(choices.converted),
-                "pruned_layers": len(choices.layers),
-                "kernels": choices.as_dict(),
-            }
-        )
-        del sparse
+    with each_warning_once("convergent.sparse.kernels"):
+        for tokens in lengths:
+            rows.append(_time_length(model, tokens, device, repeats))
     return rows
+
+
+def _time_length(
+    model: nn.Module, tokens: int, device: torch.device, repeats: int
+) -> dict[str, Any]:
+    """Dense against sparse kernels at ``tokens`` tokens."""
+    sparse = copy.deepcopy(model)
+    choices = to_sparse_kernels(sparse, tokens=tokens)
+    inputs = model_inputs(model, tokens)
+    calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
+    dense, fast = timed_samples(calls, device, repeats)
+    dense_seconds, sparse_seconds = min(dense), min(fast)
+    return {
+        "tokens": tokens,
+        "dense_seconds": dense_seconds,
+        "sparse_seconds": sparse_seconds,
+        "speedup": fastest_speedup(dense, fast),
+        "dense_tokens_per_second": tokens / dense_seconds,
+        "sparse_tokens_per_second": tokens / sparse_seconds,
+        "sparse_layers": len(choices.converted),
+        "pruned_layers": len(choices.layers),
+        "kernels": choices.as_dict(),
+    }
 
 
 def _worker_environment() -> dict[str, str]:
@@ -254,6 +294,7 @@ def bench(
         model, description = load_for_bench(path)
         model.to(target)
         kept, notes = _lengths(model, lengths)
+        layers, counted = pruned_layers(path, model)
         rows = time_lengths(model, kept)
         result: dict[str, Any] = {
             "source": str(path),
@@ -261,7 +302,8 @@ def bench(
             "device": device,
             "threads": torch.get_num_threads(),
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-            "sparsity": linear_sparsity(model),
+            "sparsity": pruned_sparsity(model, layers),
+            "sparsity_counts": f"{len(layers)} weight matrices, {counted}",
             "sizes": weights_sizes(path, model),
             "lengths": rows,
             "memory": None,
@@ -289,7 +331,8 @@ def format_bench(result: dict[str, Any]) -> str:
     threads = result["threads"]
     lines = [
         f"{result['source']}: {result['model']}, {result['dtype']}, "
-        f"{result['sparsity']:.1%} of the linear layers' weights zero; {result['device']}, "
+        f"{result['sparsity']:.1%} of the pruned layers' weights zero"
+        f" ({result.get('sparsity_counts', 'linear layers')}); {result['device']}, "
         f"{threads} thread{'s' if threads != 1 else ''}",
         "",
     ]

@@ -118,6 +118,7 @@ def sweep(
                 "sparsity": report.sparsity,
                 "model_sparsity": report.pruned / max(report.total, 1),
                 **measure(pruned),
+                "caveats": report.caveats,
             }
         )
     return rows, report, pruned
@@ -236,6 +237,7 @@ def _measured_sweep(
         "options": report.options if report else {},
         "excluded": report.excluded if report else {},
         "notes": report.notes if report else [],
+        "caveats": [caveat for row in rows for caveat in row["caveats"]],
         "device": str(device or home_device(model)),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "saved": None,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from convergent.commands.compressed import check_save_folder
+from convergent.commands.compressed import check_save_folder, write_config_files
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     HFFolderError,
@@ -31,7 +31,7 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
     quiet_progress,
 )
-from convergent.commands.pruned_folder import size_summary
+from convergent.commands.pruned_folder import NOT_BENCHED_STREAMED, size_summary
 from convergent.commands.pruning_report import write_pruning_report
 from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
@@ -135,13 +135,14 @@ def prune_hf_folder_streamed(
         # the evaluation reads the pruned blocks from the shards just written
         streamed.reader = SafetensorsReader(staging) if dense else CompressedReader(staging)
         pruned = measure()
+        write_config_files(staging, model)
         with quiet_progress():
-            model.config.save_pretrained(staging)
             loaded.tokenizer.save_pretrained(staging)
         summary = _summary(path, loaded, evaluation, report, dense_metrics, pruned, max_length,
                            seed, calibrated, compute, streamed.dtype)  # fmt: skip
         summary["sizes"] = size_summary(staging, model, [row["name"] for row in report.layers])
         summary["saved"] = str(save_to)
+        summary["bench_skipped"] = NOT_BENCHED_STREAMED
         write_pruning_report(staging, summary)
         check_save_folder(save_to)
         if Path(save_to).exists():
@@ -179,6 +180,7 @@ def _summary(
                 "sparsity": report.sparsity,
                 "model_sparsity": report.pruned / max(report.total, 1),
                 **pruned,
+                "caveats": report.caveats,
             }
         ],
         "layers": report.layers,
@@ -186,6 +188,7 @@ def _summary(
         "options": report.options,
         "excluded": report.excluded,
         "notes": report.notes,
+        "caveats": report.caveats,
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
         "low_memory": True,

@@ -65,6 +65,7 @@ def format_prune_summary(summary: dict[str, Any]) -> str:
         heading = f"checkpoint: {summary['checkpoint']} ({summary['task']}, validation split)"
     lines = [heading, "", markdown_table(metric_rows(summary))]
     lines += [f"left dense: {name}: {why}" for name, why in summary["excluded"].items()]
+    lines += [f"note: {caveat}" for caveat in summary.get("caveats", [])]
     if summary.get("block_sparsities"):
         values = summary["block_sparsities"].values()
         lines.append(f"OWL block sparsities: {min(values):.4f} to {max(values):.4f}")
@@ -113,6 +114,7 @@ def pruning_markdown(summary: dict[str, Any]) -> str:
         f"## {summary['metric'].capitalize()} against sparsity",
         "",
         markdown_table(metric_rows(summary)),
+        *[f"Note: {caveat}.\n" for caveat in summary.get("caveats", [])],
         "![pruning](pruning.png)",
         "",
     ]

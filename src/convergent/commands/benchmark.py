@@ -42,6 +42,7 @@ from convergent.sparse.kernels import (
     to_sparse_kernels,
 )
 from convergent.sparse.storage import COMPRESSED_WEIGHTS, encode_state_dict, group_dims
+from convergent.wording import option
 
 LENGTHS = (1, 16, 128)
 DEVICES = ("cpu", "cuda")
@@ -157,7 +158,7 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
         return
     if threads < 1:
-        raise ValueError(f"threads={threads} is out of range; it must be >= 1")
+        raise ValueError(f"{option('threads', threads)} is out of range; it must be >= 1")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -168,15 +169,20 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 
 def _check_device(device: str) -> torch.device:
     if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not one of {', '.join(DEVICES)}")
+        raise ValueError(f"{option('device', device)} is not one of {', '.join(DEVICES)}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here")
+        raise ValueError(
+            f"{option('device', 'cuda')} was asked for, but torch sees no CUDA device here"
+        )
     return torch.device(device)
 
 
 def _lengths(model: nn.Module, lengths: Sequence[int]) -> tuple[list[int], list[str]]:
     if not lengths or any(length < 1 for length in lengths):
-        raise ValueError(f"lengths={list(lengths)} must be one or more token counts >= 1")
+        raise ValueError(
+            f"{option('lengths', ' '.join(map(str, lengths)))} must be one or more token"
+            " counts >= 1"
+        )
     positions = _positions(model)
     kept = [length for length in lengths if positions is None or length <= positions]
     skipped = [

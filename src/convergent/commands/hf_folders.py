@@ -33,6 +33,7 @@ from convergent.sparse.storage import (
     has_compressed_weights,
     load_compressed_into,
 )
+from convergent.wording import option
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
@@ -354,13 +355,15 @@ def evaluation_data(
         HFFolderError: data the model cannot be measured on, or a length past its positions.
     """
     if examples is not None and examples < 1:
-        raise HFFolderError(f"examples={examples} is out of range; it must be >= 1.")
+        raise HFFolderError(f"{option('examples', examples)} is out of range; it must be >= 1.")
     if split not in SPLITS:
         raise HFFolderError(f"split={split!r} is not one of {SPLITS}")
     positions = getattr(loaded.model.config, "max_position_embeddings", None)
     if max_length < 2 or (positions is not None and max_length > positions):
         allowed = f"in [2, {positions}] (the model's positions)" if positions else "at least 2"
-        raise HFFolderError(f"max_length={max_length} is out of range; it must be {allowed}.")
+        raise HFFolderError(
+            f"{option('max_length', max_length)} is out of range; it must be {allowed}."
+        )
     tokenizer = evaluation_tokenizer(loaded.tokenizer)
     if loaded.kind == CAUSAL_LM and data_name == "austen":
         encoded = tokenize(_austen_texts(seed, max_length, examples, split), tokenizer, max_length)
@@ -371,13 +374,14 @@ def evaluation_data(
         classes = getattr(loaded.model.config, "num_labels", None)
         if loaded.kind == SEQUENCE_CLASSIFICATION and splits.num_outputs != classes:
             raise HFFolderError(
-                f"data {data_name!r} has {splits.num_outputs} classes but the classifier in "
+                f"{option('data', data_name)} has {splits.num_outputs} classes but the classifier"
+                " in "
                 f"{loaded.path} has {classes}; choose data with {classes} classes"
             )
     else:
         raise HFFolderError(
-            f"data {data_name!r} is not text a {loaded.kind} model can be measured on; "
-            f"choose {DATA_CHOICES[loaded.kind]}"
+            f"{option('data', data_name)} is not text a {loaded.kind} model can be measured on;"
+            f" choose {DATA_CHOICES[loaded.kind]}"
         )
     if loaded.kind == CAUSAL_LM:
         encoded = {

@@ -60,6 +60,7 @@ from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
 from convergent.train import calibration_batches, evaluate, evaluate_block_by_block
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +84,19 @@ def resolve_targets(sparsities: tuple[float, ...] | None, spec: MaskSpec) -> tup
     conflicting = [t for t in sparsities or () if not math.isclose(t, implied, abs_tol=1e-9)]
     if conflicting:
         raise ValueError(
-            f"pattern {spec.pattern!r} prunes 1 - N/M = {implied:g} of every layer, so the"
-            f" sparsity must be {implied:g} or left out, got {conflicting[0]:g}"
+            f"{option('pattern', spec.pattern)} prunes 1 - N/M = {implied:g} of every layer, so"
+            f" {option('sparsity')} must be {implied:g} or left out, got {conflicting[0]:g}"
         )
     return (implied,)
+
+
+def check_calibration_examples(calibration_examples: int) -> None:
+    """Refuse a calibration sample of fewer than one example, naming its own option."""
+    if calibration_examples < 1:
+        raise ValueError(
+            f"{option('calibration_examples', calibration_examples)} is out of range; it must"
+            " be >= 1."
+        )
 
 
 def sweep(
@@ -163,6 +173,7 @@ def prune_run(
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
     check_one_shot(method, spec)
+    check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
         check_save_folder(save_to)
@@ -333,6 +344,7 @@ def prune_hf_folder(
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
     check_one_shot(method, spec)
+    check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
         check_save_folder(save_to)

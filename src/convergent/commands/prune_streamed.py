@@ -39,6 +39,7 @@ from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
 from convergent.sparse.storage import CompressedReader, CompressedShards, group_dims
 from convergent.train import calibration_batches, evaluate_block_by_block
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +74,14 @@ def prune_hf_folder_streamed(
     """
     if save_to is None:
         raise ValueError(
-            "low_memory writes the pruned model one block at a time; name the folder to write"
-            " it to (save_to, --save)"
+            f"{option('low_memory')} writes the pruned model one block at a time; name the"
+            f" folder to write it to with {option('save_to')}"
         )
     if len(sparsities) != 1:
         raise ValueError(
-            "low_memory prunes to one target per call (it never copies the model), got"
-            f" {len(sparsities)}: {', '.join(f'{t:g}' for t in sparsities)}"
+            f"{option('low_memory')} prunes to one target per call (it never copies the model),"
+            f" so give one {option('sparsity')}, got {len(sparsities)}:"
+            f" {', '.join(f'{t:g}' for t in sparsities)}"
         )
     compute = device or torch.device("cpu")
     loaded = load_hf_folder(path, dtype, streamed=True)

@@ -32,6 +32,7 @@ from convergent.sparse.calibration import LayerPruned
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
 from convergent.sparse.pruners import Pruner, make_pruner, pruner_options
 from convergent.sparse.spec import MaskSpec
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ def check_one_shot(method: str, spec: MaskSpec, options: Mapping[str, Any] | Non
     pruner = make_pruner(method, options)
     if spec.distribution == "global" and pruner.calibrated:
         raise ValueError(
-            f"{method} prunes every layer on its own; distribution 'global' is for magnitude"
-            " pruning only (use 'uniform' or 'owl')"
+            f"{method} prunes every layer on its own; {option('distribution', 'global')} is for"
+            f" magnitude pruning only (use {option('distribution', 'uniform')} or"
+            f" {option('distribution', 'owl')})"
         )
     return pruner
 

@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from convergent.sparse.selection import Selection, select_prunable
+from convergent.wording import option
 
 DISTRIBUTIONS = ("global", "uniform", "owl")
 PATTERNS = ("unstructured", "n:m")
@@ -33,7 +34,9 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
         n, m = int(parts[0]), int(parts[1])
         if 1 <= n <= m:
             return n, m
-    raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
+    raise ValueError(
+        f"{option('pattern')} must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}"
+    )
 
 
 def as_n_m(pattern: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -99,18 +102,20 @@ class MaskSpec:
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(
-                f"distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r}"
+                f"{option('distribution')} must be one of {DISTRIBUTIONS}, got"
+                f" {self.distribution!r}"
             )
         object.__setattr__(self, "_n_m", parse_pattern(self.pattern))
         if self.distribution == "owl" and self.n_m is not None:
             raise ValueError(
-                f"distribution 'owl' allocates unstructured sparsity; it cannot be combined with"
-                f" the N:M pattern {self.pattern!r} (use pattern='unstructured')"
+                f"{option('distribution', 'owl')} allocates unstructured sparsity; it cannot be"
+                f" combined with the N:M pattern {self.pattern!r} (use"
+                f" {option('pattern', 'unstructured')})"
             )
         if not (math.isfinite(self.owl_m) and self.owl_m > 0):
-            raise ValueError(f"owl_m must be a finite number > 0, got {self.owl_m}")
+            raise ValueError(f"{option('owl_m')} must be a finite number > 0, got {self.owl_m}")
         if not (math.isfinite(self.owl_lmbda) and 0 <= self.owl_lmbda < 0.5):
-            raise ValueError(f"owl_lmbda must be in [0, 0.5), got {self.owl_lmbda}")
+            raise ValueError(f"{option('owl_lmbda')} must be in [0, 0.5), got {self.owl_lmbda}")
         if isinstance(self.exclude, str):  # a lone string would exclude by its characters
             raise ValueError(
                 f"exclude must be a tuple of name substrings, got the string {self.exclude!r}"

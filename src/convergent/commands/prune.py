@@ -105,10 +105,12 @@ def sweep(
     measure: Callable[[ModelT], dict[str, float]],
     **options: Any,
 ) -> tuple[list[dict[str, Any]], PruningReport | None, ModelT]:
-    """Prune a copy of ``model`` one-shot at each target and measure it.
+    """Prune ``model`` one-shot at each target and measure it: a copy for every target but the
+    last, and ``model`` itself, in place, for the last (so memory never holds more than the
+    model and one copy, and a single target no copy at all).
 
     Args:
-        model: the dense model (left unchanged).
+        model: the dense model (pruned in place at the last target).
         sparsities: the targets, in order.
         measure: the metrics of a model, e.g. validation loss and accuracy.
         **options: :func:`~convergent.sparse.prune_one_shot`'s selection options.
@@ -119,8 +121,10 @@ def sweep(
     """
     rows: list[dict[str, Any]] = []
     report, pruned = None, model
-    for target in sparsities:
-        pruned = copy.deepcopy(model)
+    for index, target in enumerate(sparsities):
+        pruned = model  # the previous target's copy is freed before the next is made
+        if index < len(sparsities) - 1:
+            pruned = copy.deepcopy(model)
         report = prune_one_shot(pruned, target, **options)
         rows.append(
             {

@@ -53,12 +53,19 @@ from convergent.commands.pruning_report import (
     write_pruning_report,
 )
 from convergent.commands.runs import find_run_folder, load_run
+from convergent.commands.sentence_embeddings import (
+    SENTENCE_EMBEDDING,
+    copy_sentence_transformers_files,
+    embedding_fidelity,
+    pooling_mode,
+)
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
+from convergent.sparse.spec import check_statistics
 from convergent.train import calibration_batches, evaluate, evaluate_block_by_block
 from convergent.wording import option
 
@@ -88,6 +95,13 @@ def resolve_targets(sparsities: tuple[float, ...] | None, spec: MaskSpec) -> tup
             f" {option('sparsity')} must be {implied:g} or left out, got {conflicting[0]:g}"
         )
     return (implied,)
+
+
+def pruner_options_for(method: str, statistics: str) -> dict[str, Any] | None:
+    """The pruner options the commands pass: the statistics' dtype, for the calibrated
+    methods (magnitude gathers none)."""
+    check_statistics(statistics)
+    return None if method == "magnitude" else {"statistics": statistics}
 
 
 def check_calibration_examples(calibration_examples: int) -> None:
@@ -149,6 +163,7 @@ def prune_run(
     save: SaveOptions | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    statistics: str = "float64",
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a trained run one-shot at each sparsity and evaluate it on validation data.
@@ -167,6 +182,8 @@ def prune_run(
         save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`).
         device: where blocks are calibrated, pruned and evaluated (None: the model's device).
         dtype: the dtype to prune and save in (None: the checkpoint's).
+        statistics: the dtype Wanda's and SparseGPT's calibration statistics are gathered
+            and factorized in, ``"float64"`` or ``"float32"``.
         progress: progress bars over the blocks.
 
     Returns:
@@ -176,7 +193,8 @@ def prune_run(
     """
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
-    check_one_shot(method, spec)
+    options = pruner_options_for(method, statistics)
+    check_one_shot(method, spec, options)
     check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
@@ -200,6 +218,7 @@ def prune_run(
         "train split of the run's data",
         progress,
         compute,
+        options,
     )
     summary = {
         "checkpoint": str(checkpoint),
@@ -228,6 +247,7 @@ def _measured_sweep(
     calibration_source: str,
     progress: bool,
     device: torch.device | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], PruningReport | None, ModelT]:
     """The dense metrics and :func:`sweep`, as the summary entries both commands share."""
     dense = measure(model)
@@ -240,6 +260,7 @@ def _measured_sweep(
         calibration=calibration,
         progress=progress,
         device=device,
+        options=options,
     )
     summary = {
         "method": method,
@@ -280,6 +301,34 @@ def _measure(
     return measure
 
 
+def _hf_measure(
+    loaded: Any, evaluation: Any, batch_size: int, device: torch.device | None, spec: MaskSpec
+) -> Callable[[nn.Module], dict[str, float]]:
+    """The metrics of a Hugging Face folder's model: its task's, or for a sentence encoder the
+    fidelity of its embeddings to the dense model's
+    (:mod:`convergent.commands.sentence_embeddings`), scored in memory on its own device."""
+    if loaded.kind != SENTENCE_EMBEDDING:
+        return _measure(evaluation.dataset, evaluation.task, batch_size, device, spec)
+    if device is not None and device != home_device(loaded.model):
+        raise ValueError(
+            f"a sentence encoder is scored in memory where it is loaded, on the CPU; leave out"
+            f" {option('device', str(device))}"
+        )
+    return embedding_fidelity(evaluation.dataset, pooling_mode(loaded.path), batch_size)
+
+
+def _report_writer(loaded: Any) -> Callable[[Path, dict[str, Any]], None]:
+    """Writes the report into the staging folder, and for a sentence encoder the folder's
+    sentence-transformers files beside it (so the pruned folder loads as the original did)."""
+
+    def write(staging: Path, summary: dict[str, Any]) -> None:
+        if loaded.kind == SENTENCE_EMBEDDING:
+            copy_sentence_transformers_files(loaded.path, staging)
+        write_pruning_report(staging, summary)
+
+    return write
+
+
 def _calibration_entry(
     method: str, source: str, batches: list[dict[str, Any]] | None
 ) -> dict[str, Any] | None:
@@ -306,6 +355,7 @@ def prune_hf_folder(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     low_memory: bool = False,
+    statistics: str = "float64",
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a ``save_pretrained`` folder one-shot at each sparsity, evaluated before and after.
@@ -338,6 +388,8 @@ def prune_hf_folder(
         low_memory: stream the blocks from the folder's safetensors files, one in memory at a
             time, and write each pruned block to ``save_to`` (one target, ``save_to``
             required; :mod:`convergent.commands.prune_streamed`).
+        statistics: the dtype Wanda's and SparseGPT's calibration statistics are gathered
+            and factorized in, ``"float64"`` or ``"float32"``.
         progress: progress bars over the blocks.
 
     Returns:
@@ -347,7 +399,8 @@ def prune_hf_folder(
     """
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
-    check_one_shot(method, spec)
+    options = pruner_options_for(method, statistics)
+    check_one_shot(method, spec, options)
     check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
@@ -369,6 +422,7 @@ def prune_hf_folder(
             device=compute,
             dtype=dtype,
             dense=(save or SaveOptions()).dense,
+            options=options,
             progress=progress,
         )
     loaded = load_hf_folder(path, dtype)
@@ -392,21 +446,21 @@ def prune_hf_folder(
     common, report, pruned = _measured_sweep(
         loaded.model,
         sparsities,
-        _measure(evaluation.dataset, evaluation.task, batch_size, compute, spec),
+        _hf_measure(loaded, evaluation, batch_size, compute, spec),
         spec,
         method,
         calibration,
         f"train split of {calibration_data or data}",
         progress,
         compute,
+        options,
     )
     summary = {
         **evaluation_summary(path, loaded, evaluation, max_length, seed),
         **common,
     }
     if save_to is not None and report is not None:
-        save_pruned(
-            Path(save_to), pruned, summary, write_pruning_report, save, tokenizer=loaded.tokenizer
-        )
+        save_pruned(Path(save_to), pruned, summary, _report_writer(loaded), save,
+                    tokenizer=loaded.tokenizer)  # fmt: skip
         logger.info("pruned model written to %s", save_to)
     return summary

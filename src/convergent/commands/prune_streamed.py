@@ -33,6 +33,7 @@ from convergent.commands.hf_folders import (
 )
 from convergent.commands.pruned_folder import NOT_BENCHED_STREAMED, size_summary
 from convergent.commands.pruning_report import write_pruning_report
+from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
@@ -62,11 +63,13 @@ def prune_hf_folder_streamed(
     dtype: torch.dtype | None,
     dense: bool,
     progress: bool,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Prune the folder at ``path`` to its one target, streaming its blocks into ``save_to``.
 
     The arguments are :func:`~convergent.commands.prune.prune_hf_folder`'s (checked there);
-    ``device`` None is the CPU, ``dense`` writes ordinary shards.
+    ``device`` None is the CPU, ``dense`` writes ordinary shards, ``options`` are the
+    pruner's.
 
     Returns:
         The summary, as :func:`~convergent.commands.prune.prune_hf_folder` returns it, with
@@ -88,6 +91,11 @@ def prune_hf_folder_streamed(
     streamed = loaded.streamed
     assert streamed is not None
     model = loaded.model
+    if loaded.kind == SENTENCE_EMBEDDING:
+        raise HFFolderError(
+            f"{option('low_memory')} scores a model by its task block by block; a sentence"
+            f" encoder's embeddings are scored in memory: leave out {option('low_memory')}"
+        )
     selected = spec.select(model).names
     found = find_blocks(model, selected)
     if found is None:
@@ -131,7 +139,7 @@ def prune_hf_folder_streamed(
         writer = DenseShards(staging) if dense else CompressedShards(staging, group_dims(model))
         writing = StreamedBlocks(streamed, prefix, writer)
         report = prune_one_shot(model, sparsities[0], spec=spec, method=method,
-                                calibration=calibration, device=compute, host=writing,
+                                calibration=calibration, options=options, device=compute, host=writing,
                                 keep_masks=False, progress=progress)  # fmt: skip
         writing.finish()
         # the evaluation reads the pruned blocks from the shards just written

@@ -15,12 +15,13 @@ from convergent.commands.pruned_folder import saved_lines, saved_markdown
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
 
-METRICS = ("loss", "accuracy", "perplexity", "rmse")
+METRICS = ("loss", "accuracy", "perplexity", "rmse", "embedding_cosine")
 
 
 def headline_metric(metrics: dict[str, float]) -> str:
-    """The metric a summary leads with: perplexity, accuracy, RMSE, else the loss."""
-    for key in ("perplexity", "accuracy", "rmse"):
+    """The metric a summary leads with: perplexity, accuracy, RMSE, a sentence encoder's
+    embedding cosine to the dense model's, else the loss."""
+    for key in ("perplexity", "accuracy", "rmse", "embedding_cosine"):
         if key in metrics:
             return key
     return "loss"

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from convergent.sparse.selection import Selection, select_prunable
@@ -37,6 +38,20 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
     raise ValueError(
         f"{option('pattern')} must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}"
     )
+
+
+# The dtypes the calibration statistics may be gathered and factorized in, by name.
+STATISTICS_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def check_statistics(statistics: str) -> str:
+    """``statistics`` if it names one of :data:`STATISTICS_DTYPES`, else one ValueError."""
+    if statistics not in STATISTICS_DTYPES:
+        raise ValueError(
+            f"{option('statistics')} must be one of {', '.join(STATISTICS_DTYPES)}, got"
+            f" {statistics!r}"
+        )
+    return statistics
 
 
 def as_n_m(pattern: str | tuple[int, int] | None) -> tuple[int, int] | None:

@@ -37,20 +37,20 @@ def _tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(minilm_path())
 
 
-def build(name: str, tokenizer: Any) -> nn.Module:
+def build(name: str, tokenizer: Any, layers: int) -> nn.Module:
     """The model ``name``: ``gpt2``, ``llama`` (random, seeded) or ``minilm`` (pretrained)."""
     torch.manual_seed(0)
     if name == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        config = GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=128,
+        config = GPT2Config(n_layer=layers, n_embd=512, n_head=8, n_positions=128,
                             vocab_size=len(tokenizer))  # fmt: skip
         return GPT2LMHeadModel(config).eval()
     if name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
         config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1376,
-                             num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=8,
+                             num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8,
                              max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
         return LlamaForCausalLM(config).eval()
     from transformers import AutoModel
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=64, help="held-apart examples scored")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=4, help="blocks of the random models")
     args = parser.parse_args()
 
     from convergent.sparse import prune_one_shot
@@ -125,7 +126,7 @@ def main() -> None:
           " float32 quality | relative change | float64 s (CPU s) | float32 s (CPU s) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
-        model = build(name, tokenizer)
+        model = build(name, tokenizer, args.layers)
         calibration = batches(name, tokenizer, "train", args.calibration_examples, args.max_length)
         held = batches(name, tokenizer, "validation", args.examples, args.max_length)
         dense = embeddings(model, held) if name == "minilm" else None
@@ -146,7 +147,7 @@ def main() -> None:
                 masks64, quality64, time64 = results["float64"]
                 masks32, quality32, time32 = results["float32"]
                 differ = sum(int((mask != masks32[k]).sum()) for k, mask in masks64.items())
-                total = masks64.numel()
+                total = masks64.numel
                 print(f"| {name} | {method} | {target:g} | {differ / total:.2e} ({differ})"
                       f" | {quality64:.6g} | {quality32:.6g}"
                       f" | {(quality32 - quality64) / quality64:+.3%}"

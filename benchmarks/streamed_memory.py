@@ -94,6 +94,36 @@ def child(prune_arguments: list[str]) -> None:
                       "seconds": seconds}))  # fmt: skip
 
 
+def library_child(prune_arguments: list[str]) -> None:
+    """The library call the command is held to: ``prune_one_shot`` on the loaded model, with
+    the command's calibration batches, no evaluation; one JSON line as :func:`child`."""
+    import accelerate  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM  # noqa: F401
+
+    from convergent.commands.hf_folders import evaluation_data, load_hf_folder
+    from convergent.commands.prune import CALIBRATION_BATCH_SIZE
+    from convergent.sparse import prune_one_shot
+    from convergent.train import calibration_batches
+
+    folder = prune_arguments[0]
+    options = dict(zip(prune_arguments[1::2], prune_arguments[2::2], strict=False))
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    baseline = _status_kib("VmRSS")
+    start = time.perf_counter()
+    loaded = load_hf_folder(folder)
+    source = evaluation_data(loaded, "austen", max_length=int(options["--max-length"]),
+                             examples=int(options["--calibration-examples"]), split="train")  # fmt: skip
+    batches = calibration_batches(source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, 0)
+    prune_one_shot(loaded.model, 0.5, method="sparsegpt", calibration=batches)
+    seconds = time.perf_counter() - start
+    peak = _status_kib("VmHWM")
+    print(json.dumps({"status": 0, "baseline_kib": baseline, "peak_kib": peak,
+                      "seconds": seconds}))  # fmt: skip
+
+
 def llama_config(args: argparse.Namespace, blocks: int, vocabulary: int, pad: int) -> Any:
     from transformers import LlamaConfig
 
@@ -142,7 +172,9 @@ def reference_bytes(args: argparse.Namespace) -> dict[str, int]:
     }
 
 
-def run_child(folder: Path, args: argparse.Namespace, save: Path | None) -> dict[str, Any]:
+def run_child(
+    folder: Path, args: argparse.Namespace, save: Path | None, library: bool = False
+) -> dict[str, Any]:
     prune_arguments = [
         str(folder), "--method", "sparsegpt", "--sparsity", "0.5",
         "--calibration-examples", str(args.calibration_examples),
@@ -150,7 +182,8 @@ def run_child(folder: Path, args: argparse.Namespace, save: Path | None) -> dict
     ]  # fmt: skip
     if save is not None:
         prune_arguments += ["--low-memory", "--save", str(save)]
-    command = [sys.executable, __file__, "--child", "--", *prune_arguments]
+    command = [sys.executable, __file__, "--library" if library else "--child", "--",
+               *prune_arguments]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
@@ -191,9 +224,16 @@ def main() -> None:
         help="where the models are written (default: a temporary folder)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--library", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--with-library",
+        action="store_true",
+        help="beside the in-memory run, the library call it is held to (prune_one_shot on the"
+        " loaded model, no evaluation)",
+    )
     args, rest = parser.parse_known_args()
-    if args.child:
-        child([word for word in rest if word != "--"])
+    if args.child or args.library:
+        (library_child if args.library else child)([word for word in rest if word != "--"])
         return
 
     sizes = sorted(set(args.blocks) | ({args.in_memory_blocks} - {0}))
@@ -208,10 +248,12 @@ def main() -> None:
             runs = []
             if blocks == args.in_memory_blocks:
                 runs.append(("in memory", None))
+                if args.with_library:
+                    runs.append(("library call", None))
             if blocks in args.blocks:
                 runs.append(("streamed", root / f"pruned-{blocks}"))
             for how, save in runs:
-                result = run_child(folder, args, save)
+                result = run_child(folder, args, save, library=how == "library call")
                 peak = (result["peak_kib"] - result["baseline_kib"]) * KIB
                 rows.append({"blocks": blocks, "weights": weights, "how": how, "peak": peak,
                              "baseline": result["baseline_kib"] * KIB,

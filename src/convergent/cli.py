@@ -65,6 +65,29 @@ class _Parser(argparse.ArgumentParser):
             )
 
 
+def parse_command_line(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(words)``, except that a flag the command lacks is refused by that
+    command's parser (its usage, not the top one's) with the flags closest to it."""
+    from convergent.wording import did_you_mean
+
+    arguments, unknown = parser.parse_known_args(words)
+    if unknown:
+        command = _subparser(parser, getattr(arguments, "command", None)) or parser
+        flags = [flag for action in command._actions for flag in action.option_strings]
+        guesses = "".join(
+            did_you_mean(word.split("=", 1)[0], flags) for word in unknown if word.startswith("-")
+        )
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{guesses}")
+    return arguments
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> Any:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return None
+
+
 def new_parser() -> argparse.ArgumentParser:
     """The top parser of the ``convergent`` command, without its commands."""
     parser = _Parser(
@@ -112,14 +135,19 @@ def _command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    from convergent.cli_help import asks_for_help, print_recorded_help
+    from convergent.cli_help import asks_for_help, print_recorded_help, recorded_parser
     from convergent.wording import command_line
 
     words = sys.argv[1:] if argv is None else list(argv)
     if asks_for_help(words):
         print_recorded_help(new_parser, words)  # exits, unless there is no record to replay
+    # The recorded parser refuses a bad flag, choice or number before the heavy imports that
+    # building the real parser takes (torch, transformers: seconds).
+    recorded = recorded_parser(new_parser)
+    if recorded is not None:
+        parse_command_line(recorded, words)
     parser = build_parser()
-    arguments = parser.parse_args(words)
+    arguments = parse_command_line(parser, words)
     logging.basicConfig(
         level=logging.INFO if arguments.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

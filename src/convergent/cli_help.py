@@ -112,6 +112,17 @@ def asks_for_help(argv: Sequence[str]) -> bool:
     return any(word in HELP_FLAGS for word in words)
 
 
+def recorded_parser(
+    new_parser: Callable[[], argparse.ArgumentParser],
+) -> argparse.ArgumentParser | None:
+    """The parser replayed from the record (None when there is none): it takes the same flags,
+    choices and types as the real one, so it refuses a bad command line without the imports
+    that building the real one takes."""
+    if not RECORD.is_file():
+        return None
+    return replay(new_parser, json.loads(RECORD.read_text())["calls"])
+
+
 def print_recorded_help(
     new_parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str]
 ) -> bool:

@@ -16,6 +16,7 @@ import torch
 
 __all__ = [
     "fsync_directory",
+    "make_readable",
     "save_torch_atomically",
     "write_bytes_atomically",
     "write_text_atomically",
@@ -34,9 +35,23 @@ def fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
+def make_readable(file: int | str | Path) -> None:
+    """Give ``file`` (an open descriptor or a path) the mode a plain ``open`` would: 0666 less
+    the umask (0644 under the usual umask 022). ``tempfile.mkstemp`` and safetensors'
+    ``save_file`` create files 0600, which would leave a written model or report unreadable
+    to the other users of a shared folder."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    if isinstance(file, int):
+        os.fchmod(file, 0o666 & ~mask)
+    else:
+        os.chmod(file, 0o666 & ~mask)
+
+
 def _replace_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    make_readable(descriptor)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             write(handle)

@@ -83,8 +83,11 @@ def test_the_command_prunes_two_four_with_wanda(gpt2_folder, tmp_path, capsys):
     ("flags", "message"),
     [
         (["--method", "obs"], "invalid choice: 'obs'"),
-        (["--method", "wanda", "--distribution", "global"], "distribution 'global' is for"),
-        (["--method", "wanda", "--calibration-examples", "0"], "examples=0 is out of range"),
+        (["--method", "wanda", "--distribution", "global"], "--distribution global is for"),
+        (
+            ["--method", "wanda", "--calibration-examples", "0"],
+            "--calibration-examples 0 is out of range",
+        ),
     ],
 )
 def test_bad_calibration_options_are_one_sentence(gpt2_folder, flags, message, capsys):

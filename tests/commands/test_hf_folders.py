@@ -230,16 +230,23 @@ def test_broken_folders_give_one_sentence(gpt2_folder, tmp_path, capsys, tokeniz
     encoder = tmp_path / "encoder"
     BertModel(tiny_bert_config()).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
-    err = _one_sentence_error(["prune", str(encoder)], capsys)
-    assert "architectures ['BertModel'] are not supported" in err
     argv = ["diagnose", str(encoder), "--data", "rt-sentences", "--out", str(tmp_path / "d")]
-    assert "are not supported" in _one_sentence_error(argv, capsys)
+    assert "holds a sentence encoder without a head" in _one_sentence_error(argv, capsys)
+    head = tmp_path / "no-head-known"
+    head.mkdir()
+    config = json.loads((encoder / "config.json").read_text())
+    (head / "config.json").write_text(json.dumps({**config, "architectures": ["BertPooler"]}))
+    (head / "model.safetensors").write_bytes((encoder / "model.safetensors").read_bytes())
+    tokenizer.save_pretrained(head)
+    assert "architectures ['BertPooler'] are not supported" in _one_sentence_error(
+        ["prune", str(head)], capsys
+    )
     untokenized = tmp_path / "untokenized"
     untokenized.mkdir()
     for name in ("config.json", "model.safetensors"):
         (untokenized / name).write_bytes((gpt2_folder / name).read_bytes())
     assert "has no tokenizer" in _one_sentence_error(["prune", str(untokenized)], capsys)
     err = _one_sentence_error(["prune", str(gpt2_folder)], capsys)  # 64 tokens by default
-    assert "max_length=64 is out of range; it must be in [2, 32]" in err
+    assert "--max-length 64 is out of range; it must be in [2, 32]" in err
     argv = ["prune", str(gpt2_folder), "--data", "digits", "--max-length", "16"]
-    assert "data 'digits' is not text" in _one_sentence_error(argv, capsys)
+    assert "--data digits is not text" in _one_sentence_error(argv, capsys)

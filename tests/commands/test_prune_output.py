@@ -25,7 +25,7 @@ def test_an_n_m_pattern_prunes_one_target_and_refuses_a_conflicting_one(gpt2_fol
     code = main(["prune", str(gpt2_folder), "--pattern", "2:4", "--sparsity", "0.9", *DATA])
     assert code != 0
     error = capsys.readouterr().err
-    assert "pattern '2:4' prunes 1 - N/M = 0.5 of every layer" in error
+    assert "--pattern 2:4 prunes 1 - N/M = 0.5 of every layer, so --sparsity must be 0.5" in error
     assert "got 0.9" in error and error.count("\n") == 1
 
 
@@ -85,13 +85,13 @@ def test_each_block_is_logged_with_its_seconds(gpt2_folder, caplog):
 
 def test_a_device_or_dtype_this_machine_lacks_is_one_sentence(gpt2_folder, capsys):
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match=r"device 'cuda' was asked for, but this machine"):
+        with pytest.raises(ValueError, match=r"device='cuda' was asked for, but this machine"):
             check_device("cuda")
         code = main(["prune", str(gpt2_folder), "--device", "cuda", *DATA])
         assert code != 0 and "this machine has no CUDA" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"):
+    with pytest.raises(ValueError, match=r"device must be cpu, cuda or cuda:N, got 'gpu'"):
         check_device("gpu")
-    with pytest.raises(ValueError, match=r"dtype bool cannot be computed on cpu \("):
+    with pytest.raises(ValueError, match=r"dtype='bool' cannot be computed on cpu \("):
         check_dtype_on(torch.device("cpu"), torch.bool)
     assert check_device("cpu", torch.bfloat16) == torch.device("cpu")
 

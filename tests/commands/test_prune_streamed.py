@@ -67,6 +67,17 @@ def opt_folder(tmp_path_factory, tokenizer):
     return _save(OPTForCausalLM(config), tokenizer, tmp_path_factory.mktemp("opt"))
 
 
+@pytest.fixture(scope="module")
+def bfloat16_llama_folder(tmp_path_factory, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(2)
+    config = LlamaConfig(vocab_size=len(tokenizer), **SMALL, tie_word_embeddings=False,
+                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    return _save(model, tokenizer, tmp_path_factory.mktemp("bfloat16"), "2MB")
+
+
 def _loaded_state(folder):
     from transformers import AutoModelForCausalLM
 
@@ -232,3 +243,21 @@ def test_each_block_left_hands_the_freed_memory_back(llama_folder, tmp_path, mon
                     low_memory=True, **OPTIONS)  # fmt: skip
     # dense evaluation, pruning, pruned evaluation: 3 passes over 3 blocks, each trimmed
     assert trims == [0] * 9
+
+
+def test_a_bfloat16_folder_streams_in_its_own_dtype_as_in_memory(bfloat16_llama_folder, tmp_path):
+    # no dtype given: both paths take the folder's own (bfloat16), the statistics float64
+    in_memory = prune_hf_folder(bfloat16_llama_folder, (0.5,), method="sparsegpt",
+                                save_to=tmp_path / "a", **OPTIONS)  # fmt: skip
+    streamed = prune_hf_folder(bfloat16_llama_folder, (0.5,), method="sparsegpt",
+                               save_to=tmp_path / "b", low_memory=True, **OPTIONS)  # fmt: skip
+    assert in_memory["dtype"] == streamed["dtype"] == "bfloat16"
+    for key in ("dense", "rows"):
+        assert json.dumps(streamed[key]) == json.dumps(in_memory[key]), key
+    expected = load_sparse(tmp_path / "a").state_dict()
+    got = load_sparse(tmp_path / "b").state_dict()
+    assert list(expected) == list(got)
+    for name, value in expected.items():
+        assert value.dtype == got[name].dtype, name
+        assert torch.equal(got[name], value), name
+    assert any(value.dtype == torch.bfloat16 for value in got.values())

@@ -306,7 +306,7 @@ ERRORS = {
     "global": ({"method": "wanda", "calibration": calibration(), "spec": GLOBAL}, "'global'"),
     "options": (
         {"method": "wanda", "calibration": calibration(), "options": {"damping": 0.1}},
-        r"wanda takes the options \['rounding'\], not \['damping'\]",
+        r"wanda takes the options \['rounding', 'statistics'\], not \['damping'\]",
     ),
     "empty sparsegpt": ({"method": "sparsegpt", "calibration": []}, "no calibration batches"),
     "empty wanda": ({"method": "wanda", "calibration": []}, "no calibration batches"),

@@ -162,3 +162,27 @@ def test_a_dense_table_is_stored_as_it_is_without_building_copies(padding_row):
     assert encoded.entry["nonzero"] == table.numel() - (4096 if padding_row else 0)
     assert encoded.parts["dense"].data_ptr() == table.data_ptr()  # the table itself, no copy
     assert peak < 0.05 * size, f"peak {peak / size:.2f} of the table"
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (2, 8)])
+def test_a_convolution_weight_groups_along_its_input_channels(n, m):
+    # [out, in, kh, kw]: groups of M consecutive input channels at each (out, kh, kw); the
+    # kernel's last dimension (4) also divides by 4, so grouping along it would encode too.
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(3, 16, 2, 4, generator=generator)
+    kept = torch.zeros_like(weight, dtype=torch.bool)
+    expected_values = []
+    for out, row, column in itertools.product(range(3), range(2), range(4)):
+        for start in range(0, 16, m):
+            chosen = sorted(torch.randperm(m, generator=generator)[:n].tolist())
+            for position in chosen:
+                kept[out, start + position, row, column] = True
+                expected_values.append(float(weight[out, start + position, row, column]))
+    tensor = torch.where(kept, weight, torch.zeros_like(weight))
+    encoded = encode_tensor(tensor, group_dim=1)
+    assert (encoded.entry["kind"], encoded.entry["n"], encoded.entry["m"]) == ("n:m", n, m)
+    assert encoded.entry["group_dim"] == 1
+    # the values in (out, kh, kw, group) order, each group's kept ones by channel
+    assert encoded.parts["values"].tolist() == expected_values
+    decoded = decode_tensor(encoded.entry, encoded.parts, "conv")
+    assert torch.equal(bits_of(decoded), bits_of(tensor))

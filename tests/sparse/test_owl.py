@@ -89,3 +89,70 @@ def test_owl_refuses_n_m_training_masks_and_a_missing_calibration_in_one_sentenc
     with pytest.raises(ValueError, match=r"applies to one-shot pruning \(prune_one_shot\) only"):
         magnitude_masks(model, ["blocks.0.attention.q_proj.weight"], 0.5,
                         MaskSpec(distribution="owl"))  # fmt: skip
+
+
+def test_outlier_ratio_pools_layers_of_different_sizes_and_means():
+    # Layer a: 8 scores, mean 2; layer b: 2 scores, mean 10. Pooled: 36 / 10 = 3.6, so M = 2
+    # puts the bar at 7.2 and 9, 10, 10 are above it: 3 of 10. Per-layer bars (4 and 20)
+    # would count 1 of 10, a bar at the mean of the layers' means (12) none.
+    scores = [torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0]]), torch.tensor([10.0, 10.0])]
+    assert outlier_ratio(scores, 2.0) == pytest.approx(3 / 10)
+
+
+def _deep_ours(seed: int = 0):
+    from convergent.models import Transformer, TransformerConfig
+    from tests.sparse.test_blockwise import VOCAB
+
+    torch.manual_seed(seed)
+    config = TransformerConfig(task="lm", vocab_size=VOCAB, max_len=16, d_model=32, n_heads=2,
+                               n_layers=4, causal=True, dropout=0.1)  # fmt: skip
+    return Transformer(config)
+
+
+def _deep_gpt2(seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.sparse.test_blockwise import VOCAB
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=3, n_head=2,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    return GPT2LMHeadModel(config)
+
+
+def _expected_owl(model, prefix: str, blocks: int, target: float, m: float, lmbda: float):
+    """OWL's allocation written out here: each block's inputs recorded by full dense forward
+    passes, Wanda's scores pooled per block, the ratios min-max scaled, the mean shifted."""
+    from tests.sparse.test_blockwise import _as_rows, _owner, _recorded_inputs
+
+    names = MaskSpec().select(model).names
+    inputs = _recorded_inputs(model.eval(), names, calibration())
+    ratios, sizes = [], []
+    for index in range(blocks):
+        block = [n for n in names if n.startswith(f"{prefix}.{index}.")]
+        scores = []
+        for name in block:
+            rows = _as_rows(_owner(model, name), model.get_parameter(name).detach()).double()
+            scores.append((rows.abs() * inputs[name].square().sum(0).sqrt()).reshape(-1))
+        pooled = torch.cat(scores)
+        ratios.append(float((pooled > m * pooled.mean()).double().mean()))
+        sizes.append(pooled.numel())
+    low, high = min(ratios), max(ratios)
+    kept = [2 * lmbda * (r - low) / (high - low) for r in ratios]
+    shift = (1 - target) - sum(k * n for k, n in zip(kept, sizes, strict=True)) / sum(sizes)
+    return ratios, [1 - (k + shift) for k in kept]
+
+
+@pytest.mark.parametrize(("build", "prefix", "blocks"), [(_deep_ours, "blocks", 4),
+                                                         (_deep_gpt2, "transformer.h", 3)])  # fmt: skip
+def test_owl_gives_each_block_of_a_deep_model_the_sparsity_of_its_dense_inputs(
+    build, prefix, blocks
+):
+    model = build()
+    ratios, expected = _expected_owl(copy.deepcopy(model), prefix, blocks, 0.6, 2.0, 0.08)
+    assert len(set(ratios)) == blocks  # distinct ratios: which block gets which is visible
+    spec = MaskSpec(distribution="owl", owl_m=2.0, owl_lmbda=0.08)
+    report = prune_one_shot(model, 0.6, spec=spec, method="wanda", calibration=calibration())
+    assert sorted(report.block_sparsities) == list(range(blocks))
+    got = [report.block_sparsities[index] for index in range(blocks)]
+    assert got == pytest.approx(expected, abs=1e-12)

@@ -40,12 +40,11 @@ from convergent.sparse.kernels import (
     CAUSES,
     TIMING_REPEATS,
     fastest_speedup,
-    linear_weight,
     timed_samples,
     to_sparse_kernels,
 )
-from convergent.sparse.selection import is_conv1d
 from convergent.sparse.storage import COMPRESSED_WEIGHTS, encode_state_dict, group_dims
+from convergent.wording import option
 
 LENGTHS = (1, 16, 128)
 DEVICES = ("cpu", "cuda")
@@ -87,15 +86,52 @@ def model_inputs(model: nn.Module, tokens: int) -> dict[str, Any]:
     return {"inputs": features.to(device)}
 
 
-def linear_sparsity(model: nn.Module) -> float:
-    """The share of zeros over the weights of every linear (and ``Conv1D``) layer."""
-    zeros = total = 0
-    for module in model.modules():
-        if isinstance(module, nn.Linear) or is_conv1d(module):
-            weight = linear_weight(module)
-            zeros += int((weight == 0).sum())
-            total += weight.numel()
-    return zeros / max(total, 1)
+def pruned_layers(path: str | Path, model: nn.Module) -> tuple[list[str], str]:
+    """The weight matrices ``prune`` counts, and where that list came from: the layers of the
+    ``pruning.json`` that ``prune --save`` wrote beside the weights (in ``path`` or a folder
+    above, for a run's checkpoint), else those ``prune`` would select by default (which leaves
+    out the embeddings, the first layer and the LM head)."""
+    parameters = dict(model.named_parameters())
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    for candidate in (folder, *list(folder.parents)[:3]):
+        try:
+            layers = json.loads((candidate / "pruning.json").read_text())["layers"]
+            names = [str(layer["name"]) for layer in layers]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if names and all(name in parameters for name in names):
+            return names, "as prune counted them (pruning.json)"
+    from convergent.sparse import MaskSpec
+
+    return MaskSpec().select(model).names, "as prune selects them by default"
+
+
+def pruned_sparsity(model: nn.Module, names: Sequence[str]) -> float:
+    """The share of zeros over the weight matrices ``names``."""
+    parameters = dict(model.named_parameters())
+    zeros = sum(int((parameters[name] == 0).sum()) for name in names)
+    return zeros / max(sum(parameters[name].numel() for name in names), 1)
+
+
+@contextlib.contextmanager
+def each_warning_once(logger_name: str) -> Iterator[None]:
+    """Inside the block, ``logger_name`` says each message once (``bench`` converts the model
+    once per length, and a missing sparse format would be said each time)."""
+    seen: set[str] = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in seen:
+            return False
+        seen.add(message)
+        return True
+
+    target = logging.getLogger(logger_name)
+    target.addFilter(first_time)
+    try:
+        yield
+    finally:
+        target.removeFilter(first_time)
 
 
 def weights_sizes(path: str | Path, model: nn.Module) -> dict[str, Any]:
@@ -124,7 +160,7 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
         return
     if threads < 1:
-        raise ValueError(f"threads={threads} is out of range; it must be >= 1")
+        raise ValueError(f"{option('threads', threads)} is out of range; it must be >= 1")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -135,15 +171,20 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 
 def _check_device(device: str) -> torch.device:
     if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not one of {', '.join(DEVICES)}")
+        raise ValueError(f"{option('device', device)} is not one of {', '.join(DEVICES)}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here")
+        raise ValueError(
+            f"{option('device', 'cuda')} was asked for, but torch sees no CUDA device here"
+        )
     return torch.device(device)
 
 
 def _lengths(model: nn.Module, lengths: Sequence[int]) -> tuple[list[int], list[str]]:
     if not lengths or any(length < 1 for length in lengths):
-        raise ValueError(f"lengths={list(lengths)} must be one or more token counts >= 1")
+        raise ValueError(
+            f"{option('lengths', ' '.join(map(str, lengths)))} must be one or more token"
+            " counts >= 1"
+        )
     positions = _positions(model)
     kept = [length for length in lengths if positions is None or length <= positions]
     skipped = [
@@ -166,39 +207,44 @@ def time_lengths(
     """Dense against sparse kernels at each length, in this process (see the module)."""
     device = next(model.parameters()).device
     rows = []
-    for tokens in lengths:
-        sparse = copy.deepcopy(model)
-        choices = to_sparse_kernels(sparse, tokens=tokens)
-        inputs = model_inputs(model, tokens)
-        calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
-        dense, fast = timed_samples(calls, device, repeats)
-        dense_seconds, sparse_seconds = min(dense), min(fast)
-        switched = choices.converted
-        causes: dict[str, int] = {}
-        for layer in choices.layers:
-            if layer.kernel == "dense":
-                causes[layer.cause] = causes.get(layer.cause, 0) + 1
-        rows.append(
-            {
-                "tokens": tokens,
-                "dense_seconds": dense_seconds,
-                "sparse_seconds": sparse_seconds,
-                "speedup": fastest_speedup(dense, fast),
-                "dense_tokens_per_second": tokens / dense_seconds,
-                "sparse_tokens_per_second": tokens / sparse_seconds,
-                "sparse_layers": len(switched),
-                "pruned_layers": len(choices.layers),
-                # the switched layers alone, each timed by itself: dense over sparse seconds
-                "switched_speedup": sum(layer.dense_seconds or 0.0 for layer in switched)
-                / sum(layer.sparse_seconds or 0.0 for layer in switched)
-                if switched
-                else None,
-                "dense_causes": causes,
-                "kernels": choices.as_dict(),
-            }
-        )
-        del sparse
+    with each_warning_once("convergent.sparse.kernels"):
+        for tokens in lengths:
+            rows.append(_time_length(model, tokens, device, repeats))
     return rows
+
+
+def _time_length(
+    model: nn.Module, tokens: int, device: torch.device, repeats: int
+) -> dict[str, Any]:
+    """Dense against sparse kernels at ``tokens`` tokens."""
+    sparse = copy.deepcopy(model)
+    choices = to_sparse_kernels(sparse, tokens=tokens)
+    inputs = model_inputs(model, tokens)
+    calls = [functools.partial(model, **inputs), functools.partial(sparse, **inputs)]
+    dense, fast = timed_samples(calls, device, repeats)
+    dense_seconds, sparse_seconds = min(dense), min(fast)
+    switched = choices.converted
+    causes: dict[str, int] = {}
+    for layer in choices.layers:
+        if layer.kernel == "dense":
+            causes[layer.cause] = causes.get(layer.cause, 0) + 1
+    return {
+        "tokens": tokens,
+        "dense_seconds": dense_seconds,
+        "sparse_seconds": sparse_seconds,
+        "speedup": fastest_speedup(dense, fast),
+        "dense_tokens_per_second": tokens / dense_seconds,
+        "sparse_tokens_per_second": tokens / sparse_seconds,
+        "sparse_layers": len(switched),
+        "pruned_layers": len(choices.layers),
+        # the switched layers alone, each timed by itself: dense over sparse seconds
+        "switched_speedup": sum(layer.dense_seconds or 0.0 for layer in switched)
+        / sum(layer.sparse_seconds or 0.0 for layer in switched)
+        if switched
+        else None,
+        "dense_causes": causes,
+        "kernels": choices.as_dict(),
+    }
 
 
 def _worker_environment() -> dict[str, str]:
@@ -270,6 +316,7 @@ def bench(
         model, description = load_for_bench(path)
         model.to(target)
         kept, notes = _lengths(model, lengths)
+        layers, counted = pruned_layers(path, model)
         rows = time_lengths(model, kept)
         result: dict[str, Any] = {
             "source": str(path),
@@ -277,7 +324,8 @@ def bench(
             "device": device,
             "threads": torch.get_num_threads(),
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-            "sparsity": linear_sparsity(model),
+            "sparsity": pruned_sparsity(model, layers),
+            "sparsity_counts": f"{len(layers)} weight matrices, {counted}",
             "sizes": weights_sizes(path, model),
             "lengths": rows,
             "memory": None,
@@ -306,7 +354,8 @@ def format_bench(result: dict[str, Any]) -> str:
     threads = result["threads"]
     lines = [
         f"{result['source']}: {result['model']}, {result['dtype']}, "
-        f"{result['sparsity']:.1%} of the linear layers' weights zero; {result['device']}, "
+        f"{result['sparsity']:.1%} of the pruned layers' weights zero"
+        f" ({result.get('sparsity_counts', 'linear layers')}); {result['device']}, "
         f"{threads} thread{'s' if threads != 1 else ''}",
         "",
     ]

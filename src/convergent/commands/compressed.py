@@ -92,15 +92,27 @@ def positive_zeros_(model: nn.Module) -> None:
             parameter.masked_fill_(parameter == 0, 0.0)
 
 
-def _write_hugging_face(staging: Path, model: nn.Module, tokenizer: Any, compressed: bool) -> None:
+def write_config_files(staging: Path, model: nn.Module, compressed: str | None = None) -> None:
+    """A ``transformers`` model's ``config.json`` and, for a model that generates, its
+    ``generation_config.json``: what ``save_pretrained`` writes beside the weights. With
+    ``compressed`` (the compressed weights file or index) the config names our format
+    (`save_compressed_config`)."""
     config: Any = model.config
     with quiet_progress():
+        config.architectures = [type(model).__name__]
+        if compressed is None:
+            config.save_pretrained(staging)
+        else:
+            save_compressed_config(config, staging, compressed)
+        generation = getattr(model, "generation_config", None)
+        if generation is not None and model.can_generate():  # type: ignore[operator]
+            generation.save_pretrained(staging)
+
+
+def _write_hugging_face(staging: Path, model: nn.Module, tokenizer: Any, compressed: bool) -> None:
+    with quiet_progress():
         if compressed:
-            config.architectures = [type(model).__name__]
-            save_compressed_config(config, staging)
-            generation = getattr(model, "generation_config", None)
-            if generation is not None and model.can_generate():  # type: ignore[operator]
-                generation.save_pretrained(staging)
+            write_config_files(staging, model, COMPRESSED_WEIGHTS)
             write_compressed_file(
                 staging / COMPRESSED_WEIGHTS, model.state_dict(), group_dims(model)
             )

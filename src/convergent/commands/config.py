@@ -355,7 +355,10 @@ def build_model(config: TrainConfig, splits: Splits) -> nn.Module:
     """Our Transformer sized for ``splits``, or MiniLM-L6 with a new head."""
     if config.model == "minilm":
         if splits.vocab_size is None:
-            raise ValueError(f"model 'minilm' needs text data, and {config.data!r} is not text")
+            raise ValueError(
+                f"{option('model', 'minilm')} needs text data, and {option('data', config.data)}"
+                " is not text (e.g. rt-sentences or hf:NAME)"
+            )
         return HFEncoder.from_pretrained(
             minilm_path(),
             task=splits.task,

@@ -40,6 +40,7 @@ from convergent.commands.hf_folders import (
     load_hf_folder,
 )
 from convergent.commands.runs import load_run
+from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.data import Splits, load_splits, minilm_path
 from convergent.diagnostics import (
     SpectraRecorder,
@@ -157,6 +158,12 @@ def load_hf_for_diagnosis(
     """A ``save_pretrained`` folder's model on the first ``examples`` validation examples of
     ``data_name`` (None: :func:`hf_folder_data`), tokenized with its own tokenizer."""
     loaded = load_hf_folder(path)
+    if loaded.kind == SENTENCE_EMBEDDING:
+        raise ValueError(
+            f"{path} holds a sentence encoder without a head ({loaded.architecture}): diagnose"
+            " reads its layer-wise losses through a head; prune scores such a model by its"
+            " embeddings"
+        )
     notes = []
     if data_name is None:
         data_name, why = hf_folder_data(path, loaded.kind)

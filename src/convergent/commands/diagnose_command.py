@@ -32,7 +32,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         default=None,
-        help="the report folder to write (default RUN/diagnostics)",
+        help="the report folder to write (default: a new folder beside the model, named"
+        " after it: MODEL-diagnostics, MODEL-diagnostics-2, ...; never inside it)",
     )
     parser.add_argument("--examples", type=int, default=64, help="examples in the diagnostic batch")
     parser.add_argument(
@@ -48,12 +49,7 @@ def run(arguments: argparse.Namespace) -> int:
 
     out = arguments.out
     if out is None:
-        name = (arguments.data or "").replace(":", "-").replace("/", "_")
-        out = (
-            Path(f"diagnostics-minilm-{name}")
-            if arguments.path == "minilm"
-            else Path(arguments.path) / "diagnostics"
-        )
+        out = default_report_folder(arguments.path, arguments.data)
     summary = diagnose(
         arguments.path,
         arguments.data,
@@ -64,3 +60,18 @@ def run(arguments: argparse.Namespace) -> int:
     )
     print(f"diagnostics: {summary}")
     return 0
+
+
+def default_report_folder(path: str, data: str | None) -> Path:
+    """Where ``diagnose`` writes when ``--out`` is not given: a new folder beside the model (or
+    run), named after it, so that the model's own folder is never written into."""
+    if path == "minilm":
+        name = (data or "").replace(":", "-").replace("/", "_")
+        return Path(f"diagnostics-minilm-{name}")
+    model = Path(path).resolve()
+    candidate = model.parent / f"{model.name}-diagnostics"
+    number = 2
+    while candidate.exists():
+        candidate = model.parent / f"{model.name}-diagnostics-{number}"
+        number += 1
+    return candidate

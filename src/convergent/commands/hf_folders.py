@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.data import DictDataset, is_token_source, load_splits, tokenize
 from convergent.losses import next_token_labels
 from convergent.losses.readout import CAUSAL_LM, SEQUENCE_CLASSIFICATION
@@ -34,6 +35,7 @@ from convergent.sparse.storage import (
     load_compressed_into,
     quantization_entry,
 )
+from convergent.wording import option
 
 if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with the package
     from transformers import PreTrainedModel
@@ -41,10 +43,15 @@ if TYPE_CHECKING:  # transformers is imported when a folder is loaded, not with 
 HUGGING_FACE = "hugging-face"
 RUN = "run"
 # The data each kind is measured on when the user names none.
-DEFAULT_DATA = {CAUSAL_LM: "austen", SEQUENCE_CLASSIFICATION: "rt-sentences"}
+DEFAULT_DATA = {
+    CAUSAL_LM: "austen",
+    SEQUENCE_CLASSIFICATION: "rt-sentences",
+    SENTENCE_EMBEDDING: "rt-sentences",
+}
 DATA_CHOICES = {
     CAUSAL_LM: "austen, rt-sentences or hf:NAME",
     SEQUENCE_CLASSIFICATION: "rt-sentences or hf:NAME",
+    SENTENCE_EMBEDDING: "rt-sentences or hf:NAME",
 }
 WEIGHT_FILES = (
     "model.safetensors",
@@ -70,6 +77,15 @@ CHARACTERS_PER_TOKEN = 4
 # Logits entries per evaluation batch (64 MB in fp32): a language model's logits are
 # [B, T, vocabulary], which at GPT-2's 50k vocabulary is the memory that matters.
 LOGITS_PER_BATCH = 2**24
+
+
+# The task each kind is scored as, and the metric a task leads with.
+TASKS = {
+    CAUSAL_LM: "lm",
+    SEQUENCE_CLASSIFICATION: "classification",
+    SENTENCE_EMBEDDING: "embedding",
+}
+METRIC_OF_TASK = {"lm": "perplexity", "classification": "accuracy", "embedding": "embedding_cosine"}
 
 
 class HFFolderError(ValueError):
@@ -126,7 +142,8 @@ def folder_kind(path: str | Path) -> str:
 
 
 def architecture_kind(architectures: Sequence[str] | None) -> str:
-    """``"causal-lm"`` or ``"sequence-classification"`` for a config's ``architectures``.
+    """``"causal-lm"``, ``"sequence-classification"`` or, for a model without a head (``BertModel``,
+    a sentence-transformers folder), ``"sentence-embedding"``, for a config's ``architectures``.
 
     Raises:
         HFFolderError: when no listed architecture is one we load.
@@ -136,10 +153,12 @@ def architecture_kind(architectures: Sequence[str] | None) -> str:
             return CAUSAL_LM
         if name.endswith("ForSequenceClassification"):
             return SEQUENCE_CLASSIFICATION
+        if name.endswith("Model"):
+            return SENTENCE_EMBEDDING
     raise HFFolderError(
         f"architectures {list(architectures or [])} are not supported; the config must name a "
-        "causal LM (ending in ForCausalLM or LMHeadModel) or a sequence classifier (ending in "
-        "ForSequenceClassification)"
+        "causal LM (ending in ForCausalLM or LMHeadModel), a sequence classifier (ending in "
+        "ForSequenceClassification) or a model without a head (ending in Model)"
     )
 
 
@@ -150,7 +169,7 @@ class HFModel:
     Attributes:
         model: the model, in eval mode.
         tokenizer: the tokenizer saved in the same folder.
-        kind: ``"causal-lm"`` or ``"sequence-classification"``.
+        kind: ``"causal-lm"``, ``"sequence-classification"`` or ``"sentence-embedding"``.
         architecture: the class name the config names, e.g. ``"GPT2LMHeadModel"``.
         path: the folder.
         streamed: the reader of a model loaded without its weights (else None).
@@ -202,6 +221,7 @@ def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) 
             files that ``transformers`` cannot read.
     """
     from transformers import (
+        AutoModel,
         AutoModelForCausalLM,
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -219,7 +239,11 @@ def load_hf_folder(path: str | Path, dtype: Any = None, streamed: bool = False) 
             f"{folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save one there "
             "with tokenizer.save_pretrained"
         )
-    auto = AutoModelForCausalLM if kind == CAUSAL_LM else AutoModelForSequenceClassification
+    auto = {
+        CAUSAL_LM: AutoModelForCausalLM,
+        SEQUENCE_CLASSIFICATION: AutoModelForSequenceClassification,
+        SENTENCE_EMBEDDING: AutoModel,
+    }[kind]
     try:
         compressed = has_compressed_weights(folder)
         if compressed and streamed:
@@ -331,7 +355,8 @@ class EvaluationData:
 
     Attributes:
         dataset: ``input_ids``, ``attention_mask`` and ``labels``.
-        task: ``"lm"`` or ``"classification"`` (as in :mod:`convergent.losses`).
+        task: ``"lm"`` or ``"classification"`` (as in :mod:`convergent.losses`), or
+            ``"embedding"`` (a sentence encoder: inputs only, no labels).
         data: the source name.
         max_length: tokens per example.
     """
@@ -381,13 +406,15 @@ def evaluation_data(
         HFFolderError: data the model cannot be measured on, or a length past its positions.
     """
     if examples is not None and examples < 1:
-        raise HFFolderError(f"examples={examples} is out of range; it must be >= 1.")
+        raise HFFolderError(f"{option('examples', examples)} is out of range; it must be >= 1.")
     if split not in SPLITS:
         raise HFFolderError(f"split={split!r} is not one of {SPLITS}")
     positions = getattr(loaded.model.config, "max_position_embeddings", None)
     if max_length < 2 or (positions is not None and max_length > positions):
         allowed = f"in [2, {positions}] (the model's positions)" if positions else "at least 2"
-        raise HFFolderError(f"max_length={max_length} is out of range; it must be {allowed}.")
+        raise HFFolderError(
+            f"{option('max_length', max_length)} is out of range; it must be {allowed}."
+        )
     tokenizer = evaluation_tokenizer(loaded.tokenizer)
     if loaded.kind == CAUSAL_LM and data_name == "austen":
         encoded = tokenize(_austen_texts(seed, max_length, examples, split), tokenizer, max_length)
@@ -398,13 +425,14 @@ def evaluation_data(
         classes = getattr(loaded.model.config, "num_labels", None)
         if loaded.kind == SEQUENCE_CLASSIFICATION and splits.num_outputs != classes:
             raise HFFolderError(
-                f"data {data_name!r} has {splits.num_outputs} classes but the classifier in "
+                f"{option('data', data_name)} has {splits.num_outputs} classes but the classifier"
+                " in "
                 f"{loaded.path} has {classes}; choose data with {classes} classes"
             )
     else:
         raise HFFolderError(
-            f"data {data_name!r} is not text a {loaded.kind} model can be measured on; "
-            f"choose {DATA_CHOICES[loaded.kind]}"
+            f"{option('data', data_name)} is not text a {loaded.kind} model can be measured on;"
+            f" choose {DATA_CHOICES[loaded.kind]}"
         )
     if loaded.kind == CAUSAL_LM:
         encoded = {
@@ -412,7 +440,9 @@ def evaluation_data(
             "attention_mask": encoded["attention_mask"],
             "labels": next_token_labels(encoded["input_ids"], encoded["attention_mask"]),
         }
-    task = "lm" if loaded.kind == CAUSAL_LM else "classification"
+    elif loaded.kind == SENTENCE_EMBEDDING:
+        encoded = {key: encoded[key] for key in ("input_ids", "attention_mask")}
+    task = TASKS[loaded.kind]
     return EvaluationData(DictDataset(encoded), task, data_name, max_length)
 
 
@@ -440,5 +470,5 @@ def evaluation_summary(
         "max_length": max_length,
         "seed": seed,
         "task": evaluation.task,
-        "metric": "perplexity" if evaluation.task == "lm" else "accuracy",
+        "metric": METRIC_OF_TASK[evaluation.task],
     }

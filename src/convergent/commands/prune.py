@@ -53,13 +53,21 @@ from convergent.commands.pruning_report import (
     write_pruning_report,
 )
 from convergent.commands.runs import find_run_folder, load_run
+from convergent.commands.sentence_embeddings import (
+    SENTENCE_EMBEDDING,
+    copy_sentence_transformers_files,
+    embedding_fidelity,
+    pooling_mode,
+)
 from convergent.models.placement import check_device, home_device
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.oneshot import check_one_shot
+from convergent.sparse.spec import check_statistics
 from convergent.train import calibration_batches, evaluate, evaluate_block_by_block
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +91,26 @@ def resolve_targets(sparsities: tuple[float, ...] | None, spec: MaskSpec) -> tup
     conflicting = [t for t in sparsities or () if not math.isclose(t, implied, abs_tol=1e-9)]
     if conflicting:
         raise ValueError(
-            f"pattern {spec.pattern!r} prunes 1 - N/M = {implied:g} of every layer, so the"
-            f" sparsity must be {implied:g} or left out, got {conflicting[0]:g}"
+            f"{option('pattern', spec.pattern)} prunes 1 - N/M = {implied:g} of every layer, so"
+            f" {option('sparsity')} must be {implied:g} or left out, got {conflicting[0]:g}"
         )
     return (implied,)
+
+
+def pruner_options_for(method: str, statistics: str) -> dict[str, Any] | None:
+    """The pruner options the commands pass: the statistics' dtype, for the calibrated
+    methods (magnitude gathers none)."""
+    check_statistics(statistics)
+    return None if method == "magnitude" else {"statistics": statistics}
+
+
+def check_calibration_examples(calibration_examples: int) -> None:
+    """Refuse a calibration sample of fewer than one example, naming its own option."""
+    if calibration_examples < 1:
+        raise ValueError(
+            f"{option('calibration_examples', calibration_examples)} is out of range; it must"
+            " be >= 1."
+        )
 
 
 def sweep(
@@ -95,10 +119,12 @@ def sweep(
     measure: Callable[[ModelT], dict[str, float]],
     **options: Any,
 ) -> tuple[list[dict[str, Any]], PruningReport | None, ModelT]:
-    """Prune a copy of ``model`` one-shot at each target and measure it.
+    """Prune ``model`` one-shot at each target and measure it: a copy for every target but the
+    last, and ``model`` itself, in place, for the last (so memory never holds more than the
+    model and one copy, and a single target no copy at all).
 
     Args:
-        model: the dense model (left unchanged).
+        model: the dense model (pruned in place at the last target).
         sparsities: the targets, in order.
         measure: the metrics of a model, e.g. validation loss and accuracy.
         **options: :func:`~convergent.sparse.prune_one_shot`'s selection options.
@@ -109,8 +135,10 @@ def sweep(
     """
     rows: list[dict[str, Any]] = []
     report, pruned = None, model
-    for target in sparsities:
-        pruned = copy.deepcopy(model)
+    for index, target in enumerate(sparsities):
+        pruned = model  # the previous target's copy is freed before the next is made
+        if index < len(sparsities) - 1:
+            pruned = copy.deepcopy(model)
         report = prune_one_shot(pruned, target, **options)
         rows.append(
             {
@@ -118,6 +146,7 @@ def sweep(
                 "sparsity": report.sparsity,
                 "model_sparsity": report.pruned / max(report.total, 1),
                 **measure(pruned),
+                "caveats": report.caveats,
             }
         )
     return rows, report, pruned
@@ -134,6 +163,7 @@ def prune_run(
     save: SaveOptions | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    statistics: str = "float64",
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a trained run one-shot at each sparsity and evaluate it on validation data.
@@ -152,6 +182,8 @@ def prune_run(
         save: how ``save_to`` is written (compressed by default; :class:`SaveOptions`).
         device: where blocks are calibrated, pruned and evaluated (None: the model's device).
         dtype: the dtype to prune and save in (None: the checkpoint's).
+        statistics: the dtype Wanda's and SparseGPT's calibration statistics are gathered
+            and factorized in, ``"float64"`` or ``"float32"``.
         progress: progress bars over the blocks.
 
     Returns:
@@ -161,7 +193,9 @@ def prune_run(
     """
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
-    check_one_shot(method, spec)
+    options = pruner_options_for(method, statistics)
+    check_one_shot(method, spec, options)
+    check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
         check_save_folder(save_to)
@@ -184,6 +218,7 @@ def prune_run(
         "train split of the run's data",
         progress,
         compute,
+        options,
     )
     summary = {
         "checkpoint": str(checkpoint),
@@ -212,6 +247,7 @@ def _measured_sweep(
     calibration_source: str,
     progress: bool,
     device: torch.device | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], PruningReport | None, ModelT]:
     """The dense metrics and :func:`sweep`, as the summary entries both commands share."""
     dense = measure(model)
@@ -224,6 +260,7 @@ def _measured_sweep(
         calibration=calibration,
         progress=progress,
         device=device,
+        options=options,
     )
     summary = {
         "method": method,
@@ -236,6 +273,7 @@ def _measured_sweep(
         "options": report.options if report else {},
         "excluded": report.excluded if report else {},
         "notes": report.notes if report else [],
+        "caveats": [caveat for row in rows for caveat in row["caveats"]],
         "device": str(device or home_device(model)),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "saved": None,
@@ -261,6 +299,34 @@ def _measure(
         return evaluate_block_by_block(model, found[0], dataset, task, batch_size, device)
 
     return measure
+
+
+def _hf_measure(
+    loaded: Any, evaluation: Any, batch_size: int, device: torch.device | None, spec: MaskSpec
+) -> Callable[[nn.Module], dict[str, float]]:
+    """The metrics of a Hugging Face folder's model: its task's, or for a sentence encoder the
+    fidelity of its embeddings to the dense model's
+    (:mod:`convergent.commands.sentence_embeddings`), scored in memory on its own device."""
+    if loaded.kind != SENTENCE_EMBEDDING:
+        return _measure(evaluation.dataset, evaluation.task, batch_size, device, spec)
+    if device is not None and device != home_device(loaded.model):
+        raise ValueError(
+            f"a sentence encoder is scored in memory where it is loaded, on the CPU; leave out"
+            f" {option('device', str(device))}"
+        )
+    return embedding_fidelity(evaluation.dataset, pooling_mode(loaded.path), batch_size)
+
+
+def _report_writer(loaded: Any) -> Callable[[Path, dict[str, Any]], None]:
+    """Writes the report into the staging folder, and for a sentence encoder the folder's
+    sentence-transformers files beside it (so the pruned folder loads as the original did)."""
+
+    def write(staging: Path, summary: dict[str, Any]) -> None:
+        if loaded.kind == SENTENCE_EMBEDDING:
+            copy_sentence_transformers_files(loaded.path, staging)
+        write_pruning_report(staging, summary)
+
+    return write
 
 
 def _calibration_entry(
@@ -289,6 +355,7 @@ def prune_hf_folder(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     low_memory: bool = False,
+    statistics: str = "float64",
     progress: bool = False,
 ) -> dict[str, Any]:
     """Prune a ``save_pretrained`` folder one-shot at each sparsity, evaluated before and after.
@@ -321,6 +388,8 @@ def prune_hf_folder(
         low_memory: stream the blocks from the folder's safetensors files, one in memory at a
             time, and write each pruned block to ``save_to`` (one target, ``save_to``
             required; :mod:`convergent.commands.prune_streamed`).
+        statistics: the dtype Wanda's and SparseGPT's calibration statistics are gathered
+            and factorized in, ``"float64"`` or ``"float32"``.
         progress: progress bars over the blocks.
 
     Returns:
@@ -330,7 +399,9 @@ def prune_hf_folder(
     """
     spec = MaskSpec.given(spec)
     sparsities = resolve_targets(sparsities, spec)
-    check_one_shot(method, spec)
+    options = pruner_options_for(method, statistics)
+    check_one_shot(method, spec, options)
+    check_calibration_examples(calibration_examples)
     compute = check_device(device, dtype)
     if save_to is not None:
         check_save_folder(save_to)
@@ -351,6 +422,7 @@ def prune_hf_folder(
             device=compute,
             dtype=dtype,
             dense=(save or SaveOptions()).dense,
+            options=options,
             progress=progress,
         )
     loaded = load_hf_folder(path, dtype)
@@ -374,21 +446,21 @@ def prune_hf_folder(
     common, report, pruned = _measured_sweep(
         loaded.model,
         sparsities,
-        _measure(evaluation.dataset, evaluation.task, batch_size, compute, spec),
+        _hf_measure(loaded, evaluation, batch_size, compute, spec),
         spec,
         method,
         calibration,
         f"train split of {calibration_data or data}",
         progress,
         compute,
+        options,
     )
     summary = {
         **evaluation_summary(path, loaded, evaluation, max_length, seed),
         **common,
     }
     if save_to is not None and report is not None:
-        save_pruned(
-            Path(save_to), pruned, summary, write_pruning_report, save, tokenizer=loaded.tokenizer
-        )
+        save_pruned(Path(save_to), pruned, summary, _report_writer(loaded), save,
+                    tokenizer=loaded.tokenizer)  # fmt: skip
         logger.info("pruned model written to %s", save_to)
     return summary

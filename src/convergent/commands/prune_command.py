@@ -20,6 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``prune`` and its flags to ``commands``."""
     from convergent.commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
     from convergent.sparse import METHODS
+    from convergent.sparse.spec import STATISTICS_DTYPES
 
     parser = commands.add_parser(
         "prune",
@@ -70,6 +71,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         " --sparsity per call)",
     )
     calibration = parser.add_argument_group("Wanda and SparseGPT calibration")
+    calibration.add_argument(
+        "--statistics",
+        choices=tuple(STATISTICS_DTYPES),
+        default=DEFAULT_STATISTICS,
+        help="the dtype the calibration statistics (SparseGPT's Hessian and its Cholesky"
+        " factors, Wanda's input norms) are gathered and factorized in (default"
+        f" {DEFAULT_STATISTICS}: benchmarks/README.md has the measurements behind it)",
+    )
     calibration.add_argument(
         "--calibration-data",
         default=None,
@@ -133,6 +142,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+# The command line's statistics dtype; the library's functions keep float64, which the
+# studies' committed units were computed with.
+DEFAULT_STATISTICS = "float64"
+
+
 # Options of `prune` that only a Hugging Face folder takes: a run brings its own data.
 HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
 
@@ -159,6 +173,7 @@ def run(arguments: argparse.Namespace) -> int:
         "save": SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
         "device": arguments.device,
         "dtype": None if arguments.dtype is None else getattr(torch, arguments.dtype),
+        "statistics": arguments.statistics,
         "progress": True,
     }
     if arguments.calibration_examples is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from convergent.commands.compressed import check_save_folder
+from convergent.commands.compressed import check_save_folder, write_config_files
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
     HFFolderError,
@@ -30,10 +30,10 @@ from convergent.commands.hf_folders import (
     evaluation_summary,
     load_hf_folder,
     quiet_progress,
-    save_compressed_config,
 )
-from convergent.commands.pruned_folder import size_summary
+from convergent.commands.pruned_folder import NOT_BENCHED_STREAMED, size_summary
 from convergent.commands.pruning_report import write_pruning_report
+from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
 from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
@@ -45,6 +45,7 @@ from convergent.sparse.storage import (
     group_dims,
 )
 from convergent.train import calibration_batches, evaluate_block_by_block
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +68,13 @@ def prune_hf_folder_streamed(
     dtype: torch.dtype | None,
     dense: bool,
     progress: bool,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Prune the folder at ``path`` to its one target, streaming its blocks into ``save_to``.
 
     The arguments are :func:`~convergent.commands.prune.prune_hf_folder`'s (checked there);
-    ``device`` None is the CPU, ``dense`` writes ordinary shards.
+    ``device`` None is the CPU, ``dense`` writes ordinary shards, ``options`` are the
+    pruner's.
 
     Returns:
         The summary, as :func:`~convergent.commands.prune.prune_hf_folder` returns it, with
@@ -79,19 +82,25 @@ def prune_hf_folder_streamed(
     """
     if save_to is None:
         raise ValueError(
-            "low_memory writes the pruned model one block at a time; name the folder to write"
-            " it to (save_to, --save)"
+            f"{option('low_memory')} writes the pruned model one block at a time; name the"
+            f" folder to write it to with {option('save_to')}"
         )
     if len(sparsities) != 1:
         raise ValueError(
-            "low_memory prunes to one target per call (it never copies the model), got"
-            f" {len(sparsities)}: {', '.join(f'{t:g}' for t in sparsities)}"
+            f"{option('low_memory')} prunes to one target per call (it never copies the model),"
+            f" so give one {option('sparsity')}, got {len(sparsities)}:"
+            f" {', '.join(f'{t:g}' for t in sparsities)}"
         )
     compute = device or torch.device("cpu")
     loaded = load_hf_folder(path, dtype, streamed=True)
     streamed = loaded.streamed
     assert streamed is not None
     model = loaded.model
+    if loaded.kind == SENTENCE_EMBEDDING:
+        raise HFFolderError(
+            f"{option('low_memory')} scores a model by its task block by block; a sentence"
+            f" encoder's embeddings are scored in memory: leave out {option('low_memory')}"
+        )
     selected = spec.select(model).names
     found = find_blocks(model, selected)
     if found is None:
@@ -135,22 +144,20 @@ def prune_hf_folder_streamed(
         writer = DenseShards(staging) if dense else CompressedShards(staging, group_dims(model))
         writing = StreamedBlocks(streamed, prefix, writer)
         report = prune_one_shot(model, sparsities[0], spec=spec, method=method,
-                                calibration=calibration, device=compute, host=writing,
+                                calibration=calibration, options=options, device=compute, host=writing,
                                 keep_masks=False, progress=progress)  # fmt: skip
         writing.finish()
         # the evaluation reads the pruned blocks from the shards just written
         streamed.reader = SafetensorsReader(staging) if dense else CompressedReader(staging)
         pruned = measure()
+        write_config_files(staging, model, None if dense else COMPRESSED_INDEX)
         with quiet_progress():
-            if dense:
-                model.config.save_pretrained(staging)
-            else:
-                save_compressed_config(model.config, staging, COMPRESSED_INDEX)
             loaded.tokenizer.save_pretrained(staging)
         summary = _summary(path, loaded, evaluation, report, dense_metrics, pruned, max_length,
                            seed, calibrated, compute, streamed.dtype)  # fmt: skip
         summary["sizes"] = size_summary(staging, model, [row["name"] for row in report.layers])
         summary["saved"] = str(save_to)
+        summary["bench_skipped"] = NOT_BENCHED_STREAMED
         write_pruning_report(staging, summary)
         check_save_folder(save_to)
         if Path(save_to).exists():
@@ -188,6 +195,7 @@ def _summary(
                 "sparsity": report.sparsity,
                 "model_sparsity": report.pruned / max(report.total, 1),
                 **pruned,
+                "caveats": report.caveats,
             }
         ],
         "layers": report.layers,
@@ -195,6 +203,7 @@ def _summary(
         "options": report.options,
         "excluded": report.excluded,
         "notes": report.notes,
+        "caveats": report.caveats,
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
         "low_memory": True,

@@ -32,6 +32,13 @@ from convergent.sparse.storage import (
 )
 from convergent.train import resolve_checkpoint
 
+# Why a report has no speed and memory figures: left out when asked, or never measurable.
+NOT_BENCHED = "left out (prune --no-bench); `convergent bench FOLDER` measures them"
+NOT_BENCHED_STREAMED = (
+    "not measured: `--low-memory` never holds the whole model, and `convergent bench` loads it"
+    " whole; run `convergent bench FOLDER` on a machine where the model fits in memory"
+)
+
 
 @dataclass(frozen=True)
 class SaveOptions:
@@ -118,6 +125,8 @@ def save_pruned(
         if options.bench:
             summary["bench"] = bench(staging, threads=options.threads)
             summary["bench"]["source"] = str(folder)
+        else:
+            summary["bench_skipped"] = NOT_BENCHED
         summary["saved"] = str(final if not is_run else folder / _relative_checkpoint(staging))
         write_report(staging, summary)
 
@@ -172,6 +181,8 @@ def saved_markdown(summary: dict[str, Any]) -> list[str]:
             "",
             f"`{sizes['file']}` hold the weights dense ({sizes['file_bytes'] / MIB:.2f} MiB),"
             " readable by any tool.",
+            "",
+            *_speed_lines(summary),
         ]
     else:
         loading = (
@@ -198,11 +209,14 @@ def saved_markdown(summary: dict[str, Any]) -> list[str]:
             "compressed / dense": round(stored / max(dense, 1), 4),
         }
     )
-    lines = ["", "## Size on disk", "", loading, "", markdown_table(rows)]
+    return ["", "## Size on disk", "", loading, "", markdown_table(rows), *_speed_lines(summary)]
+
+
+def _speed_lines(summary: dict[str, Any]) -> list[str]:
+    """The report's speed and memory section: bench's figures, or why there are none."""
+    heading = "## Speed and memory: dense against sparse kernels"
     if summary.get("bench"):
-        lines += [
-            "## Speed and memory: dense against sparse kernels",
-            "",
-            format_bench(summary["bench"]),
-        ]
-    return lines
+        return [heading, "", format_bench(summary["bench"])]
+    if summary.get("bench_skipped"):
+        return [heading, "", f"Speed and memory figures {summary['bench_skipped']}."]
+    return []

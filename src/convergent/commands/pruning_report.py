@@ -15,12 +15,13 @@ from convergent.commands.pruned_folder import saved_lines, saved_markdown
 from convergent.io import write_text_atomically
 from convergent.report import layer_sparsity_table, markdown_table, plot_layer_sparsity
 
-METRICS = ("loss", "accuracy", "perplexity", "rmse")
+METRICS = ("loss", "accuracy", "perplexity", "rmse", "embedding_cosine")
 
 
 def headline_metric(metrics: dict[str, float]) -> str:
-    """The metric a summary leads with: perplexity, accuracy, RMSE, else the loss."""
-    for key in ("perplexity", "accuracy", "rmse"):
+    """The metric a summary leads with: perplexity, accuracy, RMSE, a sentence encoder's
+    embedding cosine to the dense model's, else the loss."""
+    for key in ("perplexity", "accuracy", "rmse", "embedding_cosine"):
         if key in metrics:
             return key
     return "loss"
@@ -65,6 +66,7 @@ def format_prune_summary(summary: dict[str, Any]) -> str:
         heading = f"checkpoint: {summary['checkpoint']} ({summary['task']}, validation split)"
     lines = [heading, "", markdown_table(metric_rows(summary))]
     lines += [f"left dense: {name}: {why}" for name, why in summary["excluded"].items()]
+    lines += [f"note: {caveat}" for caveat in summary.get("caveats", [])]
     if summary.get("block_sparsities"):
         values = summary["block_sparsities"].values()
         lines.append(f"OWL block sparsities: {min(values):.4f} to {max(values):.4f}")
@@ -113,6 +115,7 @@ def pruning_markdown(summary: dict[str, Any]) -> str:
         f"## {summary['metric'].capitalize()} against sparsity",
         "",
         markdown_table(metric_rows(summary)),
+        *[f"Note: {caveat}.\n" for caveat in summary.get("caveats", [])],
         "![pruning](pruning.png)",
         "",
     ]

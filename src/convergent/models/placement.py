@@ -20,6 +20,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from convergent.wording import option
+
 
 class BlockHost(Protocol):
     """Brings blocks to the compute device and back (see the module docstring)."""
@@ -126,19 +128,21 @@ def check_device(device: str | torch.device | None, dtype: torch.dtype | None = 
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(
-            f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} ({error})"
+            f"{option('device')} must be cpu, cuda or cuda:N, got {device!r} ({error})"
         ) from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {str(device)!r} was asked for, but this machine has no CUDA")
+            raise ValueError(
+                f"{option('device', str(device))} was asked for, but this machine has no CUDA"
+            )
         index = resolved.index or 0
         if index >= torch.cuda.device_count():
             raise ValueError(
-                f"device {str(device)!r} does not exist: this machine has"
+                f"{option('device', str(device))} does not exist: this machine has"
                 f" {torch.cuda.device_count()} CUDA device(s)"
             )
     elif resolved.type not in ("cpu", "mps", "xpu"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {str(device)!r}")
+        raise ValueError(f"{option('device')} must be cpu, cuda or cuda:N, got {str(device)!r}")
     if dtype is not None:
         check_dtype_on(resolved, dtype)
     return resolved
@@ -152,8 +156,8 @@ def check_dtype_on(device: torch.device, dtype: torch.dtype) -> None:
     except (RuntimeError, TypeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(
-            f"dtype {str(dtype).removeprefix('torch.')} cannot be computed on {device}"
-            f" ({reason}); choose float32"
+            f"{option('dtype', str(dtype).removeprefix('torch.'))} cannot be computed on"
+            f" {device} ({reason}); choose float32"
         ) from None
 
 

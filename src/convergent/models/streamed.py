@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from convergent.io import make_readable
 from convergent.models.placement import outside_on
 
 SINGLE_FILE = "model.safetensors"
@@ -160,7 +161,15 @@ class StreamedModel:
         self.dtype = dtype or files.stored_dtype()
         with init_empty_weights():
             self.model: nn.Module = auto_class.from_config(config, dtype=self.dtype)
+        # from_config leaves the tie to from_pretrained: tie now, so that a tied LM head is
+        # one parameter (pruned, counted and left dense once, as in memory)
+        self._tie()
         self.model.eval()
+
+    def _tie(self) -> None:
+        tie = getattr(self.model, "tie_weights", None)
+        if callable(tie):
+            tie()
 
     def read(self, names: list[str]) -> dict[str, Tensor]:
         """The stored tensors ``names``, in :attr:`dtype` (floating ones), on the CPU."""
@@ -207,9 +216,7 @@ class StreamedModel:
         stored = self.read([name for name in outside if name in stored_names])
         for name, value in stored.items():
             set_module_tensor_to_device(self.model, name, "cpu", value=value)
-        tie = getattr(self.model, "tie_weights", None)
-        if callable(tie):
-            tie()
+        self._tie()
         empty = [
             name
             for name, parameter in self.model.named_parameters()
@@ -237,6 +244,7 @@ class StreamedModel:
         for name, _ in list(self.model.named_parameters(remove_duplicate=False)):
             if not name.startswith(f"{block_prefix}."):
                 set_module_tensor_to_device(self.model, name, "meta")
+        self._tie()  # each name got its own meta tensor: one parameter again
 
 
 def _joined(prefix: str, name: str) -> str:
@@ -291,6 +299,7 @@ class DenseShards:
                 tensors[name] = tensor.to("cpu").contiguous()
         partial = self.folder / f".{file}.partial"
         save_file(tensors, str(partial), metadata={"format": "pt"})
+        make_readable(partial)
         os.replace(partial, self.folder / file)
         self.weight_map.update(dict.fromkeys(tensors, file))
 

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from convergent.sparse.spec import MaskSpec
 from convergent.sparse.topk import count_to_prune, keep_largest
+from convergent.wording import option
 
 
 class Masks:
@@ -148,7 +149,7 @@ def check_sparsity(sparsity: float) -> float:
     leaves nothing to train or to rank, so masks refuse it."""
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(
-            f"sparsity must be in [0, 1), got {sparsity}"
+            f"{option('sparsity')} must be in [0, 1), got {sparsity}"
             + (" (1 would prune every weight)" if sparsity == 1.0 else "")
         )
     return sparsity

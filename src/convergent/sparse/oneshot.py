@@ -32,8 +32,12 @@ from convergent.sparse.calibration import LayerPruned
 from convergent.sparse.masks import Masks, check_sparsity, magnitude_masks
 from convergent.sparse.pruners import Pruner, make_pruner, pruner_options
 from convergent.sparse.spec import MaskSpec
+from convergent.wording import option
 
 logger = logging.getLogger(__name__)
+
+# How far the pruned layers' share of zeros may fall from the target without a caveat.
+SPARSITY_SLACK = 0.005
 
 
 @dataclass
@@ -55,6 +59,8 @@ class PruningReport:
             seconds.
         options: the pruner's options (e.g. SparseGPT's block size and damping).
         block_sparsities: OWL's sparsity of each block (block index -> sparsity).
+        caveats: why the result differs from what was asked (a sparsity reached more than
+            :data:`SPARSITY_SLACK` from the target), one sentence each.
     """
 
     masks: Masks
@@ -70,6 +76,7 @@ class PruningReport:
     layers: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     block_sparsities: dict[int, float] = field(default_factory=dict)
+    caveats: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         """The report without the masks, ready for JSON."""
@@ -86,6 +93,7 @@ class PruningReport:
             "block_sparsities": {str(k): v for k, v in self.block_sparsities.items()},
             "excluded": dict(self.excluded),
             "notes": list(self.notes),
+            "caveats": list(self.caveats),
             "layers": [dict(layer) for layer in self.layers],
         }
 
@@ -96,8 +104,9 @@ def check_one_shot(method: str, spec: MaskSpec, options: Mapping[str, Any] | Non
     pruner = make_pruner(method, options)
     if spec.distribution == "global" and pruner.calibrated:
         raise ValueError(
-            f"{method} prunes every layer on its own; distribution 'global' is for magnitude"
-            " pruning only (use 'uniform' or 'owl')"
+            f"{method} prunes every layer on its own; {option('distribution', 'global')} is for"
+            f" magnitude pruning only (use {option('distribution', 'uniform')} or"
+            f" {option('distribution', 'owl')})"
         )
     return pruner
 
@@ -149,6 +158,8 @@ def prune_one_shot(
         why = f"method {method!r}" if pruner.calibrated else "distribution 'owl'"
         raise ValueError(f"{why} needs calibration batches; magnitude alone needs none")
     selection = spec.select(model)
+    # counted before a streaming host swaps parameters in and out (a tied weight once)
+    total = sum(parameter.numel() for parameter in model.parameters())
     for note in selection.notes():
         logger.info("%s", note)
     start = time.perf_counter()
@@ -193,13 +204,20 @@ def prune_one_shot(
     ]
     prunable = sum(record.entries for record in records)
     pruned = sum(record.zeros for record in records)
+    parameters = dict(model.named_parameters())
+    widths = [
+        int(parameters[name].shape[selection.input_dims.get(name, 1)])
+        for name in selection.names
+        if parameters[name].ndim >= 2
+    ]
+    caveat = rounding_caveat(sparsity, pruned / max(prunable, 1), method, spec, widths)
     return PruningReport(
         masks=masks,
         target=sparsity,
         sparsity=pruned / max(prunable, 1),
         prunable=prunable,
         pruned=pruned,
-        total=sum(parameter.numel() for parameter in model.parameters()),
+        total=total,
         excluded=dict(selection.excluded),
         notes=selection.notes(),
         method=method,
@@ -207,6 +225,36 @@ def prune_one_shot(
         layers=layers,
         options=pruner_options(pruner),
         block_sparsities=block_sparsities,
+        caveats=[caveat] if caveat else [],
+    )
+
+
+def rounding_caveat(
+    target: float, reached: float, method: str, spec: MaskSpec, widths: list[int]
+) -> str | None:
+    """Why the pruned layers' share of zeros is more than :data:`SPARSITY_SLACK` from the
+    target (None when it is not): each layer prunes a whole number of weights per row
+    (Wanda: ``int(in * s)``, the authors' count) or per group it thresholds, which at a few
+    dozen inputs a row moves its share by up to ``1 / in``.
+
+    Args:
+        target: the sparsity asked for.
+        reached: the pruned layers' share of zeros.
+        method: the pruner's name.
+        spec: the mask spec (N:M prunes exactly 1 - N/M: no caveat).
+        widths: each pruned layer's inputs per row.
+    """
+    if abs(reached - target) <= SPARSITY_SLACK or spec.n_m is not None or not widths:
+        return None
+    narrowest = max(min(widths), 1)
+    where = "in each row" if method == "wanda" else "in each group it thresholds"
+    owl = ""
+    if spec.distribution == "owl":
+        owl = " (around OWL's block targets, whose mean is the target)"
+    return (
+        f"the pruned layers reached {reached:.4f}, not the target {target:g}: {method} prunes a"
+        f" whole number of weights {where}{owl}, and a row of {narrowest} inputs moves a"
+        f" layer's share by up to 1/{narrowest} = {1 / narrowest:.4f}"
     )
 
 

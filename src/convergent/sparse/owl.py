@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from convergent.wording import option
+
 
 def outlier_ratio(scores: Sequence[Tensor], m: float) -> float:
     """The share of ``scores`` (all of one block's, pooled) above ``m`` times their mean.
@@ -70,8 +72,8 @@ def owl_sparsities(
     outside = [value for value in result if not 0 <= value < 1]
     if outside:
         raise ValueError(
-            f"OWL at sparsity {sparsity} and owl_lmbda {lmbda} would give a block the sparsity"
-            f" {outside[0]:.4f}, outside [0, 1); lower owl_lmbda or move the target away from"
-            " 0 and 1"
+            f"OWL at {option('sparsity', sparsity)} and {option('owl_lmbda', lmbda)} would give a"
+            f" block the sparsity {outside[0]:.4f}, outside [0, 1); lower {option('owl_lmbda')}"
+            f" or move {option('sparsity')} away from 0 and 1"
         )
     return result

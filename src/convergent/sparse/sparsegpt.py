@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from convergent.sparse.masks import check_sparsity
-from convergent.sparse.spec import check_n_m_fits
+from convergent.sparse.spec import STATISTICS_DTYPES, check_n_m_fits, check_statistics
 from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
 
 logger = logging.getLogger(__name__)
@@ -57,15 +57,16 @@ logger = logging.getLogger(__name__)
 DAMPING_RETRIES = 3
 
 
-def hessian(inputs: Tensor) -> Tensor:
-    """``X^T X`` over the tokens of one batch (float64, [in, in]); batches add up.
+def hessian(inputs: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``X^T X`` over the tokens of one batch ([in, in]); batches add up.
 
     Args:
         inputs: calibration inputs [..., in] (every leading dimension counts as tokens).
+        dtype: the dtype it is computed and summed in (:data:`STATISTICS_DTYPES`).
     """
     if inputs.ndim < 1:
         raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
-    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(torch.float64)
+    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(dtype)
     return features.T @ features
 
 
@@ -78,6 +79,7 @@ def sparsegpt_prune(
     damping: float = 0.01,
     per_row: bool = False,
     float64_updates: bool = False,
+    statistics_dtype: torch.dtype = torch.float64,
 ) -> tuple[Tensor, Tensor]:
     """Prune one weight matrix with SparseGPT (see the module docstring for the update rule).
 
@@ -95,6 +97,8 @@ def sparsegpt_prune(
             row) instead of over the whole block, as the authors do.
         float64_updates: run the column loop in float64 whatever the weights' dtype (this
             library before issue 48); False: in the wider of float32 and the weights' dtype.
+        statistics_dtype: the dtype of the damped Hessian's factorizations (float64, or
+            float32 as the authors' code and llm-compressor do).
 
     Returns:
         ``(new_weight, keep_mask)``: the pruned and updated weight in ``weight``'s dtype (pruned
@@ -122,7 +126,7 @@ def sparsegpt_prune(
 
     work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
     w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
-    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping)
+    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping, statistics_dtype)
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, block_size):
         stop = min(start + block_size, columns)
@@ -171,7 +175,9 @@ def _unstructured_keep(scores: Tensor, sparsity: float, per_row: bool) -> Tensor
     return scores > threshold
 
 
-def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) -> Tensor:
+def _inverse_cholesky_factor(
+    hessian: Tensor, weight: Tensor, damping: float, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """The upper Cholesky factor of the damped ``H^-1``; zeroes ``weight``'s dead columns.
 
     A damping that leaves ``H`` (or its inverse) without a Cholesky factor is raised tenfold, up
@@ -179,7 +185,7 @@ def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) ->
     # One [in, in] matrix beside ``hessian``: a column-major (LAPACK's order) float64 copy
     # that the Cholesky factorization, the inverse and the second factorization each
     # overwrite in place (given a row-major matrix, each would copy it first).
-    diagonal = hessian.diagonal().to(torch.float64, copy=True)  # never the caller's
+    diagonal = hessian.diagonal().to(dtype, copy=True)  # never the caller's
     dead = diagonal == 0
     diagonal[dead] = 1.0
     weight[:, dead] = 0.0
@@ -187,7 +193,7 @@ def _inverse_cholesky_factor(hessian: Tensor, weight: Tensor, damping: float) ->
     columns = hessian.shape[0]
     tries = [damping * 10**attempt for attempt in range(DAMPING_RETRIES + 1 if damping else 1)]
     factor = torch.empty_strided(
-        (columns, columns), (1, columns), dtype=torch.float64, device=hessian.device
+        (columns, columns), (1, columns), dtype=dtype, device=hessian.device
     )
     info = torch.zeros((), dtype=torch.int32, device=hessian.device)
     for attempt, current in enumerate(tries):
@@ -231,6 +237,8 @@ class SparseGPT:
             issue 48) instead of over the whole block (the authors' rule).
         float64_updates: run the column loop in float64 whatever the weights' dtype (this
             library before issue 48; 1.0-1.6x slower on a CPU than float32).
+        statistics: the dtype of the Hessian and its factorizations, ``"float64"`` (the
+            default, which the studies' units were computed with) or ``"float32"``.
     """
 
     name: ClassVar[str] = "sparsegpt"
@@ -239,16 +247,18 @@ class SparseGPT:
     damping: float = 0.01
     per_row: bool = False
     float64_updates: bool = False
+    statistics: str = "float64"
 
     def __post_init__(self) -> None:
+        check_statistics(self.statistics)
         if not (isinstance(self.block_size, int) and self.block_size >= 1):
             raise ValueError(f"block_size must be an integer >= 1, got {self.block_size}")
         if not (math.isfinite(self.damping) and self.damping >= 0):
             raise ValueError(f"damping must be a finite number >= 0, got {self.damping}")
 
     def statistic(self, inputs: Tensor) -> Tensor:
-        """``X^T X`` over one batch's tokens (float64; batches add up)."""
-        return hessian(inputs)
+        """``X^T X`` over one batch's tokens (in ``statistics``; batches add up)."""
+        return hessian(inputs, STATISTICS_DTYPES[self.statistics])
 
     def prune(
         self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
@@ -263,4 +273,5 @@ class SparseGPT:
             self.damping,
             self.per_row,
             self.float64_updates,
+            STATISTICS_DTYPES[self.statistics],
         )

@@ -16,9 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from convergent.sparse.selection import Selection, select_prunable
+from convergent.wording import option
 
 DISTRIBUTIONS = ("global", "uniform", "owl")
 PATTERNS = ("unstructured", "n:m")
@@ -33,7 +35,23 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
         n, m = int(parts[0]), int(parts[1])
         if 1 <= n <= m:
             return n, m
-    raise ValueError(f"pattern must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}")
+    raise ValueError(
+        f"{option('pattern')} must be 'unstructured' or 'N:M' with 1 <= N <= M, got {pattern!r}"
+    )
+
+
+# The dtypes the calibration statistics may be gathered and factorized in, by name.
+STATISTICS_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def check_statistics(statistics: str) -> str:
+    """``statistics`` if it names one of :data:`STATISTICS_DTYPES`, else one ValueError."""
+    if statistics not in STATISTICS_DTYPES:
+        raise ValueError(
+            f"{option('statistics')} must be one of {', '.join(STATISTICS_DTYPES)}, got"
+            f" {statistics!r}"
+        )
+    return statistics
 
 
 def as_n_m(pattern: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -99,18 +117,20 @@ class MaskSpec:
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(
-                f"distribution must be one of {DISTRIBUTIONS}, got {self.distribution!r}"
+                f"{option('distribution')} must be one of {DISTRIBUTIONS}, got"
+                f" {self.distribution!r}"
             )
         object.__setattr__(self, "_n_m", parse_pattern(self.pattern))
         if self.distribution == "owl" and self.n_m is not None:
             raise ValueError(
-                f"distribution 'owl' allocates unstructured sparsity; it cannot be combined with"
-                f" the N:M pattern {self.pattern!r} (use pattern='unstructured')"
+                f"{option('distribution', 'owl')} allocates unstructured sparsity; it cannot be"
+                f" combined with the N:M pattern {self.pattern!r} (use"
+                f" {option('pattern', 'unstructured')})"
             )
         if not (math.isfinite(self.owl_m) and self.owl_m > 0):
-            raise ValueError(f"owl_m must be a finite number > 0, got {self.owl_m}")
+            raise ValueError(f"{option('owl_m')} must be a finite number > 0, got {self.owl_m}")
         if not (math.isfinite(self.owl_lmbda) and 0 <= self.owl_lmbda < 0.5):
-            raise ValueError(f"owl_lmbda must be in [0, 0.5), got {self.owl_lmbda}")
+            raise ValueError(f"{option('owl_lmbda')} must be in [0, 0.5), got {self.owl_lmbda}")
         if isinstance(self.exclude, str):  # a lone string would exclude by its characters
             raise ValueError(
                 f"exclude must be a tuple of name substrings, got the string {self.exclude!r}"

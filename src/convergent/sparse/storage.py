@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from convergent.io import make_readable
 from convergent.sparse.encoding import N_M, EncodingError, decode_tensor, encode_tensor
 from convergent.sparse.selection import is_conv1d
 
@@ -146,6 +147,7 @@ def write_compressed_file(
     os.close(descriptor)
     try:
         save_file(stored, temporary, metadata={HEADER_KEY: json.dumps(header)})
+        make_readable(temporary)
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -172,6 +174,7 @@ def write_compressed_index(folder: str | Path, shards: Mapping[str, Mapping[str,
     index = {"format": FORMAT, "version": FORMAT_VERSION, "metadata": {}, "weight_map": weight_map}
     path = Path(folder) / COMPRESSED_INDEX
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    make_readable(descriptor)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(json.dumps(index, indent=1) + "\n")
         handle.flush()

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from convergent.sparse.masks import check_sparsity
-from convergent.sparse.spec import check_n_m_fits
+from convergent.sparse.spec import STATISTICS_DTYPES, check_n_m_fits, check_statistics
 from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
 
 # How many weights of a row of ``in`` inputs a sparsity prunes: "down" is the authors'
@@ -39,19 +39,20 @@ from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
 ROUNDINGS = ("down", "nearest")
 
 
-def input_squared_norms(inputs: Tensor) -> Tensor:
+def input_squared_norms(inputs: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """The squared norm of every input feature over the tokens of one batch, ready to be summed.
 
     Args:
         inputs: calibration inputs [..., in] (every leading dimension counts as tokens).
+        dtype: the dtype they are summed in (float64, or float32).
 
     Returns:
-        ``sum over tokens of x_j^2`` as float64, shape [in]; sums over batches add up to the
+        ``sum over tokens of x_j^2`` in ``dtype``, shape [in]; sums over batches add up to the
         whole set's, and :func:`norms_from_squares` turns them into ``||X_j||_2``.
     """
     if inputs.ndim < 1:
         raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
-    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(torch.float64)
+    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(dtype)
     return features.square().sum(dim=0)
 
 
@@ -132,19 +133,23 @@ class Wanda:
     Attributes:
         rounding: how many weights a row loses (see :data:`ROUNDINGS`): ``"down"``, the
             authors' ``int(in * sparsity)``, or ``"nearest"``.
+        statistics: the dtype the input norms are summed in, ``"float64"`` (the default,
+            which the studies' units were computed with) or ``"float32"``.
     """
 
     name: ClassVar[str] = "wanda"
     calibrated: ClassVar[bool] = True
     rounding: str = "down"
+    statistics: str = "float64"
 
     def __post_init__(self) -> None:
+        check_statistics(self.statistics)
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
 
     def statistic(self, inputs: Tensor) -> Tensor:
         """The squared norm of every input feature over one batch's tokens (they add up)."""
-        return input_squared_norms(inputs)
+        return input_squared_norms(inputs, STATISTICS_DTYPES[self.statistics])
 
     def prune(
         self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None

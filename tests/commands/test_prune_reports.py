@@ -77,9 +77,12 @@ def test_low_memory_writes_what_the_in_memory_save_writes(gpt2_folder, tmp_path)
     prune_hf_folder(gpt2_folder, (0.5,), save_to=tmp_path / "a", **OPTIONS)
     prune_hf_folder(gpt2_folder, (0.5,), save_to=tmp_path / "b", low_memory=True, **OPTIONS)
     for name in ("config.json", "generation_config.json"):
-        assert json.loads((tmp_path / "b" / name).read_text()) == json.loads(
-            (tmp_path / "a" / name).read_text()
-        ), name
+        written = [json.loads((tmp_path / out / name).read_text()) for out in ("a", "b")]
+        # each names its own compressed weights (one file in memory, shards when streamed)
+        for out, config in zip(("a", "b"), written, strict=True):
+            weights = config.pop("quantization_config", {}).get("weights")
+            assert name != "config.json" or (tmp_path / out / weights).is_file(), (out, weights)
+        assert written[1] == written[0], name
     report = (tmp_path / "b" / "pruning.md").read_text()
     section = report.split("## Speed and memory")[1]
     assert "never holds the whole model" in section and "convergent bench" in section
@@ -100,7 +103,9 @@ def test_bench_counts_the_layers_prune_counts_and_warns_once(bfloat16_llama_fold
     # the untied LM head (left dense) and the embedding are not among the pruned layers
     assert result["dtype"] == "bfloat16"
     assert result["sparsity"] == pytest.approx(summary["rows"][0]["sparsity"], abs=1e-12)
-    missing = [r.getMessage() for r in caplog.records if "no CSR or BSR" in r.getMessage()]
+    # at 50 % bfloat16 no kernel is tried (CSR and BSR take no bfloat16; the decode kernel's
+    # bytes gain is under its floor): said once, not once per length
+    missing = [r.getMessage() for r in caplog.records if "fewer bytes than dense" in r.getMessage()]
     assert len(missing) == 1, missing
 
 

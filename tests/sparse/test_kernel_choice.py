@@ -18,7 +18,7 @@ class _LayoutTimer:
         self.timed: list[str] = []
 
     def __call__(self, calls):
-        layouts = [getattr(call.func, "layout", "dense") for call in calls]
+        layouts = [str(call.layout) for call in calls]
         self.timed += layouts
         return [list(self.samples[layout]) for layout in layouts]
 

@@ -56,14 +56,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from scipy import stats
 
 from convergent.studies.framework.numbers import finite_or_none, format_interval, format_number
-
-if TYPE_CHECKING:
-    from convergent.studies.framework.family import FamilyTest
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "untested")
 PREVIEW_BELOW = 3
@@ -231,6 +228,40 @@ def decide(
     if high_end < low or low_end > high:
         return "not reproduced"
     return "inconclusive"
+
+
+ALPHA = (1 - CONFIDENCE) / 2  # the one-sided level of each bound a 95 % interval tests
+
+
+@dataclass(frozen=True)
+class FamilyTest:
+    """A claim's test within its family.
+
+    Attributes:
+        family: the family's name (the study part).
+        size: how many tested claims the family holds.
+        p_value: the claim's decisive p-value (see the module docstring).
+        adjusted: Holm's adjusted p-value over the family.
+    """
+
+    family: str
+    size: int
+    p_value: float
+    adjusted: float
+
+    @property
+    def holds(self) -> bool:
+        """Whether the claim's decision survives Holm's adjustment at ``ALPHA``."""
+        return self.adjusted <= ALPHA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "size": self.size,
+            "p_value": self.p_value,
+            "adjusted": self.adjusted,
+            "holds": self.holds,
+        }
 
 
 @dataclass(frozen=True)

@@ -29,46 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from scipy import stats
 
-from convergent.studies.framework.claims import CONFIDENCE, Claim
+from convergent.studies.framework.claims import ALPHA, Claim, FamilyTest
 
-ALPHA = (1 - CONFIDENCE) / 2  # the one-sided level of each bound a 95 % interval tests
 DECIDED = ("reproduced", "not reproduced")
-
-
-@dataclass(frozen=True)
-class FamilyTest:
-    """A claim's test within its family.
-
-    Attributes:
-        family: the family's name (the study part).
-        size: how many tested claims the family holds.
-        p_value: the claim's decisive p-value (see the module docstring).
-        adjusted: Holm's adjusted p-value over the family.
-    """
-
-    family: str
-    size: int
-    p_value: float
-    adjusted: float
-
-    @property
-    def holds(self) -> bool:
-        """Whether the claim's decision survives Holm's adjustment at ``ALPHA``."""
-        return self.adjusted <= ALPHA
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "size": self.size,
-            "p_value": self.p_value,
-            "adjusted": self.adjusted,
-            "holds": self.holds,
-        }
 
 
 def family_of(key: str, families: Mapping[str, str]) -> str:

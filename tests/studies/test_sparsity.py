@@ -29,7 +29,6 @@ from convergent.studies.sparsity import (
     pruned_score_of_good_dense,
 )
 from convergent.studies.sparsity import runs as sparsity_runs
-from convergent.studies.sparsity.runs import LanguageJob, VisionJob
 from convergent.train import load_checkpoint
 from tests.conftest import RefusingTestSplit, assert_drawn_figure
 from tests.studies.sparsity_payload import design4_payload
@@ -206,17 +205,17 @@ def test_selection_runs_never_touch_the_test_split(monkeypatch):
         sparsity_runs, "vision_data", lambda *a: (splits, train, validation, RefusingTestSplit())
     )
     point = {"lr": 2e-3, "alpha": 50.0}
-    unit = sparsity_runs.vision_unit(VisionJob(config, "horst", point, 0, 0.9, final=False))
+    unit = sparsity_runs.vision_unit(config, "horst", point, 0, 0.9, False)
     assert "test_accuracy" not in unit and 0.0 <= unit["validation_accuracy"] <= 1.0
     with pytest.raises(AssertionError, match="read the test split"):
-        sparsity_runs.vision_unit(VisionJob(config, "horst", point, 1, 0.9, final=True))
+        sparsity_runs.vision_unit(config, "horst", point, 1, 0.9, True)
     lm_splits, lm_validation, _ = sparsity_runs.language_data(
         config.lm_seq_len, config.lm_validation_windows, config.lm_test_windows
     )
     monkeypatch.setattr(
         sparsity_runs, "language_data", lambda *a: (lm_splits, lm_validation, RefusingTestSplit())
     )
-    lm_unit = sparsity_runs.language_unit(LanguageJob(config, "horst", point, 0, final=False))
+    lm_unit = sparsity_runs.language_unit(config, "horst", point, 0, False)
     assert lm_unit["split"] == "validation"
 
 
@@ -611,57 +610,6 @@ def test_prune_a_run_folder_and_save_a_sparse_checkpoint(tmp_path):
     assert "| dense |" in text and "pruned checkpoint:" in text and "head.weight" in text
     with pytest.raises(ValueError, match=r"sparsity must be in \[0, 1\), got 2.0"):
         prune_run(tmp_path / "run", (2.0,))
-
-
-@dataclasses.dataclass(frozen=True)
-class _FakeJob:
-    name: str
-    point: tuple[tuple[str, float], ...]
-
-    def unit(self) -> dict:
-        return {"name": self.name, **dict(self.point)}
-
-
-def _fake_unit(job: _FakeJob) -> dict:
-    point = dict(job.point)
-    # AdamW's best lr is 2e-2, beyond its declared grid; HORST's best alpha is inside.
-    best = {"adamw": {"lr": 2e-2, "weight_decay": 0.1}, "horst": {"lr": 4e-3, "alpha": 10.0}}
-    score = -sum(abs(math.log(point[k] / v)) for k, v in best[job.name].items())
-    return {"validation_accuracy": score}
-
-
-@pytest.mark.parametrize("rounds", [0, 1, 2, 3])
-def test_selections_on_an_edge_extend_every_grid_equally(tmp_path, rounds):
-    from convergent.studies.framework import UnitCache
-    from convergent.studies.sparsity.selection import select_on_validation
-
-    config = dataclasses.replace(
-        Config.for_mode("smoke"), extension_rounds=rounds, workers=1,
-        optimizers=("adamw", "horst"),
-        adamw_lrs=(2e-3, 4e-3, 8e-3), adamw_weight_decays=(0.01, 0.1),
-        horst_lrs=(2e-3, 4e-3, 8e-3), horst_alphas=(3.0, 10.0),
-    )  # fmt: skip
-    cache = UnitCache(tmp_path, "toy", {"rounds": rounds}, design=1)
-    tunings = select_on_validation(
-        config,
-        config.grids(),
-        lambda name, point: _FakeJob(name, tuple(sorted(point.items()))),
-        _fake_unit,
-        lambda _: lambda unit: unit["validation_accuracy"],
-        True,
-        "validation accuracy",
-        cache,
-        lambda line: None,
-    )
-    adamw, horst = tunings["adamw"], tunings["horst"]
-    # Each round adds one point per axis to both grids while AdamW's lr sits on the edge:
-    # 8e-3 -> 1.6e-2 (still the edge) -> 3.2e-2 (now 1.6e-2 is inside, and extension stops).
-    used = min(rounds, 2)
-    assert len(adamw.points) == len(horst.points) == 6 + 2 * used
-    expected_lr = {0: 8e-3, 1: 1.6e-2, 2: 1.6e-2, 3: 1.6e-2}[rounds]
-    assert adamw.selected_point == {"lr": expected_lr, "weight_decay": 0.1}
-    assert horst.selected_point == {"lr": 4e-3, "alpha": 10.0}
-    assert ("lr" in adamw.on_edge) == (rounds < 2)
 
 
 def test_the_full_regime_is_the_one_the_committed_pilot_used():

@@ -219,13 +219,12 @@ def test_a_selection_run_never_reads_the_test_split(monkeypatch):
     refusing = finetune_runs.SentenceData(data.train, data.validation, RefusingTestSplit())
     monkeypatch.setattr(finetune_runs, "sentence_data", lambda *a: refusing)
     point = {"lr": 1e-4, "strength": 1.0}
-    job = finetune_runs.FinetuneJob(config, "horst", point, 0, final=False)
     threads = torch.get_num_threads()
     try:
-        unit = finetune_runs.finetune_unit(job)
+        unit = finetune_runs.finetune_unit(config, "horst", point, 0, False)
         assert set(unit["validation_accuracy"]) == {"dense", LABEL} and "correct" not in unit
         with pytest.raises(AssertionError, match="read the test split"):
-            finetune_runs.finetune_unit(dataclasses.replace(job, final=True, seed=1))
+            finetune_runs.finetune_unit(config, "horst", point, 1, True)
     finally:
         torch.set_num_threads(threads)
 

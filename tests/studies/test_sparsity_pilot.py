@@ -33,10 +33,10 @@ def _fake_runs(monkeypatch, accuracies):
     function of (lr, weight decay, sparsity)."""
     seen = []
 
-    def fake(job):
-        regime = (job.config.vit_d_model, job.config.vit_steps)
-        seen.append((regime, job.point["lr"], job.point["weight_decay"], job.sparsity, job.seed))
-        score = accuracies[regime](job.point["lr"], job.point["weight_decay"], job.sparsity)
+    def fake(config, optimizer, point, seed, sparsity, final):
+        regime = (config.vit_d_model, config.vit_steps)
+        seen.append((regime, point["lr"], point["weight_decay"], sparsity, seed))
+        score = accuracies[regime](point["lr"], point["weight_decay"], sparsity)
         return {"validation_accuracy": score, "seconds": 1.0}
 
     monkeypatch.setattr(pilot, "timed_vision_unit", fake)
@@ -101,10 +101,9 @@ def test_the_pilots_cache_finds_its_committed_units():
     # The pilot keeps its own unit design and leaves the LM-only fields added after its units
     # were stored out of their key: its first candidate's 12 grid points and dense run, committed
     # in docs/results/pilots/sparsity-design3/, must still be found (not recomputed).
-    import dataclasses
     from pathlib import Path
 
-    from convergent.studies.sparsity.runs import VisionJob
+    from convergent.studies.sparsity.runs import vision_run
 
     out = (
         Path(__file__).resolve().parents[2] / "docs/results/pilots/sparsity-design3/sparsity-pilot"
@@ -112,7 +111,7 @@ def test_the_pilots_cache_finds_its_committed_units():
     config = pilot.pilot_config(pilot.PILOT_REGIMES[0])
     cache = pilot.pilot_cache(out, config)
     sparse = [
-        VisionJob(config, "adamw", point, pilot.PILOT_SEED, pilot.PILOT_SPARSITY, final=False)
+        (point, vision_run(config, "adamw", point, pilot.PILOT_SEED, pilot.PILOT_SPARSITY, False))
         for point in (
             {"lr": lr, "weight_decay": weight_decay}
             for lr in pilot.PILOT_ADAMW_LRS
@@ -122,9 +121,11 @@ def test_the_pilots_cache_finds_its_committed_units():
 
     # The files were keyed under the numbers of the Intel Xeon that computed them (commit
     # b4d0c59); another CPU's fingerprint keys other files, so the lookup names theirs.
-    def stored(job: VisionJob) -> bool:
-        return (cache.folder / f"{cache.key(job.unit(), numerics=COMMITTED_NUMERICS)}.pt").is_file()
+    def stored(unit: dict) -> bool:
+        return (cache.folder / f"{cache.key(unit, numerics=COMMITTED_NUMERICS)}.pt").is_file()
 
-    assert all(stored(job) for job in sparse)
-    dense = [dataclasses.replace(job, sparsity=None) for job in sparse]
-    assert sum(stored(job) for job in dense) == 1  # at the selected point only
+    assert all(stored(run.key) for _, run in sparse)
+    dense = [
+        vision_run(config, "adamw", point, pilot.PILOT_SEED, None, False).key for point, _ in sparse
+    ]
+    assert sum(stored(key) for key in dense) == 1  # at the selected point only

@@ -13,17 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.framework import UnitCache, json_ready, run_jobs
+from convergent.studies.engine import Selection, run_finals, run_units, select
+from convergent.studies.framework import UnitCache, json_ready
 from convergent.studies.sparsity.finetune_config import (
     CRITERION,
-    OPTIMIZERS,
     READOUT,
     SELECTABLE_MOVE_RATIO,
     SELECTION_VARIANT,
     FinetuneConfig,
 )
-from convergent.studies.sparsity.finetune_runs import FinetuneJob, finetune_unit
-from convergent.studies.sparsity.selection import select_on_validation, selections_record
+from convergent.studies.sparsity.finetune_runs import finetune_run
+from convergent.studies.sparsity.selection import selections_record
 
 # The design of part (c)'s units: raise it when its own code would compute other numbers for
 # the same config (the library's numbers are fingerprinted).
@@ -54,28 +54,28 @@ def finetune_part(
         ``readout``, ``runs``: each optimizer's final records in seed order, ``variants``,
         ``sentences``), plus ``tunings`` (the selection objects, not stored).
     """
-    tunings = select_on_validation(
-        config,
+    selection = Selection(
         config.grids(),
-        lambda name, point: FinetuneJob(config, name, point, config.selection_seed, final=False),
-        finetune_unit,
+        lambda name, point: finetune_run(config, name, point, config.selection_seed, False),
         lambda _: selection_score,
         True,
         CRITERION,
-        cache,
-        lambda line: log(f"(c) {line}"),
+        extension_rounds=config.extension_rounds,
     )
-    readout_job = FinetuneJob(config, READOUT, {}, config.selection_seed, final=False)
-    finals = [
-        FinetuneJob(config, name, tunings[name].selected_point, seed, final=True)
-        for name in OPTIMIZERS
-        for seed in config.seeds
-    ]
-    done = run_jobs(cache, [readout_job, *finals], finetune_unit, config.workers, log)
-    readout, results = done[0], done[1:]
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in OPTIMIZERS}
-    for job, unit in zip(finals, results, strict=True):
-        runs[job.optimizer].append(unit)
+    selected = select(selection, cache, config.workers, lambda line: log(f"(c) {line}"))
+    tunings = selected.tunings
+    (readout,) = run_units(
+        cache, [finetune_run(config, READOUT, {}, config.selection_seed, False)], 1, log
+    )
+    runs = run_finals(
+        cache,
+        selected.points(),
+        config.seeds,
+        lambda name, point, seed: finetune_run(config, name, point, seed, True),
+        config.workers,
+        log,
+    )
+    results = [unit for listed in runs.values() for unit in listed]
     sentences = {
         len(marks) for unit in results for marks in unit.get("correct", {}).values() if marks
     }

@@ -1,9 +1,9 @@
 """Part (c)'s runs: fine-tune MiniLM-L6 on rt-sentences, then prune a copy per variant.
 
-A :class:`FinetuneJob` is one fine-tune (HORST, AdamW, or the readout-only run behind the
-"moved" check); :func:`finetune_unit` turns it into what ``torch.load(weights_only=True)``
-reads back. A selection job scores the validation sentences dense and after
-:data:`~.finetune_config.SELECTION_VARIANT`; a final job marks, for the dense model and each
+A unit (:func:`finetune_run`) is one fine-tune (HORST, AdamW, or the readout-only run behind
+the "moved" check); :func:`finetune_unit` computes what ``torch.load(weights_only=True)`` reads
+back. A selection run scores the validation sentences dense and after
+:data:`~.finetune_config.SELECTION_VARIANT`; a final run marks, for the dense model and each
 pruned copy, which test sentences it classifies correctly (the claims pair them sentence by
 sentence), and never reads validation. Every run trains as the LM of part (b) does (5 %
 warm-up, cosine, decoupled weight decay on matrices, clip 1.0) and HORST runs record their
@@ -23,6 +23,7 @@ from torch import nn
 
 from convergent.data import DictDataset
 from convergent.sparse import MaskSpec, prune_one_shot
+from convergent.studies.engine import Unit, training_key
 from convergent.studies.framework import correct_per_example, minilm_classifier, rt_sentences
 from convergent.studies.sparsity.finetune_config import (
     READOUT,
@@ -36,7 +37,6 @@ from convergent.studies.sparsity.runs import (
     Recipe,
     fit_recipe,
     study_optimizer,
-    trained_unit,
 )
 
 CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
@@ -86,20 +86,14 @@ def calibration_batches(train: DictDataset, sentences: int) -> list[dict[str, to
     ]
 
 
-@dataclass(frozen=True)
-class FinetuneJob:
-    """One fine-tune: ``optimizer`` is ``"adamw"``, ``"horst"`` or ``"readout"`` (AdamW on the
-    head alone); ``final`` runs are scored on test, the others on validation only."""
-
-    config: FinetuneConfig
-    optimizer: str
-    point: dict[str, float]
-    seed: int
-    final: bool
-
-    def unit(self) -> dict[str, Any]:
-        """The unit-cache key of this run."""
-        return trained_unit("finetune", self.optimizer, self.point, self.seed, self.final)
+def finetune_run(
+    config: FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
+) -> Unit:
+    """One fine-tune as a unit (`finetune_unit`): ``optimizer`` is ``"adamw"``, ``"horst"`` or
+    ``"readout"`` (AdamW on the head alone); ``final`` runs are scored on test, the others on
+    validation only."""
+    key = training_key("finetune", point, seed, final, optimizer=optimizer)
+    return Unit(key, finetune_unit, (config, optimizer, point, seed, final))
 
 
 def pruned_copy(
@@ -125,9 +119,9 @@ def _accuracy(marks: str) -> float:
     return marks.count("1") / len(marks) if marks else math.nan
 
 
-def _diverged(job: FinetuneJob, labels: list[str]) -> dict[str, Any]:
-    record: dict[str, Any] = {"seed": job.seed, "move_ratio": math.nan, "diverged": True}
-    if job.final:
+def _diverged(seed: int, final: bool, labels: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {"seed": seed, "move_ratio": math.nan, "diverged": True}
+    if final:
         record |= {
             "correct": {label: None for label in ["dense", *labels]},
             "accuracy": {label: math.nan for label in ["dense", *labels]},
@@ -138,8 +132,10 @@ def _diverged(job: FinetuneJob, labels: list[str]) -> dict[str, Any]:
     return record
 
 
-def finetune_unit(job: FinetuneJob) -> dict[str, Any]:
-    """Fine-tune a :class:`FinetuneJob` and score it (see the module docstring).
+def finetune_unit(
+    config: FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
+) -> dict[str, Any]:
+    """Fine-tune one run (`finetune_run`) and score it (see the module docstring).
 
     Returns:
         ``seed``, ``move_ratio`` (HORST's mean over the run; None for AdamW and the readout),
@@ -148,46 +144,45 @@ def finetune_unit(job: FinetuneJob) -> dict[str, Any]:
         run ``correct`` (``"0"``/``"1"`` per test sentence, dense and per variant),
         ``accuracy`` (their shares) and ``achieved`` (each variant's sparsity).
     """
-    config = job.config
     torch.set_num_threads(config.threads)
     data = sentence_data(config.max_length, config.validation_sentences, config.test_sentences)
-    chosen = variants(config.variants if job.final else (SELECTION_VARIANT,))
-    model = minilm_classifier(job.seed, config.layers)
-    if job.optimizer == READOUT:
+    chosen = variants(config.variants if final else (SELECTION_VARIANT,))
+    model = minilm_classifier(seed, config.layers)
+    if optimizer == READOUT:
         model.encoder.requires_grad_(False)
-    name = "adamw" if job.optimizer == READOUT else job.optimizer
-    optimizer = study_optimizer(name, model, config.options(job.optimizer, job.point))
+    name = "adamw" if optimizer == READOUT else optimizer
+    method = study_optimizer(name, model, config.options(optimizer, point))
     recipe = Recipe(shape={}, steps=config.steps, batch_size=config.batch_size)
     finished, move = fit_recipe(
         model,
-        optimizer,
+        method,
         data.train,
         recipe,
-        job.seed,
+        seed,
         records=move_ratio_records(config.steps),
         task="classification",
         grad_clip=1.0,
         checks=False,  # the recorder reads the move ratio; the live check would read it again
     )
     if not finished:
-        return _diverged(job, [variant.label for variant in chosen])
+        return _diverged(seed, final, [variant.label for variant in chosen])
     record: dict[str, Any] = {
-        "seed": job.seed,
+        "seed": seed,
         "move_ratio": move,
-        "strength": job.point.get("strength"),
+        "strength": point.get("strength"),
         "diverged": False,
     }
     model.eval()
-    scored = data.test if job.final else data.validation
+    scored = data.test if final else data.validation
     marks = {"dense": correct_per_example(model, scored)}
     achieved = {}
-    if job.optimizer != READOUT:
+    if optimizer != READOUT:
         calibration = calibration_batches(data.train, config.calibration_sentences)
         for variant in chosen:
             pruned, achieved[variant.label] = pruned_copy(model, variant, calibration)
             marks[variant.label] = correct_per_example(pruned, scored)
             del pruned
     accuracy = {label: _accuracy(found) for label, found in marks.items()}
-    if not job.final:
+    if not final:
         return record | {"validation_accuracy": accuracy}
     return record | {"correct": marks, "accuracy": accuracy, "achieved": achieved}

@@ -31,9 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from convergent.studies.framework import UnitCache, json_ready, run_jobs
+from convergent.studies.engine import run_units
+from convergent.studies.framework import UnitCache, json_ready
 from convergent.studies.sparsity.config import Config
-from convergent.studies.sparsity.runs import VisionJob, vision_unit
+from convergent.studies.sparsity.runs import vision_run, vision_unit
 
 PILOT_ADAMW_LRS = (2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
 PILOT_ADAMW_WEIGHT_DECAYS = (0.01, 0.1)
@@ -128,10 +129,10 @@ def pilot_cache(out_dir: str | Path, config: Config) -> UnitCache:
     )
 
 
-def timed_vision_unit(job: VisionJob) -> dict[str, Any]:
-    """`vision_unit` and its wall time in seconds."""
+def timed_vision_unit(*arguments: Any) -> dict[str, Any]:
+    """`vision_unit` of ``arguments`` and its wall time in seconds."""
     start = time.perf_counter()
-    unit = vision_unit(job)
+    unit = vision_unit(*arguments)
     return {**unit, "seconds": time.perf_counter() - start}
 
 
@@ -162,10 +163,10 @@ def run_pilot(
             for weight_decay in PILOT_ADAMW_WEIGHT_DECAYS
         ]
         sparse = [
-            VisionJob(config, "adamw", point, PILOT_SEED, PILOT_SPARSITY, final=False)
+            vision_run(config, "adamw", point, PILOT_SEED, PILOT_SPARSITY, False, timed_vision_unit)
             for point in points
         ]
-        units = run_jobs(cache, sparse, timed_vision_unit, workers, log)
+        units = run_units(cache, sparse, workers, log)
         scored = [
             (unit["validation_accuracy"], index)
             for index, unit in enumerate(units)
@@ -173,8 +174,10 @@ def run_pilot(
         ]
         best, index = max(scored, key=lambda pair: (pair[0], -pair[1]))  # ties: first point
         selected = points[index]
-        dense_job = dataclasses.replace(sparse[index], sparsity=None)
-        (dense,) = run_jobs(cache, [dense_job], timed_vision_unit, 1, log)
+        dense_run = vision_run(
+            config, "adamw", selected, PILOT_SEED, None, False, timed_vision_unit
+        )
+        (dense,) = run_units(cache, [dense_run], 1, log)
         drop = dense["validation_accuracy"] - best
         seconds = [unit["seconds"] for unit in [*units, dense]]
         rows.append(

@@ -13,15 +13,16 @@ Every LM unit, selection or final, is scored with every pruner: the selection re
 pruning only, and the other pruners' validation perplexities of the grid points cost seconds
 against minutes of training, and show whether a pruner would have selected differently.
 
-A *job* (:class:`VisionJob`, :class:`LanguageJob`) is one run; :func:`vision_unit` and
-:func:`language_unit` turn it into what ``torch.load(weights_only=True)`` reads back, for the
-resumable unit cache. Jobs are plain values, so a process pool can run them: each process
-loads the data once. A selection job (``final=False``) never reads the test split.
+A run is a unit of the engine (:func:`vision_run`, :func:`language_run`): :func:`vision_unit`
+and :func:`language_unit` compute what ``torch.load(weights_only=True)`` reads back, from plain
+arguments, so a process pool can run them: each process loads the data once. A selection run
+(``final=False``) never reads the test split.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from convergent.optim import (
     horst_strength,
 )
 from convergent.sparse import ACDCSchedule
+from convergent.studies.engine import Unit, training_key
 from convergent.studies.sparsity.config import (
     VISION_MASKS,
     Config,
@@ -262,50 +264,29 @@ def _finite_or_nan(value: float | None) -> float | None:
     return None if value is None else (value if math.isfinite(value) else math.nan)
 
 
-@dataclass(frozen=True)
-class VisionJob:
-    """One classifier run: ``final`` runs are scored on test, selection runs never read it."""
-
-    config: Config
-    optimizer: str
-    point: dict[str, float]
-    seed: int
-    sparsity: float | None
-    final: bool
-
-    def unit(self) -> dict[str, Any]:
-        """The unit-cache key of this run."""
-        return {
-            "part": "vit",
-            "optimizer": self.optimizer,
-            **self.point,
-            "seed": self.seed,
-            "sparsity": self.sparsity,
-            "final": self.final,
-        }
+def vision_run(
+    config: Config,
+    optimizer: str,
+    point: dict[str, float],
+    seed: int,
+    sparsity: float | None,
+    final: bool,
+    compute: Callable[..., dict[str, Any]] | None = None,
+) -> Unit:
+    """One classifier run as a unit (`vision_unit`, or ``compute`` with the same arguments):
+    ``final`` runs are scored on test, selection runs never read it."""
+    key = training_key("vit", point, seed, final, optimizer=optimizer, sparsity=sparsity)
+    arguments = (config, optimizer, point, seed, sparsity, final)
+    return Unit(key, compute or vision_unit, arguments)
 
 
-@dataclass(frozen=True)
-class LanguageJob:
-    """One language-model run: ``final`` runs are scored on test windows."""
-
-    config: Config
-    optimizer: str
-    point: dict[str, float]
-    seed: int
-    final: bool
-
-    def unit(self) -> dict[str, Any]:
-        """The unit-cache key of this run."""
-        return trained_unit("lm", self.optimizer, self.point, self.seed, self.final)
-
-
-def trained_unit(
-    part: str, optimizer: str, point: dict[str, float], seed: int, final: bool
-) -> dict[str, Any]:
-    """The unit-cache key of one training run of ``part`` (the keys every committed unit was
-    stored under: part, optimizer, the grid point's fields, seed, final)."""
-    return {"part": part, "optimizer": optimizer, **point, "seed": seed, "final": final}
+def language_run(
+    config: Config, optimizer: str, point: dict[str, float], seed: int, final: bool
+) -> Unit:
+    """One language-model run as a unit (`language_unit`): ``final`` runs are scored on test
+    windows."""
+    key = training_key("lm", point, seed, final, optimizer=optimizer)
+    return Unit(key, language_unit, (config, optimizer, point, seed, final))
 
 
 def _mirror_numbers(optimizer: str, result: RunResult | None) -> dict[str, float | None]:
@@ -325,11 +306,17 @@ def _mirror_numbers(optimizer: str, result: RunResult | None) -> dict[str, float
     }
 
 
-def vision_unit(job: VisionJob) -> dict[str, Any]:
-    """Run a :class:`VisionJob`: validation accuracy, achieved sparsity, the move ratio (HORST,
+def vision_unit(
+    config: Config,
+    optimizer: str,
+    point: dict[str, float],
+    seed: int,
+    sparsity: float | None,
+    final: bool,
+) -> dict[str, Any]:
+    """One classifier run (`vision_run`): validation accuracy, achieved sparsity, the move ratio (HORST,
     HAM) and the strength (HORST), and for final runs the test accuracy; dense final runs also
     the near-zero share and a histogram sample. NaN for a run that diverged."""
-    config = job.config
     torch.set_num_threads(config.threads)
     splits, train, validation, test = vision_data(
         config.image_size,
@@ -345,40 +332,41 @@ def vision_unit(job: VisionJob) -> dict[str, Any]:
         "d_ff": config.vit_d_ff,
     }
     recipe = Recipe(shape, config.vit_steps, config.vit_batch_size)
-    options = config.options(job.optimizer, job.point)
+    options = config.options(optimizer, point)
     result = train_classifier(
         splits,
         train,
         validation,
         recipe,
-        job.optimizer,
+        optimizer,
         options,
-        job.seed,
-        job.sparsity,
+        seed,
+        sparsity,
         config.acdc_distribution,
     )
     unit: dict[str, Any] = {
         "validation_accuracy": result.validation["accuracy"] if result else math.nan,
         "achieved_sparsity": result.sparsity if result else math.nan,
-        **_mirror_numbers(job.optimizer, result),
+        **_mirror_numbers(optimizer, result),
     }
-    if job.final:
+    if final:
         unit["test_accuracy"] = (
             evaluate(result.model, test, "classification")["accuracy"] if result else math.nan
         )
-        if job.sparsity is None:
+        if sparsity is None:
             weights = prunable_weights(result.model) if result else None
             unit["near_zero_share"] = near_zero_share(weights) if weights else math.nan
             unit["histogram"] = histogram_sample(weights) if weights else None
     return unit
 
 
-def language_unit(job: LanguageJob) -> dict[str, Any]:
-    """Run a :class:`LanguageJob`: perplexity dense and after one-shot pruning by each pruner at
+def language_unit(
+    config: Config, optimizer: str, point: dict[str, float], seed: int, final: bool
+) -> dict[str, Any]:
+    """One language-model run (`language_run`): perplexity dense and after one-shot pruning by each pruner at
     each target (``{pruner: {"0%": ..., "90%": ...}}``; validation for selection runs, test
     windows for final ones), the move ratio and strength (HORST) and, for final runs, the
     near-zero share and a histogram sample."""
-    config = job.config
     torch.set_num_threads(config.threads)
     splits, validation, test = language_data(
         config.lm_seq_len, config.lm_validation_windows, config.lm_test_windows
@@ -390,10 +378,10 @@ def language_unit(job: LanguageJob) -> dict[str, Any]:
         "d_ff": config.lm_d_ff,
     }
     recipe = Recipe(shape, config.lm_steps, config.lm_batch_size)
-    options = config.options(job.optimizer, job.point)
-    trained = train_language_model(splits, splits.train, recipe, job.optimizer, options, job.seed)
+    options = config.options(optimizer, point)
+    trained = train_language_model(splits, splits.train, recipe, optimizer, options, seed)
     keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
-    scored = test if job.final else validation
+    scored = test if final else validation
     perplexities = (
         pruned_perplexities(
             trained.model,
@@ -406,11 +394,11 @@ def language_unit(job: LanguageJob) -> dict[str, Any]:
         else {pruner: dict.fromkeys(keys, math.nan) for pruner in config.lm_pruners}
     )
     unit: dict[str, Any] = {
-        "split": "test" if job.final else "validation",
+        "split": "test" if final else "validation",
         "perplexity": perplexities,
-        **_mirror_numbers(job.optimizer, trained),
+        **_mirror_numbers(optimizer, trained),
     }
-    if job.final:
+    if final:
         weights = prunable_weights(trained.model) if trained else None
         unit["near_zero_share"] = near_zero_share(weights) if weights else math.nan
         unit["histogram"] = histogram_sample(weights) if weights else None

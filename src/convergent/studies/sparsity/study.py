@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from convergent.studies.engine import Selection, run_finals, run_units, select
 from convergent.studies.framework import (
     Advice,
     Measured,
@@ -47,7 +48,6 @@ from convergent.studies.framework import (
     Session,
     UnitCache,
     json_ready,
-    run_jobs,
 )
 from convergent.studies.sparsity.brief import advice, brief
 from convergent.studies.sparsity.claims import DESIGN, FAMILIES, claims_from_results
@@ -81,14 +81,8 @@ from convergent.studies.sparsity.report import (
     study_notes,
     study_tables,
 )
-from convergent.studies.sparsity.runs import (
-    UNIT_DESIGN,
-    LanguageJob,
-    VisionJob,
-    language_unit,
-    vision_unit,
-)
-from convergent.studies.sparsity.selection import select_on_validation, selections_record
+from convergent.studies.sparsity.runs import UNIT_DESIGN, language_run, vision_run
+from convergent.studies.sparsity.selection import selections_record
 from convergent.studies.sparsity.summary import summary
 
 MIRRORED = ("horst", "ham")  # the optimizers whose runs record a move ratio
@@ -114,27 +108,33 @@ def pruned_score_of_good_dense(
 
 
 def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
-    tunings = select_on_validation(
-        config,
+    selection = Selection(
         config.grids(),
-        lambda name, point: VisionJob(
+        lambda name, point: vision_run(
             config, name, point, config.selection_seed, config.selection_sparsity, final=False
         ),
-        vision_unit,
         lambda _: lambda unit: unit["validation_accuracy"],
         True,
         VISION_CRITERION,
-        cache,
-        lambda line: log(f"(a) {line}"),
+        extension_rounds=config.extension_rounds,
     )
+    tunings = select(selection, cache, config.workers, lambda line: log(f"(a) {line}")).tunings
     targets: list[float | None] = [None, *config.sparsities]
     finals = [
-        VisionJob(config, name, tunings[name].selected_point, seed, target, final=True)
+        (name, seed, target)
         for name in config.optimizers
         for seed in config.seeds
         for target in targets
     ]
-    results = run_jobs(cache, finals, vision_unit, config.workers, log)
+    results = run_units(
+        cache,
+        [
+            vision_run(config, name, tunings[name].selected_point, seed, target, final=True)
+            for name, seed, target in finals
+        ],
+        config.workers,
+        log,
+    )
     keys = ["dense" if t is None else sparsity_key(t) for t in targets]
     accuracy: dict[str, dict[str, list[float]]] = {
         n: {k: [] for k in keys} for n in config.optimizers
@@ -147,19 +147,19 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
     strength: dict[str, list[Any]] = {"horst": []} if "horst" in config.optimizers else {}
     share: dict[str, list[float]] = {n: [] for n in config.optimizers}
     histograms: dict[str, torch.Tensor] = {}
-    for job, unit in zip(finals, results, strict=True):
-        key = "dense" if job.sparsity is None else sparsity_key(job.sparsity)
-        accuracy[job.optimizer][key].append(unit["test_accuracy"])
-        if job.sparsity is None:
-            share[job.optimizer].append(unit["near_zero_share"])
-            if job.optimizer in strength:
-                strength[job.optimizer].append(unit["strength"])
-            if job.seed == config.seeds[0] and unit["histogram"] is not None:
-                histograms[job.optimizer] = unit["histogram"]
+    for (name, seed, target), unit in zip(finals, results, strict=True):
+        key = "dense" if target is None else sparsity_key(target)
+        accuracy[name][key].append(unit["test_accuracy"])
+        if target is None:
+            share[name].append(unit["near_zero_share"])
+            if name in strength:
+                strength[name].append(unit["strength"])
+            if seed == config.seeds[0] and unit["histogram"] is not None:
+                histograms[name] = unit["histogram"]
         else:
-            achieved[job.optimizer][key].append(unit["achieved_sparsity"])
-        if job.optimizer in moves:
-            moves[job.optimizer][key].append(unit["move_ratio"])
+            achieved[name][key].append(unit["achieved_sparsity"])
+        if name in moves:
+            moves[name][key].append(unit["move_ratio"])
     return {
         **selections_record(tunings, "validation_accuracy", "validation_accuracy"),
         "accuracy": accuracy,
@@ -175,23 +175,24 @@ def _vision_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -
 def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None]) -> dict[str, Any]:
     grids = config.language_grids()
     top = sparsity_key(max(config.lm_sparsities))
-    tunings = select_on_validation(
-        config,
+    selection = Selection(
         grids,
-        lambda name, point: LanguageJob(config, name, point, config.selection_seed, final=False),
-        language_unit,
+        lambda name, point: language_run(config, name, point, config.selection_seed, False),
         lambda units: pruned_score_of_good_dense(units, top),
         False,
         LANGUAGE_CRITERION,
-        cache,
-        lambda line: log(f"(b) {line}"),
+        extension_rounds=config.extension_rounds,
     )
-    finals = [
-        LanguageJob(config, name, tunings[name].selected_point, seed, final=True)
-        for name in config.lm_optimizers
-        for seed in config.seeds
-    ]
-    results = run_jobs(cache, finals, language_unit, config.workers, log)
+    selected = select(selection, cache, config.workers, lambda line: log(f"(b) {line}"))
+    tunings = selected.tunings
+    runs = run_finals(
+        cache,
+        selected.points(),
+        config.seeds,
+        lambda name, point, seed: language_run(config, name, point, seed, True),
+        config.workers,
+        log,
+    )
     keys = ["0%", *(sparsity_key(t) for t in config.lm_sparsities)]
     perplexity: dict[str, dict[str, dict[str, list[float]]]] = {
         n: {p: {k: [] for k in keys} for p in config.lm_pruners} for n in grids
@@ -200,16 +201,17 @@ def _language_part(config: Config, cache: UnitCache, log: Callable[[str], None])
     moves: dict[str, list[Any]] = {"horst": []} if "horst" in grids else {}
     strength: dict[str, list[Any]] = {"horst": []} if "horst" in grids else {}
     histograms: dict[str, torch.Tensor] = {}
-    for job, unit in zip(finals, results, strict=True):
-        for pruner in config.lm_pruners:
-            for key in keys:
-                perplexity[job.optimizer][pruner][key].append(unit["perplexity"][pruner][key])
-        share[job.optimizer].append(unit["near_zero_share"])
-        if job.optimizer in moves:
-            moves[job.optimizer].append(unit["move_ratio"])
-            strength[job.optimizer].append(unit["strength"])
-        if job.seed == config.seeds[0] and unit["histogram"] is not None:
-            histograms[job.optimizer] = unit["histogram"]
+    for name, units in runs.items():
+        for seed, unit in zip(config.seeds, units, strict=True):
+            for pruner in config.lm_pruners:
+                for key in keys:
+                    perplexity[name][pruner][key].append(unit["perplexity"][pruner][key])
+            share[name].append(unit["near_zero_share"])
+            if name in moves:
+                moves[name].append(unit["move_ratio"])
+                strength[name].append(unit["strength"])
+            if seed == config.seeds[0] and unit["histogram"] is not None:
+                histograms[name] = unit["histogram"]
     return {
         **selections_record(tunings, "validation_perplexity", "perplexity"),
         "perplexity": perplexity,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -348,3 +349,18 @@ def test_train_defaults_fit_the_model_kind_and_are_noted(tmp_path, capsys):
         "step-00000020",
     ]
     assert "test" not in json.loads((run / "summary.json").read_text())
+
+
+def test_a_process_torchrun_launched_ends_with_its_status_and_its_output_flushed():
+    # Under torchrun the command line ends with os._exit (cli.main says why): what it printed
+    # must still arrive, and its exit status be the command's own.
+    environment = {**os.environ, "TORCHELASTIC_RUN_ID": "test"}
+    code = "import sys; from convergent.cli import main; main(); print('not reached')"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "data", "list"],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "rt-sentences" in done.stdout
+    assert "not reached" not in done.stdout

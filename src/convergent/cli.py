@@ -134,7 +134,24 @@ def _command_options(parser: argparse.ArgumentParser, command: str) -> set[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    A process that ``torchrun`` launched (the command line itself, not a call with ``argv``)
+    ends here with `os._exit` once its command has finished and every rank has left the process
+    group: at interpreter exit, gloo's worker threads could abort a rank whose work was all done
+    and written ("terminate called without an active exception", one rank in about 15 resumed
+    two-rank runs on a loaded 2-core machine), and torchrun then reports the run as failed.
+    """
+    status = _run(argv)
+    if argv is None and "TORCHELASTIC_RUN_ID" in os.environ:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(status)
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from convergent.cli_help import asks_for_help, print_recorded_help, recorded_parser
     from convergent.wording import command_line
 

@@ -68,15 +68,17 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
-def ensure_models(workdir: Path, gpt2: Path, llama_steps: int, gpt2_steps: int) -> dict:
-    """The model folders, trained first where they are missing."""
+def ensure_models(
+    workdir: Path, gpt2: Path, llama_steps: int, gpt2_steps: int, kinds: list[str]
+) -> dict:
+    """The folders of the models ``kinds``, trained first where they are missing."""
     llama = workdir / "llama"
-    if not (llama / "config.json").exists():
+    if "llama" in kinds and not (llama / "config.json").exists():
         print(f"training the Llama ({llama_steps} steps) into {llama} ...", flush=True)
         from llama_austen import train
 
         print(json.dumps(train(llama, llama_steps)), flush=True)
-    if not (gpt2 / "config.json").exists():
+    if "gpt2" in kinds and not (gpt2 / "config.json").exists():
         print(f"training the GPT-2 ({gpt2_steps} steps) into {gpt2} ...", flush=True)
         example = [sys.executable, str(ROOT / "examples" / "gpt2_austen.py")]
         subprocess.run([*example, "--out", str(gpt2), "--steps", str(gpt2_steps)], check=True)
@@ -231,7 +233,9 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     venv_python = ensure_venv(arguments.venv)
     gpt2 = arguments.gpt2 or workdir / "gpt2-austen"
-    folders = ensure_models(workdir, gpt2, arguments.llama_steps, arguments.gpt2_steps)
+    folders = ensure_models(
+        workdir, gpt2, arguments.llama_steps, arguments.gpt2_steps, arguments.models
+    )
     results = workdir / "results.jsonl"  # appended to; a later row replaces an earlier one
     for kind in arguments.models:
         folder, windows = folders[kind], workdir / f"{kind}-windows.pt"

@@ -69,7 +69,8 @@ class Statistics:
     """Input statistics of the layers being calibrated, summed over batches.
 
     Layers whose inputs are the same tensor object in the first batch (q, k and v reading one
-    normalized input) share one accumulator.
+    normalized input) share one accumulator; each batch's statistic is added into it in place
+    (``statistic(inputs, total=...)``: SparseGPT's never makes a second ``[in, in]`` matrix).
     """
 
     def __init__(self, layers: Mapping[str, nn.Module], statistic: Any) -> None:
@@ -95,12 +96,8 @@ class Statistics:
             owner = self.alias[name]
             if owner != name:
                 return  # the same input was counted by its first reader
-            value = self.statistic(x)
+            self.sums[owner] = self.statistic(x, total=self.sums.get(owner))
             self.tokens[owner] = self.tokens.get(owner, 0) + x.numel() // max(x.shape[-1], 1)
-            if owner in self.sums:
-                self.sums[owner] += value
-            else:
-                self.sums[owner] = value
 
         return hook
 

@@ -26,9 +26,9 @@ class Magnitude:
     name: ClassVar[str] = "magnitude"
     calibrated: ClassVar[bool] = False
 
-    def statistic(self, inputs: Tensor) -> Tensor:
+    def statistic(self, inputs: Tensor, total: Tensor | None = None) -> Tensor:
         """Magnitude reads no inputs: an empty statistic."""
-        return inputs.new_zeros(0)
+        return inputs.new_zeros(0) if total is None else total
 
     def prune(
         self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None

@@ -5,8 +5,9 @@ does the rest (hooks, blocks, devices, ranks, OWL, streaming):
 
 - ``calibrated``: whether it reads calibration inputs at all (magnitude does not);
 
-- ``statistic(inputs)``: what it gathers from one batch of a layer's inputs ``[..., in]``;
-  the statistics of all batches (and ranks) are summed;
+- ``statistic(inputs, total)``: what it gathers from one batch of a layer's inputs
+  ``[..., in]``, added into the earlier batches' ``total`` in place (a new tensor when it is
+  None); the statistics of all batches (and ranks) are summed;
 - ``prune(rows, statistic, sparsity, n_m)``: how it turns the summed statistic into a keep-mask
   and new weights for the layer's weight ``rows`` ``[out, in]``.
 
@@ -37,8 +38,9 @@ class Pruner(Protocol):
     name: ClassVar[str]
     calibrated: ClassVar[bool]
 
-    def statistic(self, inputs: Tensor) -> Tensor:
-        """One batch's statistic of a layer's inputs ``[..., in]`` (summed over batches)."""
+    def statistic(self, inputs: Tensor, total: Tensor | None = None) -> Tensor:
+        """One batch's statistic of a layer's inputs ``[..., in]``, added into ``total`` (the
+        earlier batches' sum) in place and returned, or a new tensor when ``total`` is None."""
         ...
 
     def prune(

@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 # Retries of a failed Cholesky factorization, each at ten times the previous damping.
 DAMPING_RETRIES = 3
+# Rows of X^T X per product when it is accumulated (add_hessian_upper): a [128, in] scratch.
+HESSIAN_ROWS = 128
 
 
 def hessian(inputs: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -68,6 +70,46 @@ def hessian(inputs: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
     features = inputs.detach().reshape(-1, inputs.shape[-1]).to(dtype)
     return features.T @ features
+
+
+def add_hessian_upper(
+    inputs: Tensor, dtype: torch.dtype = torch.float64, total: Tensor | None = None
+) -> Tensor:
+    """``X^T X``'s upper triangle (the diagonal included) over one batch's tokens, added into
+    ``total`` in place: the statistic :class:`SparseGPT` sums, which
+    :func:`sparsegpt_prune` reads the upper triangle of.
+
+    The product is taken :data:`HESSIAN_ROWS` rows at a time, each from the diagonal on
+    (``X[:, rows]^T X[:, rows.start:]``), into a small scratch that is then added: no second
+    ``[in, in]`` matrix, and about half of ``X^T X``'s multiplications. Each entry is the same
+    dot product over the tokens as in ``X^T X``, added once, so the sum has the bits of ``total
+    + X^T X`` where BLAS computes every entry in token order whatever the product's shape (MKL
+    on a CPU does; tested). Below the diagonal, only the entries inside each slab's diagonal
+    block are added (the rest stay as they were): only the upper triangle is the sum.
+
+    Args:
+        inputs: calibration inputs [..., in].
+        dtype: the dtype it is computed and summed in.
+        total: the earlier batches' sum, [in, in] in ``dtype``; None: a new zero matrix.
+    """
+    if inputs.ndim < 1:
+        raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
+    features = inputs.detach().reshape(-1, inputs.shape[-1]).to(dtype)
+    columns = features.shape[1]
+    if total is None:
+        total = features.new_zeros(columns, columns)
+    elif total.shape != (columns, columns) or total.dtype != dtype:
+        raise ValueError(
+            f"total must be a ({columns}, {columns}) {dtype} matrix to add this batch into,"
+            f" got {tuple(total.shape)} {total.dtype}"
+        )
+    scratch = features.new_empty(min(HESSIAN_ROWS, columns) * columns)
+    for start in range(0, columns, HESSIAN_ROWS):
+        stop = min(start + HESSIAN_ROWS, columns)
+        product = scratch[: (stop - start) * (columns - start)].view(stop - start, -1)
+        torch.mm(features[:, start:stop].T, features[:, start:], out=product)
+        total[start:stop, start:] += product
+    return total
 
 
 def sparsegpt_prune(
@@ -85,7 +127,9 @@ def sparsegpt_prune(
 
     Args:
         weight: the layer's weight [out, in].
-        hessian: ``X^T X`` summed over the calibration tokens, [in, in] (see :func:`hessian`).
+        hessian: ``X^T X`` summed over the calibration tokens, [in, in] (see :func:`hessian`);
+            only its upper triangle, the diagonal included, is read (as
+            :func:`add_hessian_upper` sums it).
         sparsity: the fraction of every block to prune, in [0, 1) (checked but not used for
             N:M, which prunes 1 - N/M).
         pattern: ``"unstructured"`` or None, or ``"N:M"`` / ``(N, M)`` (e.g. ``"2:4"``); N:M
@@ -197,7 +241,9 @@ def _inverse_cholesky_factor(
     )
     info = torch.zeros((), dtype=torch.int32, device=hessian.device)
     for attempt, current in enumerate(tries):
-        factor.copy_(hessian)
+        # H's upper triangle, read by the lower factorization as its lower one (a symmetric H
+        # reads the same either way; SparseGPT's summed statistic holds only the upper)
+        factor.copy_(hessian.T)
         factor.diagonal().copy_(diagonal + current * mean)
         torch.linalg.cholesky_ex(factor, out=(factor, info))  # the lower factor L of H
         if int(info) == 0:
@@ -256,9 +302,10 @@ class SparseGPT:
         if not (math.isfinite(self.damping) and self.damping >= 0):
             raise ValueError(f"damping must be a finite number >= 0, got {self.damping}")
 
-    def statistic(self, inputs: Tensor) -> Tensor:
-        """``X^T X`` over one batch's tokens (in ``statistics``; batches add up)."""
-        return hessian(inputs, STATISTICS_DTYPES[self.statistics])
+    def statistic(self, inputs: Tensor, total: Tensor | None = None) -> Tensor:
+        """``X^T X``'s upper triangle over one batch's tokens (in ``statistics``), added into
+        ``total`` in place when given (see :func:`add_hessian_upper`)."""
+        return add_hessian_upper(inputs, STATISTICS_DTYPES[self.statistics], total)
 
     def prune(
         self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None

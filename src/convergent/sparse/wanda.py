@@ -39,12 +39,16 @@ from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
 ROUNDINGS = ("down", "nearest")
 
 
-def input_squared_norms(inputs: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+def input_squared_norms(
+    inputs: Tensor, dtype: torch.dtype = torch.float64, total: Tensor | None = None
+) -> Tensor:
     """The squared norm of every input feature over the tokens of one batch, ready to be summed.
 
     Args:
         inputs: calibration inputs [..., in] (every leading dimension counts as tokens).
         dtype: the dtype they are summed in (float64, or float32).
+        total: the earlier batches' sum, [in] in ``dtype``: this batch's is added into it in
+            place (the same bits as ``total + this batch's``) and it is returned.
 
     Returns:
         ``sum over tokens of x_j^2`` in ``dtype``, shape [in]; sums over batches add up to the
@@ -53,7 +57,14 @@ def input_squared_norms(inputs: Tensor, dtype: torch.dtype = torch.float64) -> T
     if inputs.ndim < 1:
         raise ValueError("inputs must have a feature dimension (ndim >= 1), got a 0-d tensor")
     features = inputs.detach().reshape(-1, inputs.shape[-1]).to(dtype)
-    return features.square().sum(dim=0)
+    if total is None:
+        return features.square().sum(dim=0)
+    if total.shape != (features.shape[1],) or total.dtype != dtype:
+        raise ValueError(
+            f"total must be a ({features.shape[1]},) {dtype} vector to add this batch into,"
+            f" got {tuple(total.shape)} {total.dtype}"
+        )
+    return total.add_(features.square().sum(dim=0))
 
 
 def norms_from_squares(squared_norms: Tensor) -> Tensor:
@@ -147,9 +158,10 @@ class Wanda:
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
 
-    def statistic(self, inputs: Tensor) -> Tensor:
-        """The squared norm of every input feature over one batch's tokens (they add up)."""
-        return input_squared_norms(inputs, STATISTICS_DTYPES[self.statistics])
+    def statistic(self, inputs: Tensor, total: Tensor | None = None) -> Tensor:
+        """The squared norm of every input feature over one batch's tokens, added into
+        ``total`` in place when given."""
+        return input_squared_norms(inputs, STATISTICS_DTYPES[self.statistics], total)
 
     def prune(
         self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from convergent.studies import VERDICTS, rescore
-from convergent.studies.framework import json_ready, run_config, write_study
+from convergent.studies.engine import Unit, select
+from convergent.studies.framework import UnitCache, json_ready, run_config, write_study
 from convergent.studies.residual import DESIGN, STUDY, Config, claims_from_results, study
 from convergent.studies.residual import runs as unit_runs
 from convergent.studies.residual.measures import (
@@ -217,6 +218,25 @@ def test_smoke_run_writes_a_report(tmp_path):
     assert all(len(run["losses"]) == 3 for run in depth)
 
 
+def _selected_step_size(rows, lrs):
+    """The step size the study's selection (run by the engine) picks from ``rows`` (one per
+    step size and selection seed, each row its unit's value), with the grid ``lrs`` in the
+    config's order."""
+    seeds = tuple(sorted({row["seed"] for row in rows}))
+    config = Config(betas=(0.0, 1.0), tuned_lrs=lrs, selection_seeds=tuple(1000 + s for s in seeds))
+    values = {(row["lr"], 1000 + row["seed"]): row for row in rows}
+
+    def unit(name, point):
+        row = values[point["lr"], point["seed"]]
+        value = {**row, "beta": 0.0, "seed": point["seed"], "losses": [row["final_loss"]]}
+        return Unit(dict(point), dict, (value,))
+
+    selection = replace(study.step_size_selection(config), unit=unit)
+    cache = UnitCache(Path("unused"), "residual", {}, enabled=False)
+    selected = select(selection, cache, 1, lambda line: None)
+    return study.selected_step_size(selected.tunings["beta=0.0"])
+
+
 def test_step_size_selection_takes_the_best_worst_case_over_seeds():
     def row(lr, seed, loss):
         return {"lr": lr, "seed": seed, "final_loss": loss, "diverged": not math.isfinite(loss)}
@@ -227,13 +247,14 @@ def test_step_size_selection_takes_the_best_worst_case_over_seeds():
         row(0.2, 0, 0.25), row(0.2, 1, 0.20),  # worst case 0.25: selected
         row(0.1, 0, 0.25), row(0.1, 1, 0.25),  # the same worst case as 0.2
     ]  # fmt: skip
-    assert study.select_step_size(rows[:6]) == 0.2
-    # A tie in the worst case goes to the smaller step.
-    assert study.select_step_size(rows) == 0.1
+    assert _selected_step_size(rows[:6], (1.0, 0.5, 0.2)) == 0.2
+    # A tie in the worst case goes to the smaller step, whatever the grid's order.
+    assert _selected_step_size(rows, (1.0, 0.5, 0.2, 0.1)) == 0.1
+    assert _selected_step_size(rows, (0.2, 0.1, 0.5, 1.0)) == 0.1
     # A run flagged diverged counts as lost even with a finite last loss.
     flagged = [{**rows[4], "diverged": True}, rows[5], rows[2], rows[3]]
-    assert study.select_step_size(flagged) == 0.5
-    assert math.isnan(study.select_step_size(rows[:2]))
+    assert _selected_step_size(flagged, (0.2, 0.5)) == 0.5
+    assert math.isnan(_selected_step_size(rows[:2], (1.0,)))
 
 
 def test_the_selection_seeds_must_not_be_reported_seeds():
@@ -266,7 +287,7 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
         raise AssertionError("a finished unit was computed again")
 
     monkeypatch.setattr(unit_runs, "train_one_beta", refuse)
-    monkeypatch.setattr(study, "train_one_depth", refuse)
+    monkeypatch.setattr(unit_runs, "train_one_depth", refuse)
     second = run_config(STUDY, config, tmp_path, progress=False)
     assert [c.to_json() for c in second.claims] == [c.to_json() for c in first.claims]
     assert json_ready(second.data) == json_ready(first.data)
@@ -276,14 +297,14 @@ def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
     # A field that changes what a unit computes makes every unit new.
     monkeypatch.undo()
     computed: list[str] = []
-    for module, name in ((unit_runs, "train_one_beta"), (study, "train_one_depth")):
-        original = getattr(module, name)
+    for name in ("train_one_beta", "train_one_depth"):
+        original = getattr(unit_runs, name)
 
         def counting(*args, _original=original, _name=name, **kwargs):
             computed.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(module, name, counting)
+        monkeypatch.setattr(unit_runs, name, counting)
     changed = run_config(STUDY, replace(config, regimes=((0.05, 30),)), tmp_path, progress=False)
     assert sorted(computed) == ["train_one_beta"] * (3 + 6 + 3) + ["train_one_depth"] * 4
     assert len(list((tmp_path / "units").glob("*.pt"))) == 19 + 16

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from convergent.studies.framework import Measured, Report, Session, Study, json_ready, run_jobs
+from convergent.studies.engine import Unit, run_finals, run_units
+from convergent.studies.framework import Measured, Report, Session, Study, json_ready
 from convergent.studies.langevin.brief import advice, brief
 from convergent.studies.langevin.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.langevin.config import Config
@@ -24,25 +23,6 @@ from convergent.studies.langevin.summary import summary
 
 # The design of this study's units (`Study.unit_design`).
 UNIT_DESIGN = 2
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of the study: ``function(*arguments)`` under the cache key ``key``."""
-
-    key: dict[str, Any]
-    function: Callable[..., Any]
-    arguments: tuple[Any, ...]
-    threads: int
-
-    def unit(self) -> dict[str, Any]:
-        return self.key
-
-
-def _compute(task: Task) -> Any:
-    """A task's value (a top-level function, so that a process pool can call it)."""
-    torch.set_num_threads(task.threads)
-    return task.function(*task.arguments)
 
 
 class LangevinStudy:
@@ -69,22 +49,15 @@ class LangevinStudy:
         lam selection and its final runs."""
         settings = json_ready(asdict(config))
 
-        def units(tasks: list[tuple[dict[str, Any], Callable[..., Any], tuple[Any, ...]]]) -> list:
-            jobs = [
-                Task(key, function, arguments, config.threads) for key, function, arguments in tasks
-            ]
-            return run_jobs(session.cache, jobs, _compute, config.workers, session.log)
+        def unit(key: dict[str, Any], compute: Callable[..., Any], *arguments: Any) -> Unit:
+            return Unit(key, compute, arguments, config.threads)
+
+        def units(*listed: Unit) -> list[Any]:
+            return run_units(session.cache, listed, config.workers, session.log)
 
         if config.regime is None:
-            (pilot,) = units(
-                [
-                    (
-                        {"part": "pilot"},
-                        run_pilot,
-                        (config.pilot_steps, config.validation_fields, config.selection_seed, None),
-                    )
-                ]
-            )
+            arguments = (config.pilot_steps, config.validation_fields, config.selection_seed, None)
+            (pilot,) = units(unit({"part": "pilot"}, run_pilot, *arguments))
             regime = regime_named(pilot["chosen"])
         else:
             pilot, regime = None, regime_named(config.regime)
@@ -92,41 +65,32 @@ class LangevinStudy:
             regime["train_fields"], config.validation_fields, config.test_fields
         )
         d_model = int(regime["d_model"])
-        (levels,) = units([({"part": "temperatures"}, temperatures, (settings, data, d_model))])
+        (levels,) = units(unit({"part": "temperatures"}, temperatures, settings, data, d_model))
+        s = levels["s"]
+        common = (settings, data, d_model, s)
         selections = units(
-            [
-                (
-                    {"part": "selection", "experiment": e},
-                    select_lam,
-                    (e, settings, data, d_model, levels["s"]),
-                )
+            *(
+                unit({"part": "selection", "experiment": e}, select_lam, e, *common)
                 for e in EXPERIMENTS
-            ]
+            )
         )
         factors = {
             e: {k: v["selected"] for k, v in chosen["penalties"].items()}
             for e, chosen in zip(EXPERIMENTS, selections, strict=True)
         }
-        jobs = [
-            (
-                {"part": "final", "experiment": e, "seed": seed},
-                final_runs,
-                (e, seed, settings, data, d_model, levels["s"], factors[e]),
-            )
-            for seed in config.seeds
-            for e in EXPERIMENTS
-        ]
-        outcomes = units(jobs)
-        runs: dict[str, list[Any]] = {e: [] for e in EXPERIMENTS}
-        for (unit, _, _), outcome in zip(jobs, outcomes, strict=True):
-            runs[str(unit["experiment"])].append(outcome)
+
+        def final(e: str, factor: dict[str, Any], seed: int) -> Unit:
+            key = {"part": "final", "experiment": e, "seed": seed}
+            return unit(key, final_runs, e, seed, settings, data, d_model, s, factor)
+
+        runs = run_finals(session.cache, factors, config.seeds, final, config.workers, session.log)
         chosen_by = dict(zip(EXPERIMENTS, selections, strict=True))
         return Measured(
             {
                 "regime": {**regime, **_overfit(pilot, regime)},
                 "pilot": pilot,
                 "labels_std": data.labels_std,
-                "temperatures": levels["s"],
+                "temperatures": s,
                 "noise_variance": levels["noise_variance"],
                 "calibration": levels,
                 "selection": {e: chosen["penalties"] for e, chosen in chosen_by.items()},

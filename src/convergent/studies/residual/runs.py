@@ -5,7 +5,7 @@ training subset in every step, plain SGD without momentum. For each beta we reco
 curve and, every few steps, the singular values of the attention output A = Attn(X) and of the
 residual branch beta * X + A, over the training subset. Part (b): AdamW on MiniLM at a depth,
 recording the training loss of every step and the validation error at the end.
-Functions here take plain arguments (part (a)'s `OneLayerJob` is one unit's); the study's
+Functions here take plain arguments (`train_one_layer` computes one part (a) unit); the study's
 config stops in ``study.py``.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from convergent.data import load_splits
+from convergent.data import load_splits, minilm_path
 from convergent.diagnostics import attention_spectra
 from convergent.losses import task_loss
 from convergent.models import Transformer
-from convergent.studies.residual.models import minilm_at_depth, one_layer_model
+from convergent.studies.residual.models import load_minilm, minilm_at_depth, one_layer_model
 from convergent.train import evaluate, fit
 
 # The spectra a run records at every measurement, in the order of GradientDescentRun's fields.
@@ -196,55 +196,23 @@ def limited_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-@dataclass(frozen=True)
-class OneLayerJob:
-    """One full-batch GD run of part (a): its cache key and what `train_one_beta` needs."""
-
-    part: str
-    lr: float
-    steps: int
-    beta: float
-    seed: int
-    window: int
-    examples: int
-    d_model: int
-    d_ff: int
-    init_std: float
-    spectra_every: int
-
-    def unit(self) -> dict[str, Any]:
-        return {
-            "part": self.part,
-            "lr": float(self.lr),
-            "steps": int(self.steps),
-            "beta": float(self.beta),
-            "seed": int(self.seed),
-        }
-
-
 @functools.cache
 def _weather(window: int, examples: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The part (a) training windows (data seed 0), loaded once per process."""
     return weather_subset(window, examples, 0)
 
 
-def train_one_layer(job: OneLayerJob) -> dict[str, Any]:
-    """A part (a) run as a dict, on one thread: the one-layer model's matrices are tiny, and
-    threads would only add overhead (a top-level function, so a process pool can call it)."""
+def train_one_layer(
+    lr: float, steps: int, beta: float, seed: int, data: tuple[int, int], keywords: dict[str, Any]
+) -> dict[str, Any]:
+    """A part (a) unit: the run on the (window, examples) ``data`` with `train_one_beta`'s
+    other ``keywords``, as a dict, on one thread: the one-layer model's matrices are
+    tiny, and threads would only add overhead (a top-level function, so a process pool can
+    call it)."""
     with limited_threads(1):
-        inputs, labels, _ = _weather(job.window, job.examples)
+        inputs, labels, _ = _weather(*data)
         run = train_one_beta(
-            inputs,
-            labels,
-            job.beta,
-            job.seed,
-            window=job.window,
-            d_model=job.d_model,
-            d_ff=job.d_ff,
-            init_std=job.init_std,
-            steps=job.steps,
-            lr=job.lr,
-            spectra_every=job.spectra_every,
+            inputs, labels, beta, seed, steps=steps, lr=lr, window=data[0], **keywords
         )
     return run_to_dict(run)
 
@@ -349,3 +317,19 @@ def depth_run_to_dict(run: DepthRun) -> dict[str, Any]:
         "validation_loss": float(run.validation_loss),
         "seconds": float(run.seconds),
     }
+
+
+# Part (b)'s model and rt-sentences subsets, loaded once per process, when a unit is computed.
+minilm = functools.cache(lambda: load_minilm(minilm_path()))
+sentences = functools.cache(rt_sentence_data)
+
+
+def train_depth_unit(
+    depth: int, beta: float, seed: int, data: tuple[int, int, int], training: dict[str, Any]
+) -> dict[str, Any]:
+    """A part (b) unit: the run on rt-sentences' (max_length, train_examples,
+    validation_examples) ``data`` with `train_one_depth`'s keywords ``training``, as a dict."""
+    train, validation = sentences(*data)
+    return depth_run_to_dict(
+        train_one_depth(minilm(), train, validation, depth, beta, seed, **training)
+    )

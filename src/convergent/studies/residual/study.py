@@ -3,7 +3,6 @@ runs, each a resumable unit of the framework's run."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -11,29 +10,20 @@ from typing import Any
 
 import torch
 
-from convergent.data import minilm_path
-from convergent.studies.framework import (
-    Measured,
-    Report,
-    Session,
-    Study,
-    UnitCache,
-    json_ready,
-    run_jobs,
-)
+from convergent.studies.engine import Selection, Unit, run_units, select
+from convergent.studies.framework import Measured, Report, Session, Study, UnitCache, json_ready
+from convergent.studies.framework.tuning import Tuning
 from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import regimes_of, worst_final_losses
-from convergent.studies.residual.models import load_minilm
 from convergent.studies.residual.report import depth_report, notes, one_layer_report
 from convergent.studies.residual.runs import (
     DepthRun,
     GradientDescentRun,
-    OneLayerJob,
-    depth_run_to_dict,
-    rt_sentence_data,
-    train_one_depth,
+    minilm,
+    sentences,
+    train_depth_unit,
     train_one_layer,
 )
 from convergent.studies.residual.summary import summary
@@ -44,139 +34,139 @@ UNIT_DESIGN = 1
 Log = Callable[[str], None]
 
 
-def _one_layer_batch(
-    config: Config, units: UnitCache, log: Log, runs: list[tuple[str, float, int, float, int]]
-) -> list[GradientDescentRun]:
-    """The (part, lr, steps, beta, seed) runs, cached, pending ones on ``config.workers``
-    processes (the values do not depend on how many)."""
-    jobs = [
-        OneLayerJob(
-            part,
-            lr,
-            steps,
-            beta,
-            seed,
-            config.window,
-            config.examples,
-            config.d_model,
-            config.d_ff,
-            config.resolved_init_std,
-            config.spectra_every,
-        )
-        for part, lr, steps, beta, seed in runs
-    ]
-    values = run_jobs(units, jobs, train_one_layer, config.workers)
-    out = [GradientDescentRun(**value) for value in values]
-    for job, run in zip(jobs, out, strict=True):
+def one_layer_unit(
+    config: Config, part: str, lr: float, steps: int, beta: float, seed: int
+) -> Unit:
+    """One full-batch GD run of part (a), keyed by its (part, lr, steps, beta, seed)."""
+    key = dict(part=part, lr=float(lr), steps=int(steps), beta=float(beta), seed=int(seed))
+    keywords = dict(d_model=config.d_model, d_ff=config.d_ff, init_std=config.resolved_init_std)
+    keywords["spectra_every"] = config.spectra_every
+    data = (config.window, config.examples)
+    return Unit(key, train_one_layer, (lr, steps, beta, seed, data, keywords))
+
+
+def _runs(values: list[dict[str, Any]], log: Log) -> list[GradientDescentRun]:
+    """Part (a)'s unit values as runs, each logged."""
+    runs = [GradientDescentRun(**value) for value in values]
+    for run in runs:
         log(
-            f"{job.part} lr={job.lr:g} beta={job.beta} seed={job.seed}: loss "
+            f"lr={run.lr:g} steps={run.steps} beta={run.beta} seed={run.seed}: loss "
             f"{run.losses[0]:.4f} -> {run.losses[-1]:.4f} in {run.seconds:.1f} s"
         )
-    return out
+    return runs
 
 
-def select_step_size(rows: list[dict[str, Any]]) -> float:
-    """One beta's tuned step size from its tuning rows (one per step size and selection seed):
-    among the step sizes that diverged from no seed, the one whose worst final loss is lowest
-    (ties: the smaller step); NaN when every step size diverged from some seed."""
-    stable = [(loss, lr) for lr, loss in worst_final_losses(rows).items() if loss < math.inf]
-    return min(stable)[1] if stable else math.nan
+def tuning_row(value: dict[str, Any]) -> dict[str, Any]:
+    """A tuning unit's row of ``results.json``'s ``lr_tuning`` (less ``selected``)."""
+    return {
+        "beta": float(value["beta"]),
+        "lr": float(value["lr"]),
+        "seed": int(value["seed"]),
+        "final_loss": float(value["losses"][-1]),
+        "diverged": bool(value["diverged"]),
+    }
+
+
+def worst_over_seeds(units: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float]:
+    """The step-size rule (`engine.Rule`) over one beta's tuning units, one per (lr, selection
+    seed): a unit's score is its step size's worst final loss over the seeds, NaN (never
+    selected) when it diverged from any of them."""
+    worst = worst_final_losses([tuning_row(unit) for unit in units])
+    return lambda unit: worst[unit["lr"]] if worst[unit["lr"]] < math.inf else math.nan
+
+
+def step_size_selection(config: Config) -> Selection:
+    """Part (a)'s step-size selection: per beta (a method named ``beta=B``), the grid of step
+    sizes (ascending, so that a tie goes to the smaller step) x selection seeds, each a
+    ``lr_tuning`` unit, scored by `worst_over_seeds`."""
+    betas = {f"beta={beta}": beta for beta in config.betas}
+    axes: dict[str, list[Any]] = {
+        "lr": sorted(config.tuned_lrs),
+        "seed": list(config.selection_seeds),
+    }
+    return Selection(
+        grids={name: axes for name in betas},
+        unit=lambda name, point: one_layer_unit(
+            config, "lr_tuning", point["lr"], config.tuning_steps, betas[name], point["seed"]
+        ),
+        rule=worst_over_seeds,
+        maximize=False,
+        criterion="worst final training loss over the selection seeds",
+        per_method=True,
+    )
+
+
+def selected_step_size(tuning: Tuning[dict[str, Any]]) -> float:
+    """One beta's selected step size; NaN when every step size diverged from some seed."""
+    lost = not math.isfinite(tuning.scores[tuning.selected])
+    return math.nan if lost else float(tuning.selected_point["lr"])
 
 
 def _one_layer_runs(
-    config: Config, units: UnitCache, log: Log
+    config: Config, cache: UnitCache, log: Log
 ) -> tuple[list[GradientDescentRun], list[dict[str, Any]], list[GradientDescentRun]]:
     """Part (a): the fixed-step regimes' runs, the tuning rows and the tuned regime's runs.
 
-    One cached unit per (regime, seed, beta), per tuning (lr, beta) and per tuned (seed, beta).
+    One cached unit per (regime, seed, beta), per tuning (lr, seed, beta) and per tuned
+    (seed, beta); the fixed regimes' units run with the tuned ones, after the selection.
     """
+    tuning: list[dict[str, Any]] = []
+    selected_lrs: dict[float, float] = {}
+    if config.tuned_lrs:
+        selected = select(step_size_selection(config), cache, config.workers, log)
+        for beta in config.betas:
+            chosen = selected.tunings[f"beta={beta}"]
+            lr = selected_step_size(chosen)
+            found = {(unit["lr"], unit["seed"]): tuning_row(unit) for unit in chosen.runs}
+            tuning += [
+                {**found[float(trial), seed], "selected": float(trial) == lr}
+                for trial in config.tuned_lrs
+                for seed in config.selection_seeds
+            ]
+            if math.isfinite(lr):
+                selected_lrs[beta] = lr
+            else:
+                log(f"beta={beta}: every tuning run diverged; no tuned runs")
     fixed = [
-        ("one_layer", lr, steps, beta, seed)
+        one_layer_unit(config, "one_layer", lr, steps, beta, seed)
         for lr, steps in config.regimes
         for seed in config.seeds
         for beta in config.betas
     ]
-    trials = [
-        ("lr_tuning", lr, config.tuning_steps, beta, selection_seed)
-        for beta in (config.betas if config.tuned_lrs else ())
-        for lr in config.tuned_lrs
-        for selection_seed in config.selection_seeds
-    ]
-    # The fixed regimes and the tuning trials are independent: one batch for the workers.
-    done = _one_layer_batch(config, units, log, fixed + trials)
-    runs = done[: len(fixed)]
-    tuning: list[dict[str, Any]] = []
-    selected_lrs: dict[float, float] = {}
-    for beta in config.betas if config.tuned_lrs else ():
-        rows = [
-            {
-                "beta": float(beta),
-                "lr": float(lr),
-                "seed": int(seed),
-                "final_loss": float(trial.losses[-1]),
-                "diverged": bool(trial.diverged),
-            }
-            for (_, lr, _, trial_beta, seed), trial in zip(trials, done[len(fixed) :], strict=True)
-            if trial_beta == beta
-        ]
-        selected = select_step_size(rows)
-        for row in rows:
-            row["selected"] = row["lr"] == selected
-        tuning += rows
-        if math.isfinite(selected):
-            selected_lrs[beta] = selected
-        else:
-            log(f"beta={beta}: every tuning run diverged; no tuned runs")
-    tuned_runs = [
-        ("one_layer_tuned", lr, config.tuned_steps, beta, seed)
+    tuned = [
+        one_layer_unit(config, "one_layer_tuned", lr, config.tuned_steps, beta, seed)
         for beta, lr in selected_lrs.items()
         for seed in config.seeds
     ]
-    tuned = _one_layer_batch(config, units, log, tuned_runs)
-    return runs, tuning, tuned
+    # The fixed regimes and the tuned runs are independent: one batch for the workers.
+    runs = _runs(run_units(cache, fixed + tuned, config.workers, log), log)
+    return runs[: len(fixed)], tuning, runs[len(fixed) :]
 
 
-def _depth_runs(config: Config, units: UnitCache, log: Log) -> list[DepthRun]:
-    """Part (b): one cached unit per (seed, depth, beta); MiniLM and rt-sentences are loaded
-    only if a unit has to be computed."""
-    pretrained = functools.cache(lambda: load_minilm(minilm_path()))
-    sentences = functools.cache(
-        lambda: rt_sentence_data(
-            config.max_length, config.train_examples, config.validation_examples
-        )
+def _depth_runs(config: Config, cache: UnitCache, log: Log) -> list[DepthRun]:
+    """Part (b): one cached unit per (seed, depth, beta), on torch's threads in this process."""
+    data = (config.max_length, config.train_examples, config.validation_examples)
+    training = dict(
+        steps=config.depth_steps, batch_size=config.depth_batch_size, lr=config.depth_lr
     )
-    runs = []
-    for seed in config.seeds:
-        for depth in config.depths:
-            for beta in config.depth_betas:
-
-                def compute(depth: int = depth, beta: float = beta, seed: int = seed) -> dict:
-                    train, validation = sentences()
-                    run = train_one_depth(
-                        pretrained(),
-                        train,
-                        validation,
-                        depth,
-                        beta,
-                        seed,
-                        steps=config.depth_steps,
-                        batch_size=config.depth_batch_size,
-                        lr=config.depth_lr,
-                    )
-                    return depth_run_to_dict(run)
-
-                unit = {
-                    "part": "depth",
-                    "depth": int(depth),
-                    "beta": float(beta),
-                    "seed": int(seed),
-                }
-                run = DepthRun(**units.run(unit, compute))
-                log(
-                    f"depth={depth} beta={beta} seed={seed}: final loss {run.losses[-1]:.3f},"
-                    f" validation error {run.validation_error:.3f} ({run.seconds:.0f} s)"
-                )
-                runs.append(run)
+    units = [
+        Unit(
+            {"part": "depth", "depth": int(depth), "beta": float(beta), "seed": int(seed)},
+            train_depth_unit,
+            (depth, beta, seed, data, training),
+        )
+        for seed in config.seeds
+        for depth in config.depths
+        for beta in config.depth_betas
+    ]
+    runs = [DepthRun(**value) for value in run_units(cache, units, 1, log)]
+    minilm.cache_clear()  # the model and data are not held after the part
+    sentences.cache_clear()
+    for run in runs:
+        log(
+            f"depth={run.depth} beta={run.beta} seed={run.seed}: final loss {run.losses[-1]:.3f},"
+            f" validation error {run.validation_error:.3f} ({run.seconds:.0f} s)"
+        )
     return runs
 
 

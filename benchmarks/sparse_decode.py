@@ -12,6 +12,13 @@ table prints the speed-up's share of it. Generated ids are compared with the den
 
     python benchmarks/sparse_decode.py                       # the table in benchmarks/README.md
     python benchmarks/sparse_decode.py --sizes 1024 --dtypes float32 --threads 1
+    python benchmarks/sparse_decode.py --sizes 1024 --threads 1 --profile   # where a step goes
+
+``--profile`` splits one decoding step's thread CPU time (not wall time: the shared machine's
+other jobs deschedule this one, which CPU time does not count) into the decoder's linear
+layers, the head and the rest (attention, norms, rotary, ``generate``'s own work), dense and
+with every decoder layer on the decode kernel, and prints the Amdahl bounds: the whole step's
+speed-up were the linear layers infinitely fast, or as fast as their bytes allow.
 
 Targets (d_model 1024, float32, one thread): 1.3x dense at 50 %, 2x at 70 %, 3.5x at 90 %.
 """
@@ -22,6 +29,7 @@ import argparse
 import copy
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +95,79 @@ def measure(model: nn.Module, threads: int, repeats: int, new_tokens: int) -> di
     return result
 
 
+def _timed_calls(model: nn.Module, spent: dict[str, float]) -> list[Callable[[], None]]:
+    """Wrap each linear module's forward to add its thread CPU seconds to ``spent`` under
+    ``"head"`` or ``"linears"``; returns the calls that undo it."""
+    undo = []
+    for name, module in model.named_modules():
+        if not (isinstance(module, nn.Linear) or hasattr(module, "stored_bytes")):
+            continue
+        key, forward = ("head" if name == "lm_head" else "linears"), module.forward
+
+        def timed(x: torch.Tensor, forward: Any = forward, key: str = key) -> Any:
+            start = time.thread_time()
+            result = forward(x)
+            spent[key] += time.thread_time() - start
+            return result
+
+        module.forward = timed  # type: ignore[method-assign]
+        undo.append(lambda module=module: delattr(module, "forward"))
+    return undo
+
+
+@torch.no_grad()
+def profile_step(model: nn.Module, repeats: int, new_tokens: int) -> dict[str, Any]:
+    """One decoding step's thread CPU milliseconds, split (module docstring), dense against
+    every decoder linear layer on the decode kernel; the fastest of ``repeats``, in turn."""
+    from convergent.commands.decode_speed import generate_tokens, prompt_ids, weight_bytes_per_token
+    from convergent.sparse.decode_kernels import IndexedLinear
+
+    torch.set_num_threads(1)
+    sparse = copy.deepcopy(model)
+    for name, module in list(sparse.named_modules()):
+        if isinstance(module, nn.Linear) and name != "lm_head":
+            parent, _, child = name.rpartition(".")
+            setattr(sparse.get_submodule(parent), child, IndexedLinear(module.weight, module.bias))
+    prompt = prompt_ids(model)
+    steps: dict[str, dict[str, float]] = {}
+    for candidate in (model, sparse):  # numba loads its compiled loops on a first call
+        generate_tokens(candidate, prompt, 2)
+    for _ in range(repeats):
+        for label, candidate in (("dense", model), ("sparse", sparse)):
+            spent = {"head": 0.0, "linears": 0.0}
+            undo = _timed_calls(candidate, spent)
+            totals = []
+            for tokens in (1, new_tokens + 1):  # the prompt's prefill and first token, then more
+                before = dict(spent)
+                start = time.thread_time()
+                generate_tokens(candidate, prompt, tokens)
+                totals.append({"step": time.thread_time() - start, **spent})
+                totals[-1] = {
+                    key: value - before.get(key, 0.0) for key, value in totals[-1].items()
+                }
+            for call in undo:
+                call()
+            step = {key: (totals[1][key] - totals[0][key]) / new_tokens * 1e3 for key in totals[0]}
+            step["rest"] = step["step"] - step["linears"] - step["head"]
+            if label not in steps or step["step"] < steps[label]["step"]:
+                steps[label] = step
+    dense, sparse_step = steps["dense"], steps["sparse"]
+    fixed = sparse_step["rest"] + sparse_step["head"]
+    head_bytes = model.get_submodule("lm_head").weight.numel() * model.dtype.itemsize
+    limit = (weight_bytes_per_token(model) - head_bytes) / (
+        weight_bytes_per_token(sparse) - head_bytes
+    )
+    return {
+        **{f"dense {key} ms": f"{value:.1f}" for key, value in dense.items()},
+        **{f"sparse {key} ms": f"{value:.1f}" for key, value in sparse_step.items()},
+        "linears speed-up": f"{dense['linears'] / sparse_step['linears']:.2f}x",
+        "linears bytes limit": f"{limit:.2f}x",
+        "step speed-up": f"{dense['step'] / sparse_step['step']:.2f}x",
+        "bound at the bytes limit": f"{dense['step'] / (fixed + dense['linears'] / limit):.2f}x",
+        "bound, linears free": f"{dense['step'] / fixed:.2f}x",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
@@ -98,6 +179,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true", help="split a step (docstring)")
     arguments = parser.parse_args()
     rows = []
     start = time.perf_counter()
@@ -107,6 +189,11 @@ def main() -> None:
             for setting in arguments.settings:
                 model = copy.deepcopy(base).to(DTYPES[dtype_name])
                 prune_rows(model, setting)
+                if arguments.profile and setting in TARGETS:
+                    split = profile_step(model, arguments.repeats, arguments.new_tokens)
+                    rows.append({"d_model": size, "dtype": dtype_name, "setting": setting, **split})
+                    print(json.dumps(rows[-1]), flush=True)
+                    continue
                 for threads in dict.fromkeys(arguments.threads):
                     result = measure(model, threads, arguments.repeats, arguments.new_tokens)
                     target = TARGETS.get(setting) if size == 1024 and threads == 1 else None

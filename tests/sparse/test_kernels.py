@@ -299,3 +299,20 @@ def test_the_decode_kernel_refuses_what_it_cannot_take():
         IndexedLinear(torch.ones(2, 2, dtype=torch.float64), None)
     with pytest.raises(ValueError, match="70000 inputs exceed the decode kernel's 65536"):
         IndexedLinear(torch.ones(1, 70_000), None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_one_token_with_bias_in_either_dtype_computes_the_dense_layer(dtype):
+    weight = _uneven_weight(40, 72, 0.3).to(dtype)
+    bias = torch.randn(40).to(dtype)
+    token = torch.randn(72, 1).to(dtype).T  # [1, 72], not contiguous; a leaf asking for grad
+    token.requires_grad_(True)
+    got = IndexedLinear(weight, bias)(token)
+    # the float32 sum of the stored values, bias added before one rounding to ``dtype``
+    exact = token.detach().double() @ weight.double().T + bias.double()
+    assert got.shape == (1, 40) and got.dtype == dtype
+    if dtype == torch.bfloat16:
+        tolerance = 2**-8 * exact.abs() + _bound(token.detach().float(), weight.float())
+    else:
+        tolerance = _bound(token.detach(), weight)
+    assert bool(((got.double() - exact).abs() <= tolerance).all())

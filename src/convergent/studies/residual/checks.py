@@ -13,9 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from convergent.studies.framework import Check, at_least, at_most, not_measured
+from convergent.studies.engine.checks import CheckSpec
+from convergent.studies.framework import Check, at_least, at_most
 from convergent.studies.framework import stored_number as number
 from convergent.studies.residual.measures import (
     BROKEN_EXCESS,
@@ -68,54 +67,78 @@ CHANCE_NAME = (
 )
 
 
+TRAINED = CheckSpec(
+    TRAINED_NAME,
+    at_most(TRAINED_LOSS_RATIO),
+    "max",
+    note="the loss fell at least tenfold, so there is a curve to test (runs that diverged are "
+    f"left out here; they count as excess {BROKEN_EXCESS:g} in claim 1's effect and fail the "
+    "step-size check)",
+    missing="no beta > 0 run with a finite loss",
+    finite="dropped",
+)
+COLLAPSE = CheckSpec(
+    COLLAPSE_NAME,
+    at_most(COLLAPSED_SQUARED_RATIO),
+    "mean",
+    note="the regime in which residuals are claimed to matter: softmax attention alone has "
+    "(nearly) lost rank",
+    missing="no beta = 0 run",
+    finite="kept",
+)
+STEP = CheckSpec(
+    STEP_NAME,
+    at_most(RISE_TOLERANCE),
+    "max",
+    note="GD with a step within the theorem's condition lowers the loss at every step (descent "
+    "lemma); a climb of more than 1 % above the lowest loss reached after t0, or a divergence, "
+    "shows a step beyond it (edge of stability), where the theorem says nothing",
+    missing="no beta > 0 run",
+    finite="kept",
+)
+BAND = CheckSpec(
+    BAND_NAME,
+    at_least(BAND_WIDTH),
+    "min",
+    note="the band runs from the lowest loss any beta has at t0 (so every curve enters it after "
+    "its transient) to 1.05 x the highest final loss (so every curve leaves it)",
+    missing="a loss at t0 or at the end is not finite",
+)
+DEPTH_TRAINED = CheckSpec(
+    DEPTH_TRAINED_NAME,
+    at_most(DEPTH_TRAINED_LOSS_RATIO),
+    "max",
+    note=f"initial = mean over the first {1 / TAIL_PARTS:.0%} of steps, final = over the last; "
+    "a model that did not train at beta = 1 has no advantage to show",
+    missing="no beta = 1 run with a finite loss",
+)
+CHANCE = CheckSpec(
+    CHANCE_NAME,
+    at_most(CHANCE_FRACTION),
+    "max",
+    note="an arm at chance (ln 2 on the balanced binary task) has no loss left to lose, so the "
+    "gap has nowhere to grow; 0.9 ln 2 is about a calibrated classifier at 70 % accuracy",
+    missing="a beta 0 or beta 1 loss is not finite",
+)
+
+
 def trained_check(rows: Sequence[Mapping[str, Any]]) -> Check:
     """GD lowered the loss at least tenfold in every beta > 0 run that did not diverge."""
-    required = at_most(TRAINED_LOSS_RATIO)
     residual = [row for row in rows if number(row["beta"]) > 0 and not row.get("diverged")]
-    ratios = [number(r["final_loss"]) / number(r["initial_loss"]) for r in residual]
-    ratios = [ratio for ratio in ratios if math.isfinite(ratio)]
-    if not ratios:
-        return not_measured(TRAINED_NAME, required, "no beta > 0 run with a finite loss")
-    return Check(
-        TRAINED_NAME,
-        max(ratios),
-        required,
-        note="the loss fell at least tenfold, so there is a curve to test (runs that diverged "
-        f"are left out here; they count as excess {BROKEN_EXCESS:g} in claim 1's effect and "
-        "fail the step-size check)",
-    )
+    return TRAINED.check([number(r["final_loss"]) / number(r["initial_loss"]) for r in residual])
 
 
 def collapse_check(rows: Sequence[Mapping[str, Any]]) -> Check:
     """Softmax attention alone has (nearly) lost rank at beta = 0."""
-    required = at_most(COLLAPSED_SQUARED_RATIO)
     zero = [row for row in rows if number(row["beta"]) == 0.0]
-    if not zero:
-        return not_measured(COLLAPSE_NAME, required, "no beta = 0 run")
-    value = float(np.mean([number(row["squared_ratio_mean"]) for row in zero]))
-    return Check(
-        COLLAPSE_NAME,
-        value,
-        required,
-        note="the regime in which residuals are claimed to matter: softmax attention alone "
-        "has (nearly) lost rank",
-    )
+    return COLLAPSE.check([number(row["squared_ratio_mean"]) for row in zero])
 
 
 def step_check(regime: Regime) -> Check:
     """No beta > 0 run's loss rose more than ``RISE_TOLERANCE`` (in log) after t0, and none
     diverged: the step size is not shown to be beyond the theorem's condition."""
-    required = at_most(RISE_TOLERANCE)
-    rises = [m.rise for seed in regime.seeds for m in regime.measured[seed] if m.beta > 0]
-    if not rises:
-        return not_measured(STEP_NAME, required, "no beta > 0 run")
-    return Check(
-        STEP_NAME,
-        max(rises),
-        required,
-        note="GD with a step within the theorem's condition lowers the loss at every step "
-        "(descent lemma); a climb of more than 1 % above the lowest loss reached after t0, or a "
-        "divergence, shows a step beyond it (edge of stability), where the theorem says nothing",
+    return STEP.check(
+        [m.rise for seed in regime.seeds for m in regime.measured[seed] if m.beta > 0]
     )
 
 
@@ -125,54 +148,27 @@ def band_check(regime: Regime) -> Check:
     for seed in regime.seeds:
         high, low = common_band(regime.measured[seed])
         widths.append(high / low if math.isfinite(high) and low > 0 else math.nan)
-    required = at_least(BAND_WIDTH)
-    if not widths or not all(map(math.isfinite, widths)):
-        return not_measured(BAND_NAME, required, "a loss at t0 or at the end is not finite")
-    return Check(
-        BAND_NAME,
-        min(widths),
-        required,
-        note="the band runs from the lowest loss any beta has at t0 (so every curve enters it "
-        "after its transient) to 1.05 x the highest final loss (so every curve leaves it)",
-    )
+    return BAND.check(widths)
 
 
 def depth_trained_check(runs: Sequence[Mapping[str, Any]]) -> Check:
     """The beta = 1 depth runs lowered their tail-mean training loss by at least 10 %."""
-    required = at_most(DEPTH_TRAINED_LOSS_RATIO)
     ratios = []
     for run in runs:
         if number(run["beta"]) == 1.0:
             initial, final = head_and_tail_means(run["losses"])
             ratios.append(final / initial if initial > 0 else math.nan)
-    if not ratios or not all(map(math.isfinite, ratios)):
-        return not_measured(DEPTH_TRAINED_NAME, required, "no beta = 1 run with a finite loss")
-    return Check(
-        DEPTH_TRAINED_NAME,
-        max(ratios),
-        required,
-        note=f"initial = mean over the first {1 / TAIL_PARTS:.0%} of steps, final = over the "
-        "last; a model that did not train at beta = 1 has no advantage to show",
-    )
+    return DEPTH_TRAINED.check(ratios)
 
 
 def chance_check(runs: Sequence[Mapping[str, Any]]) -> Check:
     """At every depth, beta 0 and beta 1 both reach a tail-mean training loss of at most
     ``CHANCE_FRACTION`` ln(classes), the mean over seeds."""
-    required = at_most(CHANCE_FRACTION)
     fractions = {
         key: value
         for key, value in chance_fractions(runs, DEPTH_CLASSES).items()
         if key[1] in (0.0, 1.0)
     }
-    if not fractions or not all(map(math.isfinite, fractions.values())):
-        return not_measured(CHANCE_NAME, required, "a beta 0 or beta 1 loss is not finite")
     at_chance = [f"({d}, {b:g})" for (d, b), v in fractions.items() if v > CHANCE_FRACTION]
-    return Check(
-        CHANCE_NAME,
-        max(fractions.values()),
-        required,
-        note="an arm at chance (ln 2 on the balanced binary task) has no loss left to lose, "
-        "so the gap has nowhere to grow; 0.9 ln 2 is about a calibrated classifier at 70 % "
-        "accuracy" + (f"; above it at (depth, beta): {', '.join(at_chance)}" if at_chance else ""),
-    )
+    shown = f"; above it at (depth, beta): {', '.join(at_chance)}" if at_chance else ""
+    return CHANCE.check(list(fractions.values()), note=CHANCE.note + shown)

@@ -52,6 +52,7 @@ def _refusals(folder, pruned, tmp_path):
                 *data,
             ],
             [folder, "--dense", *data],
+            [pruned, "--low-memory", "--sparsity", "0.5", "--save", str(tmp_path / "y"), *data],
             [folder, "--save", str(nonempty), *data],
             [folder, "--device", "gpu", *data],
             [folder, "--examples", "0", "--data", "rt-sentences"],

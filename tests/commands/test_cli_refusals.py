@@ -39,6 +39,7 @@ def _refusals(folder, pruned, tmp_path):
             [folder, "--owl-m", "0", *data],
             [folder, "--owl-lmbda", "0.7", *data],
             [folder, "--method", "wanda", "--calibration-examples", "0", *data],
+            [folder, "--method", "wanda", "--calibration-batch-size", "0", *data],
             [folder, "--low-memory", *data],
             [
                 folder,

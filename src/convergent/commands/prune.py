@@ -106,7 +106,7 @@ def prune_run(
     calibration = None
     if request.calibrates:
         examples = min(request.calibration_examples, len(splits.train))
-        calibration = calibration_batches(splits.train, examples, CALIBRATION_BATCH_SIZE)
+        calibration = calibration_batches(splits.train, examples, request.calibration_batch_size)
     measure = metrics_of(splits.validation, splits.task, 256, request.compute, request.mask_spec)
     summary, report, pruned = measured_sweep(
         model, request, measure, calibration, "train split of the run's data"
@@ -179,7 +179,7 @@ def prune_hf_folder_in_memory(path: str | Path, request: PruneRequest) -> dict[s
         source = evaluation_data(loaded, source_name, seed=seed, max_length=max_length,
                                  examples=request.calibration_examples, split="train")  # fmt: skip
         calibration = calibration_batches(
-            source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, seed
+            source.dataset, len(source.dataset), request.calibration_batch_size, seed
         )
     measure = hf_metrics_of(loaded, evaluation, batch_size, request.compute, request.mask_spec)
     common, report, pruned = measured_sweep(

@@ -94,6 +94,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"training examples to calibrate on (default "
         f"{request_default('calibration_examples')})",
     )
+    calibration.add_argument(
+        "--calibration-batch-size",
+        type=int,
+        default=None,
+        help="calibration examples run through a block at once; fewer hold less activation"
+        f" memory (default {request_default('calibration_batch_size')})",
+    )
     add_mask_spec_arguments(
         parser.add_argument_group("which weights, and the masks' layout"), one_shot=True
     )
@@ -143,13 +150,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-# Flags whose option is spelled otherwise in the request.
-REQUEST_NAMES = {"sparsity": "sparsities", "save": "save_to"}
+# Request fields that are not a flag of their own name: built from the flags below.
+BUILT_FIELDS = ("sparsities", "spec", "dtype", "save_to", "save", "progress")
 
 
 def request_from_arguments(arguments: argparse.Namespace) -> Any:
-    """The :class:`~convergent.commands.prune_request.PruneRequest` of ``prune``'s flags: the
-    flags given, the request's own defaults for the others (checked as it is built)."""
+    """The :class:`~convergent.commands.prune_request.PruneRequest` of ``prune``'s flags: each
+    field whose flag was given (``--calibration-examples`` sets ``calibration_examples``), the
+    request's own defaults for the others (checked as it is built)."""
+    import dataclasses
+
     import torch
 
     from convergent.commands.prune_request import PruneRequest
@@ -158,27 +168,21 @@ def request_from_arguments(arguments: argparse.Namespace) -> Any:
     if (arguments.dense or arguments.no_bench) and arguments.save is None:
         raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")
     given = {
-        name: getattr(arguments, flag)
-        for flag, name in {**{name: name for name in REQUEST_FLAGS}, **REQUEST_NAMES}.items()
-        if getattr(arguments, flag) is not None
+        item.name: getattr(arguments, item.name)
+        for item in dataclasses.fields(PruneRequest)
+        if item.init
+        and item.name not in BUILT_FIELDS
+        and getattr(arguments, item.name, None) is not None
     }
-    if "sparsities" in given:
-        given["sparsities"] = tuple(given["sparsities"])
-    if arguments.dtype is not None:
-        given["dtype"] = getattr(torch, arguments.dtype)
     return PruneRequest(
+        sparsities=tuple(arguments.sparsity) if arguments.sparsity else None,
         spec=mask_spec_from_arguments(arguments),
+        dtype=None if arguments.dtype is None else getattr(torch, arguments.dtype),
+        save_to=arguments.save,
         save=SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
         progress=True,
         **given,
     )
-
-
-# Flags that are the request's field of the same name.
-REQUEST_FLAGS = (
-    "method", "device", "statistics", "calibration_data", "calibration_examples", "data",
-    "examples", "max_length", "seed", "low_memory",
-)  # fmt: skip
 
 
 def run(arguments: argparse.Namespace) -> int:

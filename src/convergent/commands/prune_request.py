@@ -51,6 +51,8 @@ class PruneRequest:
         calibration_data: the source whose *train* split Wanda and SparseGPT calibrate on
             (None: ``data``'s; a run calibrates on its own training split).
         calibration_examples: how many training examples they (and OWL) calibrate on.
+        calibration_batch_size: calibration examples run through a block at once (fewer hold
+            less activation memory at a time; the statistics are sums over all of them).
         data: the data a Hugging Face folder is evaluated on (None: ``austen`` for a causal
             LM, ``rt-sentences`` for a classifier).
         examples: evaluate on the first this many validation examples (None: all).
@@ -75,6 +77,7 @@ class PruneRequest:
     statistics: str = "float64"
     calibration_data: str | None = None
     calibration_examples: int = 128
+    calibration_batch_size: int = CALIBRATION_BATCH_SIZE
     data: str | None = None
     examples: int | None = None
     max_length: int = 64
@@ -100,6 +103,11 @@ class PruneRequest:
         _set(self, "pruner_options", pruner_options_for(self.method, self.statistics))
         check_one_shot(self.method, spec, self.pruner_options)
         check_calibration_examples(self.calibration_examples)
+        if self.calibration_batch_size < 1:
+            raise ValueError(
+                f"{option('calibration_batch_size', self.calibration_batch_size)} is out of"
+                " range; it must be >= 1."
+            )
         _set(self, "compute", check_device(self.device, self.dtype))
         if self.save_to is not None:
             check_save_folder(self.save_to)

@@ -30,7 +30,6 @@ from convergent.commands.hf_folders import (
 )
 from convergent.commands.hf_reading import HFFolderError, load_hf_folder, quiet_progress
 from convergent.commands.prune_request import (
-    CALIBRATION_BATCH_SIZE,
     PruneRequest,
     check_streamable,
 )
@@ -94,7 +93,7 @@ def prune_hf_folder_streamed(path: str | Path, request: PruneRequest) -> dict[st
         source = evaluation_data(loaded, source_name, seed=seed, max_length=max_length,
                                  examples=request.calibration_examples, split="train")  # fmt: skip
         calibration = calibration_batches(
-            source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, seed
+            source.dataset, len(source.dataset), request.calibration_batch_size, seed
         )
         calibrated = {
             "data": f"train split of {source_name}",

@@ -287,18 +287,21 @@ def test_seeds_continue_past_the_seeds_a_study_tunes_with(monkeypatch):
     assert studies.study_config("any", "full", seeds=5).seeds == (5, 6, 8, 10, 11)
 
 
-def test_prune_help_quotes_the_defaults_of_prune_hf_folder(monkeypatch, capsys):
-    from convergent.cli import build_parser
-    from convergent.commands import prune
+def test_prune_help_quotes_the_defaults_of_the_prune_request(monkeypatch, capsys):
+    import dataclasses
 
-    defaults = dict(prune.prune_hf_folder.__kwdefaults__)
-    monkeypatch.setattr(
-        prune.prune_hf_folder, "__kwdefaults__", {**defaults, "max_length": 77, "seed": 5}
-    )
+    from convergent.cli import build_parser
+    from convergent.commands.prune_request import PruneRequest
+
+    fields = {field.name: field for field in dataclasses.fields(PruneRequest)}
+    monkeypatch.setattr(fields["max_length"], "default", 77)
+    monkeypatch.setattr(fields["seed"], "default", 5)
+    monkeypatch.setattr(fields["calibration_examples"], "default", 33)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["prune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "tokens per example (default 77)" in text and "and test (default 5)" in text
+    assert "calibrate on (default 33)" in text
 
 
 def test_train_with_langevin_a_villani_regularizer_and_its_checks(tmp_path, capsys):

@@ -122,3 +122,26 @@ def test_a_run_folder_calibrates_on_its_training_split(tmp_path):
     state = torch.load(next((tmp_path / "pruned" / "checkpoints").glob("*/state.pt")),
                        weights_only=True)  # fmt: skip
     assert state["pruning"]["method"] == "sparsegpt"
+
+
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_the_calibration_batch_size_reaches_both_paths(gpt2_folder, monkeypatch, tmp_path,
+                                                       low_memory):  # fmt: skip
+    import convergent.commands.prune_streamed as streamed_module
+
+    sizes: list[list[int]] = []
+    original = prune_module.calibration_batches
+
+    def recording(*args, **kwargs):
+        batches = original(*args, **kwargs)
+        sizes.append([len(batch["input_ids"]) for batch in batches])
+        return batches
+
+    monkeypatch.setattr(prune_module, "calibration_batches", recording)
+    monkeypatch.setattr(streamed_module, "calibration_batches", recording)
+    prune_hf_folder(
+        gpt2_folder, (0.5,), data="rt-sentences", examples=EXAMPLES, max_length=MAX_LENGTH,
+        method="wanda", calibration_examples=8, calibration_batch_size=3,
+        low_memory=low_memory, save_to=tmp_path / "out",
+    )  # fmt: skip
+    assert sizes == [[3, 3, 2]]  # 8 examples, 3 at a time

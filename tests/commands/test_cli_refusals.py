@@ -39,6 +39,7 @@ def _refusals(folder, pruned, tmp_path):
             [folder, "--owl-m", "0", *data],
             [folder, "--owl-lmbda", "0.7", *data],
             [folder, "--method", "wanda", "--calibration-examples", "0", *data],
+            [folder, "--method", "wanda", "--calibration-batch-size", "0", *data],
             [folder, "--low-memory", *data],
             [
                 folder,
@@ -52,6 +53,7 @@ def _refusals(folder, pruned, tmp_path):
                 *data,
             ],
             [folder, "--dense", *data],
+            [pruned, "--low-memory", "--sparsity", "0.5", "--save", str(tmp_path / "y"), *data],
             [folder, "--save", str(nonempty), *data],
             [folder, "--device", "gpu", *data],
             [folder, "--examples", "0", "--data", "rt-sentences"],

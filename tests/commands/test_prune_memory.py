@@ -18,7 +18,7 @@ OPTIONS = {"data": "rt-sentences", "examples": EXAMPLES, "max_length": MAX_LENGT
 
 @pytest.fixture
 def model_copies(monkeypatch):
-    import convergent.commands.prune as prune_module
+    import convergent.commands.prune_sweep as sweep_module
 
     copies: list[str] = []
     deepcopy = copy.deepcopy
@@ -28,7 +28,7 @@ def model_copies(monkeypatch):
             copies.append(type(value).__name__)
         return deepcopy(value, *args, **kwargs)
 
-    monkeypatch.setattr(prune_module.copy, "deepcopy", counting)
+    monkeypatch.setattr(sweep_module.copy, "deepcopy", counting)
     return copies
 
 

@@ -101,6 +101,12 @@ def test_low_memory_is_for_hugging_face_folders(tmp_path, capsys):
     assert main(["train", "--data", "digits", "--model", "transformer", "--steps", "4",
                  "--out", str(run), "--no-progress"]) == 0  # fmt: skip
     capsys.readouterr()
-    code = main(["prune", str(run), "--low-memory", "--save", str(tmp_path / "x")])
-    assert code != 0
-    assert "--low-memory applies only to Hugging Face model folders" in capsys.readouterr().err
+    for flag in ("--low-memory", "--no-low-memory"):
+        code = main(["prune", str(run), flag, "--save", str(tmp_path / "x")])
+        assert code != 0
+        assert "--low-memory applies only to Hugging Face model folders" in capsys.readouterr().err
+    # from Python, the same refusal in Python's words
+    from convergent.commands import prune_run
+
+    with pytest.raises(ValueError, match=r"^data, seed apply only to Hugging Face model folders"):
+        prune_run(run, (0.5,), data="austen", seed=3)

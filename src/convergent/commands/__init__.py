@@ -7,8 +7,9 @@ functions, and writes a run or report folder. Each command's command line is one
 (``train_command``, ``data_command``, ``prune_command``, ``bench_command``,
 ``diagnose_command``, ``reproduce``, ``report``): ``add_parser(commands)`` adds its flags and
 its handler turns them into plain-argument calls; `flags` holds what they share. `runs` finds
-and rebuilds the run folders that ``train`` writes; `hf_folders` loads Hugging Face
-``save_pretrained`` folders for ``prune`` and ``diagnose``; `compressed` writes and reads
+and rebuilds the run folders that ``train`` writes; `hf_reading` loads Hugging Face
+``save_pretrained`` folders for ``prune`` and ``diagnose``, `hf_folders` the data they are
+measured on; `compressed` writes and reads
 compressed model folders (``save_sparse``, ``load_sparse``). Library packages never import
 from here.
 """
@@ -17,7 +18,7 @@ from convergent.commands.benchmark import bench, format_bench
 from convergent.commands.compressed import load_sparse, save_sparse
 from convergent.commands.config import TrainConfig, build_model
 from convergent.commands.diagnose import diagnose
-from convergent.commands.hf_folders import (
+from convergent.commands.hf_reading import (
     HFFolderError,
     HFModel,
     is_hf_model_folder,

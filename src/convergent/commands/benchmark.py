@@ -33,7 +33,7 @@ from torch import nn
 
 from convergent.commands.compressed import MIB, weights_files
 from convergent.commands.decode_speed import bench_generation, generation_line
-from convergent.commands.hf_folders import HUGGING_FACE, folder_kind, load_hf_folder
+from convergent.commands.hf_reading import HUGGING_FACE, folder_kind, load_hf_folder
 from convergent.commands.runs import load_run
 from convergent.report import markdown_table
 from convergent.sparse.kernels import (

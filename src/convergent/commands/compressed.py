@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from convergent.commands.config import TrainConfig
-from convergent.commands.hf_folders import (
+from convergent.commands.hf_reading import (
     HUGGING_FACE,
     folder_kind,
     hf_model_from_compressed,

@@ -32,13 +32,8 @@ import torch
 from torch import nn
 
 from convergent.commands.config import split_options
-from convergent.commands.hf_folders import (
-    DEFAULT_DATA,
-    HUGGING_FACE,
-    evaluation_data,
-    folder_kind,
-    load_hf_folder,
-)
+from convergent.commands.hf_folders import DEFAULT_DATA, evaluation_data
+from convergent.commands.hf_reading import HUGGING_FACE, folder_kind, load_hf_folder
 from convergent.commands.runs import load_run
 from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.data import Splits, load_splits, minilm_path

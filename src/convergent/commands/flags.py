@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 from typing import Any
 
 
@@ -31,16 +30,6 @@ def field_help(cls: type, name: str) -> str:
                 text.append(following.strip())
             return " ".join(text).replace("``", "")
     return ""
-
-
-def keyword_defaults(function: Any) -> dict[str, Any]:
-    """The defaults of ``function``'s parameters, so that help texts quote them from their one
-    definition."""
-    return {
-        name: parameter.default
-        for name, parameter in inspect.signature(function).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
 
 
 # MaskSpec fields that only one-shot pruning reads (OWL's allocation): not `train` flags.

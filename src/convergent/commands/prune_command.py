@@ -11,14 +11,13 @@ from typing import Any
 from convergent.commands.flags import (
     UserError,
     add_mask_spec_arguments,
-    keyword_defaults,
     mask_spec_from_arguments,
 )
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``prune`` and its flags to ``commands``."""
-    from convergent.commands.prune import DEFAULT_SPARSITIES, prune_hf_folder
+    from convergent.commands.prune_request import DEFAULT_SPARSITIES, request_default
     from convergent.sparse import METHODS
     from convergent.sparse.spec import STATISTICS_DTYPES
 
@@ -65,19 +64,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     placement.add_argument(
         "--low-memory",
-        action="store_true",
-        help="a Hugging Face folder larger than memory: stream its blocks from its safetensors"
-        " files, one in memory at a time, writing each pruned block to --save (one"
-        " --sparsity per call)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a Hugging Face folder: stream its blocks from its safetensors files, one in memory"
+        " at a time, writing each pruned block to --save (one --sparsity per call);"
+        " --no-low-memory loads it whole (default: streamed when loading it whole would not"
+        " fit in the memory available, which is logged)",
     )
     calibration = parser.add_argument_group("Wanda and SparseGPT calibration")
     calibration.add_argument(
         "--statistics",
         choices=tuple(STATISTICS_DTYPES),
-        default=DEFAULT_STATISTICS,
+        default=None,
         help="the dtype the calibration statistics (SparseGPT's Hessian and its Cholesky"
         " factors, Wanda's input norms) are gathered and factorized in (default"
-        f" {DEFAULT_STATISTICS}: benchmarks/README.md has the measurements behind it)",
+        f" {request_default('statistics')}: benchmarks/README.md has the measurements behind"
+        " it)",
     )
     calibration.add_argument(
         "--calibration-data",
@@ -90,7 +92,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help=f"training examples to calibrate on (default "
-        f"{keyword_defaults(prune_hf_folder)['calibration_examples']})",
+        f"{request_default('calibration_examples')})",
+    )
+    calibration.add_argument(
+        "--calibration-batch-size",
+        type=int,
+        default=None,
+        help="calibration examples run through a block at once; fewer hold less activation"
+        f" memory (default {request_default('calibration_batch_size')})",
     )
     add_mask_spec_arguments(
         parser.add_argument_group("which weights, and the masks' layout"), one_shot=True
@@ -126,78 +135,68 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="evaluate on the first this many validation examples (default: all)",
     )
-    defaults = keyword_defaults(prune_hf_folder)
     hugging_face.add_argument(
         "--max-length",
         type=int,
         default=None,
-        help=f"tokens per example (default {defaults['max_length']})",
+        help=f"tokens per example (default {request_default('max_length')})",
     )
     hugging_face.add_argument(
         "--seed",
         type=int,
         default=None,
-        help=f"seeds the data's split into train, validation and test (default {defaults['seed']})",
+        help=f"seeds the data's split into train, validation and test (default {request_default('seed')})",
     )
     parser.set_defaults(handler=run)
 
 
-# The command line's statistics dtype; the library's functions keep float64, which the
-# studies' committed units were computed with.
-DEFAULT_STATISTICS = "float64"
+# Request fields that are not a flag of their own name: built from the flags below.
+BUILT_FIELDS = ("sparsities", "spec", "dtype", "save_to", "save", "progress")
 
 
-# Options of `prune` that only a Hugging Face folder takes: a run brings its own data.
-HF_ONLY = ("data", "examples", "max_length", "seed", "calibration_data")
+def request_from_arguments(arguments: argparse.Namespace) -> Any:
+    """The :class:`~convergent.commands.prune_request.PruneRequest` of ``prune``'s flags: each
+    field whose flag was given (``--calibration-examples`` sets ``calibration_examples``), the
+    request's own defaults for the others (checked as it is built)."""
+    import dataclasses
 
+    import torch
 
-# Options of `prune` that only a Hugging Face folder takes, beside HF_ONLY's data options.
-HF_ONLY_FLAGS = ("low_memory",)
+    from convergent.commands.prune_request import PruneRequest
+    from convergent.commands.pruned_folder import SaveOptions
+
+    if (arguments.dense or arguments.no_bench) and arguments.save is None:
+        raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")
+    given = {
+        item.name: getattr(arguments, item.name)
+        for item in dataclasses.fields(PruneRequest)
+        if item.init
+        and item.name not in BUILT_FIELDS
+        and getattr(arguments, item.name, None) is not None
+    }
+    return PruneRequest(
+        sparsities=tuple(arguments.sparsity) if arguments.sparsity else None,
+        spec=mask_spec_from_arguments(arguments),
+        dtype=None if arguments.dtype is None else getattr(torch, arguments.dtype),
+        save_to=arguments.save,
+        save=SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
+        progress=True,
+        **given,
+    )
 
 
 def run(arguments: argparse.Namespace) -> int:
     """``convergent prune``'s parsed flags: do the command; returns the exit status."""
-    import torch
-
-    from convergent.commands.hf_folders import HUGGING_FACE, folder_kind
+    from convergent.commands.hf_reading import HUGGING_FACE, folder_kind
     from convergent.commands.prune import prune_hf_folder, prune_run
-    from convergent.commands.pruned_folder import SaveOptions
+    from convergent.commands.prune_request import HF_ONLY, refuse_hf_only
     from convergent.commands.pruning_report import format_prune_summary
 
-    if (arguments.dense or arguments.no_bench) and arguments.save is None:
-        raise UserError("--dense and --no-bench apply to --save FOLDER only; add --save")
-    options: dict[str, Any] = {
-        "spec": mask_spec_from_arguments(arguments),
-        "method": arguments.method,
-        "save_to": arguments.save,
-        "save": SaveOptions(dense=arguments.dense, bench=not arguments.no_bench),
-        "device": arguments.device,
-        "dtype": None if arguments.dtype is None else getattr(torch, arguments.dtype),
-        "statistics": arguments.statistics,
-        "progress": True,
-    }
-    if arguments.calibration_examples is not None:
-        options["calibration_examples"] = arguments.calibration_examples
-    sparsities = tuple(arguments.sparsity) if arguments.sparsity else None
-    if folder_kind(arguments.path) == HUGGING_FACE:
-        options["low_memory"] = arguments.low_memory
-        given = {name: getattr(arguments, name) for name in HF_ONLY}
-        # Options left out take prune_hf_folder's own defaults (defined there, once).
-        chosen = {name: value for name, value in given.items() if value is not None}
-        summary = prune_hf_folder(arguments.path, sparsities, **chosen, **options)
-    else:
-        flags = [
-            f"--{name.replace('_', '-')}"
-            for name in HF_ONLY
-            if getattr(arguments, name) is not None
-        ] + [f"--{name.replace('_', '-')}" for name in HF_ONLY_FLAGS if getattr(arguments, name)]
-        if flags and arguments.path.exists():  # a missing path gets its own error
-            raise UserError(
-                f"{', '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} only to "
-                f"Hugging Face model folders; the run at "
-                f"{arguments.path} brings its own data (scored on its validation split, "
-                "calibrated on its training split)"
-            )
-        summary = prune_run(arguments.path, sparsities, **options)
-    print(format_prune_summary(summary))
+    hugging_face = folder_kind(arguments.path) == HUGGING_FACE
+    if not hugging_face and arguments.path.exists():  # a missing path gets its own error
+        refuse_hf_only([name for name in HF_ONLY if getattr(arguments, name) is not None],
+                       arguments.path)  # fmt: skip
+    request = request_from_arguments(arguments)
+    prune = prune_hf_folder if hugging_face else prune_run
+    print(format_prune_summary(prune(arguments.path, request=request)))
     return 0

@@ -24,18 +24,20 @@ import torch
 from convergent.commands.compressed import check_save_folder, write_config_files
 from convergent.commands.hf_folders import (
     DEFAULT_DATA,
-    HFFolderError,
     evaluation_batch_size,
     evaluation_data,
     evaluation_summary,
-    load_hf_folder,
-    quiet_progress,
+)
+from convergent.commands.hf_reading import HFFolderError, load_hf_folder, quiet_progress
+from convergent.commands.prune_request import (
+    PruneRequest,
+    check_streamable,
 )
 from convergent.commands.pruned_folder import NOT_BENCHED_STREAMED, size_summary
 from convergent.commands.pruning_report import write_pruning_report
 from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
 from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
-from convergent.sparse import MaskSpec, PruningReport, prune_one_shot
+from convergent.sparse import PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
 from convergent.sparse.storage import (
@@ -50,49 +52,21 @@ from convergent.wording import option
 logger = logging.getLogger(__name__)
 
 
-def prune_hf_folder_streamed(
-    path: str | Path,
-    sparsities: tuple[float, ...],
-    *,
-    save_to: str | Path | None,
-    data: str | None,
-    examples: int | None,
-    max_length: int,
-    seed: int,
-    spec: MaskSpec,
-    method: str,
-    calibration_data: str | None,
-    calibration_examples: int,
-    calibration_batch_size: int,
-    device: torch.device | None,
-    dtype: torch.dtype | None,
-    dense: bool,
-    progress: bool,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Prune the folder at ``path`` to its one target, streaming its blocks into ``save_to``.
-
-    The arguments are :func:`~convergent.commands.prune.prune_hf_folder`'s (checked there);
-    ``device`` None is the CPU, ``dense`` writes ordinary shards, ``options`` are the
-    pruner's.
+def prune_hf_folder_streamed(path: str | Path, request: PruneRequest) -> dict[str, Any]:
+    """Prune the folder at ``path`` to ``request``'s one target, streaming its blocks into its
+    ``save_to`` folder (``request.compute`` None is the CPU; ``save.dense`` writes ordinary
+    shards).
 
     Returns:
         The summary, as :func:`~convergent.commands.prune.prune_hf_folder` returns it, with
         ``low_memory`` set.
     """
-    if save_to is None:
-        raise ValueError(
-            f"{option('low_memory')} writes the pruned model one block at a time; name the"
-            f" folder to write it to with {option('save_to')}"
-        )
-    if len(sparsities) != 1:
-        raise ValueError(
-            f"{option('low_memory')} prunes to one target per call (it never copies the model),"
-            f" so give one {option('sparsity')}, got {len(sparsities)}:"
-            f" {', '.join(f'{t:g}' for t in sparsities)}"
-        )
-    compute = device or torch.device("cpu")
-    loaded = load_hf_folder(path, dtype, streamed=True)
+    check_streamable(request)
+    save_to = Path(str(request.save_to))
+    spec, method = request.mask_spec, request.method
+    seed, max_length = request.seed, request.max_length
+    compute = request.compute or torch.device("cpu")
+    loaded = load_hf_folder(path, request.dtype, streamed=True)
     streamed = loaded.streamed
     assert streamed is not None
     model = loaded.model
@@ -105,23 +79,24 @@ def prune_hf_folder_streamed(
     found = find_blocks(model, selected)
     if found is None:
         raise HFFolderError(
-            f"--low-memory streams a model one Transformer block at a time, but found no block"
-            f" list in {loaded.architecture} (looked for one such as {BLOCK_EXAMPLES})"
+            f"{option('low_memory')} streams a model one Transformer block at a time, but found"
+            f" no block list in {loaded.architecture} (looked for one such as {BLOCK_EXAMPLES})"
         )
     prefix = found[0]
-    data = data or DEFAULT_DATA[loaded.kind]
-    evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length, examples=examples)
+    data = request.data or DEFAULT_DATA[loaded.kind]
+    evaluation = evaluation_data(loaded, data, seed=seed, max_length=max_length,
+                                 examples=request.examples)  # fmt: skip
     batch_size = evaluation_batch_size(loaded, max_length)
     calibration, calibrated = None, None
-    if method != "magnitude" or spec.distribution == "owl":
-        source = evaluation_data(loaded, calibration_data or data, seed=seed,
-                                 max_length=max_length, examples=calibration_examples,
-                                 split="train")  # fmt: skip
+    source_name = request.calibration_data or data
+    if request.calibrates:
+        source = evaluation_data(loaded, source_name, seed=seed, max_length=max_length,
+                                 examples=request.calibration_examples, split="train")  # fmt: skip
         calibration = calibration_batches(
-            source.dataset, len(source.dataset), calibration_batch_size, seed
+            source.dataset, len(source.dataset), request.calibration_batch_size, seed
         )
         calibrated = {
-            "data": f"train split of {calibration_data or data}",
+            "data": f"train split of {source_name}",
             "examples": len(source.dataset),
             "method": method,
         }
@@ -141,11 +116,13 @@ def prune_hf_folder_streamed(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
+        dense = request.save_options.dense
         writer = DenseShards(staging) if dense else CompressedShards(staging, group_dims(model))
         writing = StreamedBlocks(streamed, prefix, writer)
-        report = prune_one_shot(model, sparsities[0], spec=spec, method=method,
-                                calibration=calibration, options=options, device=compute, host=writing,
-                                keep_masks=False, progress=progress)  # fmt: skip
+        report = prune_one_shot(model, request.targets[0], spec=spec, method=method,
+                                calibration=calibration, options=request.pruner_options,
+                                device=compute, host=writing, keep_masks=False,
+                                progress=request.progress)  # fmt: skip
         writing.finish()
         # the evaluation reads the pruned blocks from the shards just written
         streamed.reader = SafetensorsReader(staging) if dense else CompressedReader(staging)

@@ -96,10 +96,8 @@ class MemoryEstimate:
 
 def available_memory() -> int | None:
     """The memory available to a new allocation now, in bytes (Linux: ``MemAvailable``)."""
-    try:
-        import psutil
-    except ImportError:  # accelerate requires it; without it the folder is loaded whole
-        return None
+    import psutil
+
     return int(psutil.virtual_memory().available)
 
 

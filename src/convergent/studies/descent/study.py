@@ -16,6 +16,7 @@ selected by :func:`~convergent.studies.descent.selection.language_score`. Every 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,10 @@ def _measured(
     log: Log,
     inherit: bool,
 ) -> dict[str, Any]:
-    """Select each method's point on validation (each method's rule reads its own grid; with
-    ``inherit``, ERM first and the constrained grid at ERM's selected lr and weight decay),
-    then train the selected points from every final seed."""
+    """One part: select each method's point on validation (each method's rule reads its own
+    grid; with ``inherit``, ERM first and the constrained grid at ERM's selected lr and weight
+    decay), then train the selected points from every final seed (``unit(method, point, seed,
+    final)``)."""
     selection = Selection(
         grids,
         lambda method, point: unit(method, point, config.selection_seed, False),
@@ -106,27 +108,6 @@ def _measured(
         "runs": finals,
         "tunings": selected.tunings,
     }
-
-
-def _part(
-    config: Config,
-    cache: UnitCache,
-    part: str,
-    scorer: Scorer,
-    maximize: bool,
-    criterion: str,
-    log: Log,
-) -> dict[str, Any]:
-    """Part (a) or (b): select on the grids (validation; ERM first, the constrained grid at
-    ERM's selected lr and weight decay), then train the selected points from every final
-    seed."""
-
-    def unit(method: str, point: dict[str, Any], seed: int, final: bool) -> Unit:
-        return part_unit(config, part, method, point, seed, final)
-
-    return _measured(
-        config, cache, config.grids(), unit, scorer, maximize, criterion, log, inherit=True
-    )
 
 
 def _language(config: Config, cache: UnitCache, log: Log, criterion: str) -> dict[str, Any]:
@@ -170,21 +151,24 @@ class DescentStudy:
     def measure(self, config: Config, session: Session) -> Measured:
         """Every part: selection on its grids, then the final seeds."""
         cache, log = session.cache, session.log
-        text = _part(
+        text = _measured(
             config,
             cache,
-            "text",
+            config.grids(),
+            functools.partial(part_unit, config, "text"),
             robust_score,
             True,
             f"validation accuracy under Gaussian embedding noise (gamma {config.selection_gamma:g}"
             f"), among the method's points within {100 * config.clean_tolerance:g} point of its "
             "best clean validation accuracy (n/a: outside)",
             lambda line: log(f"(a) {line}"),
+            inherit=True,
         )
-        video = _part(
+        video = _measured(
             config,
             cache,
-            "video",
+            config.grids(),
+            functools.partial(part_unit, config, "video"),
             denoising_score,
             False,
             f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
@@ -194,6 +178,7 @@ class DescentStudy:
             f"{100 * config.clean_tolerance:g} % of the best such RMSE at the training noise "
             "(n/a: outside)",
             lambda line: log(f"(b) {line}"),
+            inherit=True,
         )
         language = (
             _language(

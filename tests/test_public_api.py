@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "convergent"
 STUDIES = SOURCE / "studies"
 FRAMEWORK = "convergent.studies.framework"
+# The study engine (the loop every study runs) is shared like the framework, and built on it.
+ENGINE = "convergent.studies.engine"
+SHARED = ("framework", "engine")
 STUDY_FILES = {"__init__.py", "config.py", "study.py", "runs.py", "claims.py", "report.py"}
 # A study sub-package may add modules for a distinct procedure, named by its role.
 EXTRA_STUDY_FILES = {
@@ -59,7 +62,7 @@ def study_names() -> list[str]:
     return sorted(
         path.name
         for path in STUDIES.iterdir()
-        if path.is_dir() and path.name != "framework" and (path / "__init__.py").is_file()
+        if path.is_dir() and path.name not in SHARED and (path / "__init__.py").is_file()
     )
 
 
@@ -86,8 +89,9 @@ def non_public_imports(source: str, own_package: str, studies: bool = False) -> 
     """Each import in ``source`` (a module's text) of a convergent name that is not public.
 
     Allowed: ``from convergent.<package> import name`` with ``name`` in that package's
-    ``__all__`` for a library package; the same for ``convergent.studies.framework`` and, with
-    ``studies`` (a user's script), for a study package; anything from ``own_package``.
+    ``__all__`` for a library package; the same for ``convergent.studies.framework``, for
+    ``convergent.studies.engine`` and, with ``studies`` (a user's script), for a study package;
+    anything from ``own_package``.
     """
     wrong = []
     for node, line in _from_imports_text(source):
@@ -108,7 +112,7 @@ def non_public_imports(source: str, own_package: str, studies: bool = False) -> 
         parts = module.split(".")
         is_library_package = len(parts) == 2 and parts[1] != "studies"
         is_study = studies and len(parts) == 3 and parts[1] == "studies"
-        if not (is_library_package or is_study or module == FRAMEWORK):
+        if not (is_library_package or is_study or module in (FRAMEWORK, ENGINE)):
             wrong.append(f"{line}: from {module} import ...")
             continue
         public = _public(module)
@@ -148,11 +152,14 @@ def test_a_study_imports_only_public_names(study):
     assert not wrong, "imports beyond the public API:\n" + "\n".join(wrong)
 
 
-def test_the_framework_imports_only_public_library_names():
+def test_the_framework_and_the_engine_import_only_public_library_names():
+    # The engine is the framework's loop: it may read the framework's modules, and its own.
     wrong = [
         f"{path.relative_to(SOURCE)}:{problem}"
-        for path in sorted((STUDIES / "framework").glob("*.py"))
+        for package in SHARED
+        for path in sorted((STUDIES / package).glob("*.py"))
         for problem in non_public_imports(path.read_text(), FRAMEWORK)
+        if not problem.split(": ", 1)[1].startswith(f"from {ENGINE}")
     ]
     assert not wrong, "imports beyond the public API:\n" + "\n".join(wrong)
 

@@ -210,12 +210,12 @@ def test_a_diverged_run_is_a_nan_unit_that_selection_skips(monkeypatch):
     monkeypatch.setattr(descent_runs, "train_model", diverge)
     config = Config.for_mode("smoke")
     point = {"lr_scale": 1.0, "weight_decay": 0.01}
-    grid = descent_runs.video_unit(descent_runs.Job(config, "video", "erm", point, 0, final=False))
+    grid = descent_runs.video_unit(config, "erm", point, 0, final=False)
     assert grid["diverged"] and math.isnan(grid["validation_rmse_selection"])
     good = {"validation_rmse_train_noise": 0.05, "validation_rmse_selection": 0.08}
     score = denoising_score([grid, good], tolerance=0.01)
     assert math.isnan(score(grid)) and score(good) == 0.08
-    final = descent_runs.video_unit(descent_runs.Job(config, "video", "erm", point, 1, final=True))
+    final = descent_runs.video_unit(config, "erm", point, 1, final=True)
     assert len(final["rmse"]) == len(config.noise_multiples)
     assert len(final["layer_losses"]) == config.denoiser_layers + 1
     assert all(math.isnan(value) for value in [*final["rmse"], *final["layer_losses"]])

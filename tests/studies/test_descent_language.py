@@ -265,13 +265,12 @@ def test_a_language_grid_run_reads_no_test_window(monkeypatch):
 
     monkeypatch.setattr(descent_language, "language_windows", recording)
     monkeypatch.setattr(descent_language, "language_test_data", _no_test)
-    start = descent_language.pretrain_unit(descent_language.PretrainJob(config))
+    start = descent_language.pretrain_unit(config)["state"]
     point = {"lr": 1e-3, "weight_decay": 0.01}
-    job = descent_language.LanguageJob(config, "erm", point, 30, False, start["state"])
-    unit = descent_language.language_unit(job)
+    unit = descent_language.language_unit(config, "erm", point, 30, False, start)
     assert math.isfinite(unit["validation_noisy_perplexity"]) and set(read) == {"validation"}
     with pytest.raises(AssertionError, match="asked for the test windows"):
-        descent_language.language_unit(dataclasses.replace(job, final=True))
+        descent_language.language_unit(config, "erm", point, 30, True, start)
 
 
 def test_the_language_pilot_reads_validation_only_and_erm_only(monkeypatch, tmp_path):
@@ -285,15 +284,15 @@ def test_the_language_pilot_reads_validation_only_and_erm_only(monkeypatch, tmp_
     jobs: list[Any] = []
     unit = descent_language.language_unit
 
-    def recording(job: Any) -> dict[str, Any]:
-        jobs.append(job)
-        return unit(job)
+    def recording(config: Any, method: str, point: Any, seed: int, final: bool, start: Any):
+        jobs.append((method, final, seed))
+        return unit(config, method, point, seed, final, start)
 
     monkeypatch.setattr(descent_language, "language_test_data", _no_test)
-    monkeypatch.setattr("convergent.studies.descent.pilot.language_unit", recording)
+    monkeypatch.setattr(descent_language, "language_unit", recording)
     result = run_language_pilot(tmp_path, workers=1, log=lambda line: None, base=base)
-    assert {(job.method, job.final) for job in jobs} == {("erm", False)}
-    assert {job.seed for job in jobs} == {30, 31, 32} and len(jobs) == 2 + 2
+    assert {(method, final) for method, final, _ in jobs} == {("erm", False)}
+    assert {seed for *_, seed in jobs} == {30, 31, 32} and len(jobs) == 2 + 2
     assert len(result["largest_rise"]) == 3 and 0 <= result["bump_share"] <= 1
     assert json.loads((tmp_path / "language_pilot.json").read_text())["seeds"] == [30, 31, 32]
     clean = result["resolution"]["clean"]
@@ -411,14 +410,18 @@ def test_the_summary_says_when_part_c_constraints_did_not_bind():
 
 def test_a_fine_tunes_key_changes_with_its_pretrained_start_and_only_with_it():
     start = {"b.weight": torch.ones(2, 3), "a.bias": torch.zeros(3)}
-    job = descent_language.LanguageJob(_smoke(), "erm", {"lr": 1e-3}, 30, False, start)
+
+    def key(weights: dict[str, torch.Tensor]) -> Any:
+        return descent_language.fine_tunes(_smoke(), weights)("erm", {"lr": 1e-3}, 30, False).key
+
     same = {name: tensor.clone() for name, tensor in reversed(list(start.items()))}
     nudged = {**start, "a.bias": torch.tensor([0.0, 0.0, 1e-7])}
-    assert job.unit() == dataclasses.replace(job, start=same).unit()
-    assert job.unit() != dataclasses.replace(job, start=nudged).unit()
-    assert (
-        job.unit()
-        != dataclasses.replace(job, start={**start, "a.bias": start["a.bias"][:2]}).unit()
-    )
+    # The committed units' key: the run's fields and the start's digest.
+    fields = {"part": "language", "method": "erm", "lr": 1e-3, "seed": 30, "final": False}
+    assert {k: v for k, v in key(start).items() if k != "start"} == fields
+    assert list(key(start)) == [*fields, "start"]
+    assert key(start) == key(same)
+    assert key(start) != key(nudged)
+    assert key(start) != key({**start, "a.bias": start["a.bias"][:2]})
     with pytest.raises(ValueError, match="needs the pretrained weights"):
-        dataclasses.replace(job, start={}).unit()
+        key({})

@@ -20,8 +20,8 @@ the test windows are read through :func:`language_test_data`, by final runs alon
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from convergent.studies.descent.measures import (
 )
 from convergent.studies.descent.models import language_model, train_model
 from convergent.studies.descent.runs import LAYER_SCORES, diverged_record
+from convergent.studies.engine import Unit, training_key
 from convergent.studies.framework import tensors_digest
 from convergent.train import evaluate, fit, warmup_schedule
 
@@ -200,21 +201,13 @@ def _model(spec: LanguageConfig, seed: int, vocab_size: int) -> torch.nn.Module:
     return language_model(seed, vocab_size, spec.max_length, spec.width, spec.heads, spec.layers)
 
 
-@dataclass(frozen=True)
-class PretrainJob:
-    """The one pretraining run every fine-tune of ``config`` starts from."""
-
-    config: Config
-
-    def unit(self) -> dict[str, Any]:
-        return {
-            "part": "language",
-            "method": "pretrain",
-            "seed": self.config.language.pretrain_seed,
-        }
+def pretraining(config: Config) -> Unit:
+    """The one pretraining run every fine-tune of ``config`` starts from (:func:`pretrain_unit`)."""
+    key = {"part": "language", "method": "pretrain", "seed": config.language.pretrain_seed}
+    return Unit(key, pretrain_unit, (config,), config.threads)
 
 
-def pretrain_unit(job: PretrainJob) -> dict[str, Any]:
+def pretrain_unit(config: Config) -> dict[str, Any]:
     """Pretrain on the first portion until :func:`flattened` (or the step cap).
 
     AdamW at a constant lr after ``evaluate_every`` warm-up steps (the run may stop anywhere,
@@ -226,8 +219,7 @@ def pretrain_unit(job: PretrainJob) -> dict[str, Any]:
         ``{"state": the weights, "curve": [{"step", "perplexity"}], "stopped": why, "steps",
         "validation_perplexity": on every validation window, "vocab_size"}``.
     """
-    config, spec = job.config, job.config.language
-    torch.set_num_threads(config.threads)
+    spec = config.language
     data = training_data(spec)
     validation = validation_data(spec)
     monitor = validation.subset(spaced(torch.arange(len(validation)), PRETRAIN_MONITOR))
@@ -273,35 +265,24 @@ def pretrain_unit(job: PretrainJob) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class LanguageJob:
-    """One fine-tune from the pretrained ``start``; its key holds a digest of ``start``, so a
-    changed pretraining (code or config) never reuses fine-tunes of an earlier start."""
+FineTune = Callable[[str, dict[str, Any], int, bool], Unit]
 
-    config: Config
-    method: str
-    point: dict[str, Any]
-    seed: int
-    final: bool
-    start: Mapping[str, torch.Tensor] = field(compare=False, repr=False)
 
-    def unit(self) -> dict[str, Any]:
-        if not self.start:  # an empty start would key, and fail only when it ran
-            raise ValueError("a language fine-tune needs the pretrained weights it starts from")
-        return {
-            "part": "language",
-            "method": self.method,
-            **self.point,
-            "seed": self.seed,
-            "final": self.final,
-            "start": self._start_digest,
-        }
+def fine_tunes(config: Config, start: Mapping[str, torch.Tensor]) -> FineTune:
+    """``unit(method, point, seed, final)``: one fine-tune from the pretrained ``start``
+    (:func:`language_unit`). Its key holds a digest of ``start`` (computed once here: 14 MB at
+    full size), so a changed pretraining (code or config) never reuses fine-tunes of an
+    earlier start."""
+    if not start:  # an empty start would key, and fail only when it ran
+        raise ValueError("a language fine-tune needs the pretrained weights it starts from")
+    digest = tensors_digest(start)
 
-    @functools.cached_property
-    def _start_digest(self) -> str:
-        """`tensors_digest` of ``start`` (14 MB at full size), once per job: a job is keyed
-        several times (looked up, stored, logged)."""
-        return tensors_digest(self.start)
+    def unit(method: str, point: dict[str, Any], seed: int, final: bool) -> Unit:
+        key = {**training_key("language", point, seed, final, method=method), "start": digest}
+        arguments = (config, method, point, seed, final, start)
+        return Unit(key, language_unit, arguments, config.threads)
+
+    return unit
 
 
 def _rounded(values: Sequence[float]) -> list[float]:
@@ -315,56 +296,65 @@ def _noisy(
         return sequence_losses(model, data, EVALUATION_BATCH)
 
 
-def language_unit(job: LanguageJob) -> dict[str, Any]:
-    """Fine-tune a :class:`LanguageJob`; selection runs: clean and noisy validation perplexity
-    and per-window losses, validation layer losses; final runs: the start's and the model's
-    test perplexity, per-window test losses clean and at every gamma, test layer losses."""
-    config, spec = job.config, job.config.language
-    torch.set_num_threads(config.threads)
+def language_unit(
+    config: Config,
+    method: str,
+    point: dict[str, Any],
+    seed: int,
+    final: bool,
+    start: Mapping[str, torch.Tensor],
+) -> dict[str, Any]:
+    """Fine-tune ``method`` at ``point`` from the pretrained ``start`` and ``seed``; selection
+    runs (not ``final``): clean and noisy validation perplexity and per-window losses,
+    validation layer losses; final runs: the start's and the model's test perplexity,
+    per-window test losses clean and at every gamma, test layer losses."""
+    spec = config.language
     data = training_data(spec)
-    model = _model(spec, job.seed, data.vocab_size)
-    model.load_state_dict(dict(job.start))
-    test = language_test_data(spec) if job.final else None
-    start = sequence_losses(model, test, EVALUATION_BATCH)[1] if test is not None else None
-    options = spec.options(job.method, job.point)
+    model = _model(spec, seed, data.vocab_size)
+    model.load_state_dict(dict(start))
+    test = language_test_data(spec) if final else None
+    start_perplexity = (
+        sequence_losses(model, test, EVALUATION_BATCH)[1] if test is not None else None
+    )
+    options = spec.options(method, point)
     try:
         training = train_model(
             model,
-            job.method,
+            method,
             data.finetune,
             task="lm",
             steps=spec.steps,
             batch_size=spec.batch_size,
-            seed=job.seed,
+            seed=seed,
             dual_lr=config.dual_lr,
             token_fraction=spec.token_fraction,
             progress=False,
             **options,  # lr, weight decay, alpha, resilient cost
         )
     except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
-        if not job.final:
+        if not final:
             return {
-                **diverged_record(job.seed, SELECTION_SCORES),
+                **diverged_record(seed, SELECTION_SCORES),
                 "validation_sequence_losses": None,
                 "validation_noisy_sequence_losses": None,
             }
         diverged = diverged_record(
-            job.seed, FINAL_SCORES, layer_losses=spec.layers + 1, gaussian=len(spec.gammas)
+            seed, FINAL_SCORES, layer_losses=spec.layers + 1, gaussian=len(spec.gammas)
         )
         return {
             **diverged,
-            "start_perplexity": start,
+            "start_perplexity": start_perplexity,
             "sequence_losses": None,
             "noisy_sequence_losses": None,
         }
     record: dict[str, Any] = {
-        "seed": job.seed,
+        "seed": seed,
         "train_loss": training["train_loss"],
         "multipliers": training["multipliers"],
         **multiplier_activity(training["history"]),
         "trajectory": dual_trajectory(training["history"]),
     }
-    alpha = options["alpha"] if job.method == "constrained" else max(spec.alphas)
+    alpha = options["alpha"] if method == "constrained" else max(spec.alphas)
     validation = validation_data(spec)
     probe = data.finetune.subset(
         spaced(torch.arange(len(data.finetune)), min(TRAIN_PROBE, len(validation)))
@@ -390,7 +380,7 @@ def language_unit(job: LanguageJob) -> dict[str, Any]:
         for index, gamma in enumerate(spec.gammas)
     ]
     record.update(
-        start_perplexity=start,
+        start_perplexity=start_perplexity,
         perplexity=perplexity,
         gaussian=[level[1] for level in levels],
         sequence_losses=_rounded(clean),

@@ -53,18 +53,21 @@ from scipy import stats
 from convergent.io import write_text_atomically
 from convergent.studies.descent.checks import MONOTONE_TOLERANCE, largest_relative_increase
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.language import (
-    LanguageJob,
-    PretrainJob,
-    language_unit,
-    pretrain_unit,
-    validation_data,
-)
+from convergent.studies.descent.language import fine_tunes, pretraining, validation_data
 from convergent.studies.descent.language_claims import WIN_CLEAN_MARGIN, WIN_NOISE_MARGIN
 from convergent.studies.descent.measures import sequence_wins
-from convergent.studies.descent.runs import Job, video_unit
-from convergent.studies.descent.selection import denoising_score, language_score, selected_index
-from convergent.studies.framework import UnitCache, grid_points, json_ready, run_jobs
+from convergent.studies.descent.runs import video_unit
+from convergent.studies.descent.selection import denoising_score, language_score
+from convergent.studies.engine import (
+    Rule,
+    Selection,
+    Unit,
+    run_finals,
+    run_units,
+    select,
+    training_key,
+)
+from convergent.studies.framework import Tuning, UnitCache, json_ready
 
 PILOT_DEPTHS = (8, 12)
 PILOT_SEEDS = (30, 31, 32)  # no earlier design read seeds 20 and up; the study runs 20-25
@@ -85,41 +88,54 @@ def pilot_config(layers: int, base: Config | None = None, workers: int = 2) -> C
     )
 
 
-def timed_video_unit(job: Job) -> dict[str, Any]:
+def timed_video_unit(
+    config: Config, method: str, point: dict[str, Any], seed: int, final: bool
+) -> dict[str, Any]:
     """`video_unit` and its wall time in seconds."""
     start = time.perf_counter()
-    unit = video_unit(job)
+    unit = video_unit(config, method, point, seed, final)
     return {**unit, "seconds": time.perf_counter() - start}
 
 
 def _selected_at_pilot_seeds(
     cache: UnitCache,
-    grid: list[Any],
-    compute: Callable[[Any], dict[str, Any]],
-    scorer: Callable[[list[dict[str, Any]]], Any],
+    axes: Mapping[str, Sequence[Any]],
+    unit: Callable[[dict[str, Any], int], Unit],
+    rule: Rule,
     workers: int,
     log: Callable[[str], None],
-) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]], list[float]]:
-    """ERM's grid units, the selected point's index (0 when every point diverged: the record
-    shows it), its runs from every pilot seed (the grid's own unit first) and each run's
-    largest layer-to-layer rise."""
-    units = run_jobs(cache, grid, compute, workers, log)
-    index = selected_index(units, scorer(units))
-    index = 0 if index is None else index
-    others = [dataclasses.replace(grid[index], seed=seed) for seed in PILOT_SEEDS[1:]]
-    runs = [units[index], *run_jobs(cache, others, compute, workers, log)]
+) -> tuple[Tuning[dict[str, Any]], list[dict[str, Any]], list[float]]:
+    """ERM's grid search on the first pilot seed (``unit(point, seed)``; the first point is
+    selected when every point diverged: the record shows it), the selected point's runs from
+    every pilot seed (the grid's own unit first) and each run's largest layer-to-layer rise."""
+    selection = Selection(
+        {"erm": axes},
+        lambda _, point: unit(point, PILOT_SEEDS[0]),
+        rule,
+        maximize=False,
+        criterion="the study's rule",
+        per_method=True,
+    )
+    tuning = select(selection, cache, workers, log).tunings["erm"]
+    (others,) = run_finals(
+        cache,
+        {"erm": tuning.selected_point},
+        PILOT_SEEDS[1:],
+        lambda _, point, seed: unit(point, seed),
+        workers,
+        log,
+    ).values()
+    runs = [tuning.selected_run, *others]
     rises = [
         largest_relative_increase(run["layer_losses"]) if "layer_losses" in run else math.nan
         for run in runs
     ]
-    return units, index, runs, rises
+    return tuning, runs, rises
 
 
 def _selection_record(
-    points: Sequence[Mapping[str, Any]],
-    units: Sequence[Mapping[str, Any]],
+    tuning: Tuning[dict[str, Any]],
     measured: Sequence[str],
-    index: int,
     runs: Sequence[Mapping[str, Any]],
     rises: Sequence[float],
 ) -> dict[str, Any]:
@@ -129,9 +145,9 @@ def _selection_record(
     return {
         "grid": [
             {**point, **{key: unit[key] for key in measured}}
-            for point, unit in zip(points, units, strict=True)
+            for point, unit in zip(tuning.points, tuning.runs, strict=True)
         ],
-        "selected": dict(points[index]),
+        "selected": dict(tuning.selected_point),
         "seeds": list(PILOT_SEEDS),
         "layer_losses": [run.get("layer_losses") for run in runs],
         "largest_rise": list(rises),
@@ -144,20 +160,21 @@ def _depth(config: Config, out_dir: Path, log: Callable[[str], None]) -> dict[st
     cache = UnitCache(
         out_dir / "units", "descent-pilot", json_ready(config), design=PILOT_UNIT_DESIGN
     )
-    points = grid_points(config.grids()["erm"])
-    grid = [
-        Job(config, "video", "erm", dict(point), PILOT_SEEDS[0], final=False) for point in points
-    ]
-    units, index, runs, rises = _selected_at_pilot_seeds(
-        cache, grid, timed_video_unit, lambda u: denoising_score(u, config.clean_tolerance),
+
+    def unit(point: dict[str, Any], seed: int) -> Unit:
+        key = training_key("video", point, seed, False, method="erm")
+        return Unit(key, timed_video_unit, (config, "erm", point, seed, False), config.threads)
+
+    tuning, runs, rises = _selected_at_pilot_seeds(
+        cache, config.grids()["erm"], unit, lambda u: denoising_score(u, config.clean_tolerance),
         config.workers, log,
     )  # fmt: skip
-    seconds = [unit["seconds"] for unit in [*units, *runs[1:]]]
-    log(f"pilot {config.denoiser_layers} layers: {dict(points[index])}, rises {rises}")
+    seconds = [unit["seconds"] for unit in [*tuning.runs, *runs[1:]]]
+    log(f"pilot {config.denoiser_layers} layers: {tuning.selected_point}, rises {rises}")
     measured = ("validation_rmse_train_noise", "validation_rmse_selection", "seconds")
     return {
         "layers": config.denoiser_layers,
-        **_selection_record(points, units, measured, index, runs, rises),
+        **_selection_record(tuning, measured, runs, rises),
         "seconds_per_run": sum(seconds) / len(seconds),
     }
 
@@ -276,13 +293,11 @@ def run_language_pilot(
         json_ready(config),
         design=LANGUAGE_PILOT_UNIT_DESIGN,
     )
-    (pretrained,) = run_jobs(cache, [PretrainJob(config)], pretrain_unit, 1, log)
-    start = pretrained["state"]
-    points = grid_points(spec.grids()["erm"])
-    grid = [LanguageJob(config, "erm", point, PILOT_SEEDS[0], False, start) for point in points]
-    units, index, runs, rises = _selected_at_pilot_seeds(
-        cache, grid, language_unit, lambda u: language_score(u, config.clean_tolerance),
-        config.workers, log,
+    (pretrained,) = run_units(cache, [pretraining(config)], 1, log)
+    fine_tune = fine_tunes(config, pretrained["state"])
+    tuning, runs, rises = _selected_at_pilot_seeds(
+        cache, spec.grids()["erm"], lambda point, seed: fine_tune("erm", point, seed, False),
+        lambda u: language_score(u, config.clean_tolerance), config.workers, log,
     )  # fmt: skip
     # The study's test size: its test windows, or all of them, as many as the validation
     # windows (each the same 5 % of every novel); the test split itself is not read.
@@ -304,7 +319,7 @@ def run_language_pilot(
     measured = ("validation_perplexity", "validation_noisy_perplexity")
     result = {
         "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
-        **_selection_record(points, units, measured, index, runs, rises),
+        **_selection_record(tuning, measured, runs, rises),
         "erm_over_start": [run["validation_perplexity"] / start_perplexity for run in runs],
         "resolution": resolution,
         "margins": {"clean": WIN_CLEAN_MARGIN, "noise": WIN_NOISE_MARGIN},

@@ -1,9 +1,9 @@
-"""What one unit of the ``descent`` study computes: a :class:`Job` trains one method at one
+"""What one unit of the ``descent`` study computes: :func:`part_unit` trains one method at one
 grid point from one seed, then measures it.
 
-Selection jobs (``final=False``) train for the grid's steps and are scored on the validation
+Selection runs (``final=False``) train for the grid's steps and are scored on the validation
 split only (a denoiser grid run never loads a test frame: :func:`video_selection_data`); final
-jobs train for the final steps and are scored on test, and a final text run also records which
+runs train for the final steps and are scored on test, and a final text run also records which
 test sentences it classified correctly (``clean_correct``, the clean claim's paired test).
 Every run records how hard its constraints pushed
 (:func:`~convergent.studies.descent.measures.dual_trajectory`), the study's manipulation check.
@@ -38,6 +38,7 @@ from convergent.studies.descent.measures import (
     robustness,
 )
 from convergent.studies.descent.models import denoiser, text_model, train_model
+from convergent.studies.engine import Unit, training_key
 from convergent.studies.framework import correct_per_example, rt_sentences
 from convergent.train import evaluate
 
@@ -45,27 +46,14 @@ TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on tra
 SELECTION_NOISE_SEED = 500  # the validation noise draw of the text selection score
 
 
-@dataclass(frozen=True)
-class Job:
-    """One training run: ``part`` is ``"text"`` (MiniLM on rt-sentences) or ``"video"`` (the
-    denoiser on street-video crops)."""
-
-    config: Config
-    part: str
-    method: str
-    point: dict[str, Any]
-    seed: int
-    final: bool
-
-    def unit(self) -> dict[str, Any]:
-        """The unit-cache key of this run."""
-        return {
-            "part": self.part,
-            "method": self.method,
-            **self.point,
-            "seed": self.seed,
-            "final": self.final,
-        }
+def part_unit(
+    config: Config, part: str, method: str, point: dict[str, Any], seed: int, final: bool
+) -> Unit:
+    """One training run: ``part`` is ``"text"`` (MiniLM on rt-sentences, :func:`text_unit`) or
+    ``"video"`` (the denoiser on street-video crops, :func:`video_unit`)."""
+    compute = text_unit if part == "text" else video_unit
+    key = training_key(part, point, seed, final, method=method)
+    return Unit(key, compute, (config, method, point, seed, final), config.threads)
 
 
 @dataclass(frozen=True)
@@ -119,23 +107,25 @@ def text_shift_accuracies(
 
 def _training_record(
     config: Config,
-    job: Job,
+    method: str,
+    point: dict[str, Any],
+    seed: int,
     part: str,
     model: torch.nn.Module,
     train: Any,
     steps: int,
     batch_size: int,
 ) -> dict[str, Any] | None:
-    options = config.options(job.method, job.point, part)
+    options = config.options(method, point, part)
     try:
         training = train_model(
             model,
-            job.method,
+            method,
             train,
             task="classification" if part == "text" else "regression",
             steps=steps,
             batch_size=batch_size,
-            seed=job.seed,
+            seed=seed,
             dual_lr=config.dual_lr,
             progress=False,
             **options,  # lr, weight decay, alpha, resilient cost
@@ -143,7 +133,7 @@ def _training_record(
     except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
         return None
     return {
-        "seed": job.seed,
+        "seed": seed,
         "train_loss": training["train_loss"],
         "multipliers": training["multipliers"],
         **multiplier_activity(training["history"]),
@@ -179,25 +169,28 @@ def _probe(dataset: DictDataset) -> DictDataset:
     return dataset if len(dataset) <= TRAIN_PROBE else dataset.subset(torch.arange(TRAIN_PROBE))
 
 
-def text_unit(job: Job) -> dict[str, Any]:
-    """Train a text :class:`Job`; selection runs: clean and noisy validation accuracy and
-    validation layer losses; final runs: every test perturbation and test layer losses."""
-    config = job.config
-    torch.set_num_threads(config.threads)
+def text_unit(
+    config: Config, method: str, point: dict[str, Any], seed: int, final: bool
+) -> dict[str, Any]:
+    """Train ``method`` at ``point`` on text from ``seed``; selection runs (not ``final``):
+    clean and noisy validation accuracy and validation layer losses; final runs: every test
+    perturbation and test layer losses."""
     data = text_data(
         config.max_length,
         config.train_examples,
         config.validation_examples,
         config.test_examples,
     )
-    model = text_model(job.seed, config.text_layers)
-    steps = config.text_steps if job.final else config.text_grid_steps
-    record = _training_record(config, job, "text", model, data.train, steps, config.text_batch_size)
+    model = text_model(seed, config.text_layers)
+    steps = config.text_steps if final else config.text_grid_steps
+    record = _training_record(
+        config, method, point, seed, "text", model, data.train, steps, config.text_batch_size
+    )
     if record is None:
-        if not job.final:
-            return diverged_record(job.seed, TEXT_SELECTION_SCORES)
+        if not final:
+            return diverged_record(seed, TEXT_SELECTION_SCORES)
         diverged = diverged_record(
-            job.seed,
+            seed,
             TEXT_SCORES,
             layer_losses=model.num_layers + 1,
             gaussian=len(config.additive_gammas),
@@ -207,11 +200,11 @@ def text_unit(job: Job) -> dict[str, Any]:
             word_dropout=len(config.dropout_rates),
         )
         return {**diverged, "clean_correct": None}  # no sentence scored
-    alpha = config.options(job.method, job.point, "text")["alpha"]
-    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    alpha = config.options(method, point, "text")["alpha"]
+    report_alpha = alpha if method == "constrained" else max(config.constrained_alphas)
     train_report = layer_report(model, _probe(data.train), "classification", report_alpha)
     record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
-    if not job.final:
+    if not final:
         noisy = robustness(
             model,
             data.validation,
@@ -312,11 +305,12 @@ def video_test_data(
     return test_clean, noisy_pairs(test_clean, noise, seed=3000)
 
 
-def video_unit(job: Job) -> dict[str, Any]:
-    """Train a video :class:`Job`; selection runs: validation RMSE at the training and the
-    selection noise; final runs: test RMSE at every level and test layer losses."""
-    config = job.config
-    torch.set_num_threads(config.threads)
+def video_unit(
+    config: Config, method: str, point: dict[str, Any], seed: int, final: bool
+) -> dict[str, Any]:
+    """Train ``method`` at ``point`` on the denoiser from ``seed``; selection runs (not
+    ``final``): validation RMSE at the training and the selection noise; final runs: test RMSE
+    at every level and test layer losses."""
     train, validation_clean, validation_pairs = video_selection_data(
         config.video_frames,
         config.crop,
@@ -326,23 +320,25 @@ def video_unit(job: Job) -> dict[str, Any]:
         config.train_noise,
     )
     tokens = (config.crop // config.patch) ** 2
-    model = denoiser(job.seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers)
-    steps = config.video_steps if job.final else config.video_grid_steps
-    record = _training_record(config, job, "video", model, train, steps, config.video_batch_size)
+    model = denoiser(seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers)
+    steps = config.video_steps if final else config.video_grid_steps
+    record = _training_record(
+        config, method, point, seed, "video", model, train, steps, config.video_batch_size
+    )
     if record is None:
-        if not job.final:
-            return diverged_record(job.seed, VIDEO_SELECTION_SCORES)
+        if not final:
+            return diverged_record(seed, VIDEO_SELECTION_SCORES)
         return diverged_record(
-            job.seed,
+            seed,
             VIDEO_SCORES,
             layer_losses=config.denoiser_layers + 1,
             rmse=len(config.noise_multiples),
         )
-    alpha = config.options(job.method, job.point, "video")["alpha"]
-    report_alpha = alpha if job.method == "constrained" else max(config.constrained_alphas)
+    alpha = config.options(method, point, "video")["alpha"]
+    report_alpha = alpha if method == "constrained" else max(config.constrained_alphas)
     train_report = layer_report(model, _probe(train), "regression", report_alpha)
     record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
-    if not job.final:
+    if not final:
         sigmas = [config.train_noise, config.selection_multiple * config.train_noise]
         at_training, at_selection = denoising_rmse(model, validation_clean, sigmas, 2200)
         record["validation_rmse_train_noise"] = at_training

@@ -16,38 +16,24 @@ selected by :func:`~convergent.studies.descent.selection.language_score`. Every 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.brief import advice, brief
 from convergent.studies.descent.claims import DESIGN, FAMILIES, claims_from_results
-from convergent.studies.descent.config import METHODS, Config
+from convergent.studies.descent.config import Config
 from convergent.studies.descent.keys import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
-from convergent.studies.descent.language import (
-    LanguageJob,
-    PretrainJob,
-    language_unit,
-    pretrain_unit,
-)
+from convergent.studies.descent.language import fine_tunes, pretraining
 from convergent.studies.descent.pilot import PILOT_SEEDS, run_pilot
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
-from convergent.studies.descent.runs import Job, text_unit, video_unit
+from convergent.studies.descent.runs import part_unit
 from convergent.studies.descent.selection import denoising_score, language_score, robust_score
 from convergent.studies.descent.summary import summary
-from convergent.studies.framework import (
-    Measured,
-    PilotedStudy,
-    Report,
-    Session,
-    Tuning,
-    TuningData,
-    UnitCache,
-    grid_points,
-    run_jobs,
-    tune,
-)
+from convergent.studies.engine import Selection, Unit, run_finals, run_units, select
+from convergent.studies.framework import Measured, PilotedStudy, Report, Session, Tuning, UnitCache
 
 # The design of this study's units (`Study.unit_design`).
 # 2: a final text unit records which test sentences it classified correctly.
@@ -61,159 +47,83 @@ SEQUENCE_KEYS = ("validation_sequence_losses", "validation_noisy_sequence_losses
 # two methods differ by the constraints alone.
 SHARED_AXES = ("lr_scale", "weight_decay")
 
-
-def _select(
-    name: str,
-    grids: dict[str, dict[str, tuple[Any, ...]]],
-    points: dict[str, list[dict[str, Any]]],
-    units: dict[tuple[str, int], dict[str, Any]],
-    score: Callable[[dict[str, Any]], float],
-    maximize: bool,
-    criterion: str,
-    log: Callable[[str], None],
-) -> Tuning[Any]:
-    """Method ``name``'s selection on its grid, whose units (``units[(name, index)]``) ran
-    already, side by side: `tune` only scores them and selects."""
-    (tuning,) = tune(
-        {name: grids[name]},
-        lambda method, point, _: units[(method, points[method].index(point))],
-        score,
-        TuningData(None, None),
-        maximize=maximize,
-        criterion=criterion,
-        log=log,
-    ).values()
-    return tuning
+Log = Callable[[str], None]
+Scorer = Callable[[list[dict[str, Any]], float], Callable[[dict[str, Any]], float]]
 
 
-def _final_runs(
-    cache: UnitCache,
-    finals: list[Any],
-    compute: Callable[[Any], dict[str, Any]],
-    workers: int,
-    log: Callable[[str], None],
-) -> dict[str, list[dict[str, Any]]]:
-    """Every final job's unit (computed, or read back from the cache), grouped by method in
-    seed order."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in METHODS}
-    for job, unit in zip(finals, run_jobs(cache, finals, compute, workers, log), strict=True):
-        runs[job.method].append(unit)
-    return runs
+def _erm_selected(method: str, tunings: Mapping[str, Tuning[Any]]) -> dict[str, Any]:
+    """What the constrained grid takes from ERM's selection (`Selection.inherit`)."""
+    if method != "constrained":
+        return {}
+    return {axis: tunings["erm"].selected_point[axis] for axis in SHARED_AXES}
 
 
-def _part(
+def _measured(
     config: Config,
     cache: UnitCache,
-    part: str,
-    compute: Callable[[Any], dict[str, Any]],
-    scorer: Callable[..., Callable[[dict[str, Any]], float]],
+    grids: Mapping[str, Mapping[str, tuple[Any, ...]]],
+    unit: Callable[[str, dict[str, Any], int, bool], Unit],
+    scorer: Scorer,
     maximize: bool,
     criterion: str,
-    log: Callable[[str], None],
+    log: Log,
+    inherit: bool,
 ) -> dict[str, Any]:
-    """Select on the grids (validation; ERM first, the constrained grid at ERM's selected lr
-    and weight decay), then train the selected points from every final seed."""
-    grids = config.grids()
-    points = {name: grid_points(axes) for name, axes in grids.items()}
-    units: dict[tuple[str, int], dict[str, Any]] = {}
-    tunings: dict[str, Tuning[Any]] = {}
-    shared: dict[str, dict[str, Any]] = {}
-    for name in METHODS:
-        shared[name] = (
-            {axis: tunings["erm"].selected_point[axis] for axis in SHARED_AXES}
-            if name == "constrained"
-            else {}
-        )
-        jobs = [
-            Job(config, part, name, {**point, **shared[name]}, config.selection_seed, final=False)
-            for point in points[name]
-        ]
-        done = run_jobs(cache, jobs, compute, config.workers, log)
-        units.update({(name, index): unit for index, unit in enumerate(done)})
-        # Each method's clean floor is its own best clean point: what the constraints cost
-        # in clean quality is the clean-accuracy claim's to judge, on test.
-        score = scorer(done, config.clean_tolerance)
-        tunings[name] = _select(name, grids, points, units, score, maximize, criterion, log)
-    finals = [
-        Job(config, part, name, {**tunings[name].selected_point, **shared[name]}, seed, True)
-        for name in METHODS
-        for seed in config.seeds
-    ]
-    runs = _final_runs(cache, finals, compute, config.workers, log)
+    """One part: select each method's point on validation (each method's rule reads its own
+    grid; with ``inherit``, ERM first and the constrained grid at ERM's selected lr and weight
+    decay), then train the selected points from every final seed (``unit(method, point, seed,
+    final)``)."""
+    selection = Selection(
+        grids,
+        lambda method, point: unit(method, point, config.selection_seed, False),
+        lambda units: scorer(units, config.clean_tolerance),
+        maximize,
+        criterion,
+        per_method=True,
+        inherit=_erm_selected if inherit else None,
+    )
+    selected = select(selection, cache, config.workers, log)
+    points = selected.points()
+    finals = run_finals(
+        cache,
+        points,
+        config.seeds,
+        lambda method, point, seed: unit(method, point, seed, True),
+        config.workers,
+        log,
+    )
     return {
-        "selected": {
-            name: {**tuning.selected_point, **shared[name]} for name, tuning in tunings.items()
-        },
-        "selection": {
-            name: [
-                {**point, **shared[name], **units[(name, i)]}
-                for i, point in enumerate(points[name])
-            ]
-            for name in METHODS
-        },
-        "runs": runs,
-        "tunings": tunings,
-    }
-
-
-def _language(
-    config: Config, cache: UnitCache, log: Callable[[str], None], criterion: str
-) -> dict[str, Any]:
-    """Part (c): pretrain once, run both grids (each method selects its own lr) from that
-    checkpoint, select each on validation, then fine-tune the selected points from every
-    final seed."""
-    (pretrained,) = run_jobs(cache, [PretrainJob(config)], pretrain_unit, 1, log)
-    start = pretrained["state"]
-    grids = config.language.grids()
-    points = {name: grid_points(axes) for name, axes in grids.items()}
-    jobs = [
-        LanguageJob(config, name, point, config.selection_seed, False, start)
-        for name in METHODS
-        for point in points[name]
-    ]
-    done = run_jobs(cache, jobs, language_unit, config.workers, log)
-    units = {
-        (job.method, points[job.method].index(job.point)): unit
-        for job, unit in zip(jobs, done, strict=True)
-    }
-    tunings = {
-        name: _select(
-            name,
-            grids,
-            points,
-            units,
-            language_score(
-                [units[(name, index)] for index in range(len(points[name]))],
-                config.clean_tolerance,
-            ),
-            False,
-            criterion,
-            log,
-        )
-        for name in METHODS
-    }
-    finals = [
-        LanguageJob(config, name, tunings[name].selected_point, seed, True, start)
-        for name in METHODS
-        for seed in config.seeds
-    ]
-    runs = _final_runs(cache, finals, language_unit, config.workers, log)
-    return {
-        "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
-        "selected": {name: tuning.selected_point for name, tuning in tunings.items()},
+        "selected": points,
         "selection": {
             name: [
                 {
                     **point,
-                    **{k: v for k, v in units[(name, i)].items() if k not in SEQUENCE_KEYS},
+                    **selected.inherited[name],
+                    **{k: v for k, v in run.items() if k not in SEQUENCE_KEYS},
                 }
-                for i, point in enumerate(points[name])
+                for point, run in zip(tuning.points, tuning.runs, strict=True)
             ]
-            for name in METHODS
+            for name, tuning in selected.tunings.items()
         },
-        "runs": runs,
+        "runs": finals,
+        "tunings": selected.tunings,
+    }
+
+
+def _language(config: Config, cache: UnitCache, log: Log, criterion: str) -> dict[str, Any]:
+    """Part (c): pretrain once, run both grids (each method selects its own lr) from that
+    checkpoint, select each on validation, then fine-tune the selected points from every
+    final seed."""
+    (pretrained,) = run_units(cache, [pretraining(config)], 1, log)
+    unit = fine_tunes(config, pretrained["state"])
+    grids = config.language.grids()
+    measured = _measured(
+        config, cache, grids, unit, language_score, False, criterion, log, inherit=False
+    )
+    return {
+        "pretraining": {key: value for key, value in pretrained.items() if key != "state"},
+        **measured,
         "gammas": list(config.language.gammas),
-        "tunings": tunings,
     }
 
 
@@ -241,23 +151,24 @@ class DescentStudy:
     def measure(self, config: Config, session: Session) -> Measured:
         """Every part: selection on its grids, then the final seeds."""
         cache, log = session.cache, session.log
-        text = _part(
+        text = _measured(
             config,
             cache,
-            "text",
-            text_unit,
+            config.grids(),
+            functools.partial(part_unit, config, "text"),
             robust_score,
             True,
             f"validation accuracy under Gaussian embedding noise (gamma {config.selection_gamma:g}"
             f"), among the method's points within {100 * config.clean_tolerance:g} point of its "
             "best clean validation accuracy (n/a: outside)",
             lambda line: log(f"(a) {line}"),
+            inherit=True,
         )
-        video = _part(
+        video = _measured(
             config,
             cache,
-            "video",
-            video_unit,
+            config.grids(),
+            functools.partial(part_unit, config, "video"),
             denoising_score,
             False,
             f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
@@ -267,6 +178,7 @@ class DescentStudy:
             f"{100 * config.clean_tolerance:g} % of the best such RMSE at the training noise "
             "(n/a: outside)",
             lambda line: log(f"(b) {line}"),
+            inherit=True,
         )
         language = (
             _language(

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from convergent.studies.engine import Selection, Unit, run_finals, run_units, select, training_key
-from convergent.studies.framework import UnitCache
+from convergent.studies.framework import UnitCache, edge_note
 
 # AdamW's best lr is 2e-2, beyond its declared grid; HORST's best alpha is inside.
 BEST = {"adamw": {"lr": 2e-2, "weight_decay": 0.1}, "horst": {"lr": 4e-3, "alpha": 10.0}}
@@ -107,3 +107,24 @@ def test_finals_run_each_point_from_every_seed_grouped_by_method(tmp_path):
     again = UnitCache(tmp_path, "toy", {}, design=1)
     assert run_units(again, [unit("horst", points["horst"], 4)]) == [runs["horst"][1]]
     assert again.hits == 1 and again.misses == 0
+
+
+def test_a_loss_is_minimized_every_point_is_recorded_and_an_edge_is_named(tmp_path):
+    grids = {"adamw": {"lr": (1e-4, 1e-3, 1e-2), "alpha": (1.0,)}}
+
+    def unit(method, point):  # a loss, lowest at lr 1: beyond the grid's upper end
+        return Unit({"method": method, **point}, loss_at, (point["lr"],))
+
+    selection = Selection(grids, unit, lambda _: lambda u: u["loss"], False, "validation loss")
+    tuning = select(selection, UnitCache(tmp_path, "toy", {}), 1, print).tunings["adamw"]
+    record = tuning.to_json()
+    assert record["selected"] == {"lr": 1e-2, "alpha": 1.0}
+    assert record["on_edge"] == ["lr"]  # a one-value axis is fixed, not an edge
+    assert [p["validation"] for p in record["points"]] == pytest.approx([16.0, 9.0, 4.0])
+    assert record["criterion"] == "validation loss (lower is better)"
+    assert "adamw (lr 0.01)" in edge_note({"adamw": tuning})
+
+
+def loss_at(lr: float) -> dict:
+    """(log10 lr)^2: lowest at lr 1 (top-level: a pool runs it)."""
+    return {"loss": math.log10(lr) ** 2}

@@ -1,35 +1,9 @@
-"""The equal-budget tuning helper: same grid sizes, validation-only selection, edge flags."""
+"""The tuning record: grid points, edge flags and extension points (the loop is the engine's:
+tests/studies/test_engine.py)."""
 
 from __future__ import annotations
 
-import math
-
-import pytest
-
-from convergent.studies.framework.tuning import TuningData, edge_note, grid_points, tune
-
-
-class _Untouchable:
-    """A dataset that raises on any access: the tuning helper must never read it."""
-
-    def __getattr__(self, name):
-        raise AssertionError(f"the test split was read ({name})")
-
-    def __len__(self):
-        raise AssertionError("the test split was read (len)")
-
-    def __getitem__(self, index):
-        raise AssertionError("the test split was read (item)")
-
-
-def _quadratic(best: float):
-    """A validation score that peaks at lr = best (higher is better)."""
-
-    def run_point(method, point, data):
-        assert set(vars(data)) == {"train", "validation"}
-        return {"method": method, "score": -((math.log10(point["lr"]) - math.log10(best)) ** 2)}
-
-    return run_point
+from convergent.studies.framework.tuning import grid_points
 
 
 def test_grid_points_is_the_cartesian_product_first_axis_slowest():
@@ -41,93 +15,6 @@ def test_grid_points_is_the_cartesian_product_first_axis_slowest():
         {"lr": 2, "alpha": "b"},
         {"lr": 2, "alpha": "c"},
     ]
-
-
-def test_selects_each_methods_best_point_on_validation_and_records_every_point():
-    lrs = [1e-4, 1e-3, 1e-2]
-    lines = []
-    result = tune(
-        {"adamw": {"lr": lrs}, "horst": {"lr": lrs}},
-        _quadratic(1e-3),
-        lambda run: run["score"],
-        TuningData(train=[1, 2], validation=[3]),
-        maximize=True,
-        criterion="validation accuracy",
-        log=lines.append,
-    )
-    for method in ("adamw", "horst"):
-        record = result[method].to_json()
-        assert record["selected"] == {"lr": 1e-3} and record["on_edge"] == []
-        assert [p["lr"] for p in record["points"]] == lrs
-        assert record["points"][1]["validation"] == pytest.approx(0.0)
-        assert record["criterion"] == "validation accuracy (higher is better)"
-        assert result[method].selected_run["method"] == method
-    assert len(lines) == 2 and "selected lr 0.001" in lines[0]
-    assert edge_note(result) is None
-
-
-def test_flags_a_choice_on_the_edge_and_minimizes_when_asked():
-    result = tune(
-        {"adamw": {"lr": [1e-4, 1e-3, 1e-2], "alpha": [1.0]}},
-        _quadratic(1.0),
-        lambda run: -run["score"],  # a loss: lower is better
-        TuningData(train=None, validation=None),
-        maximize=False,
-        criterion="validation loss",
-    )
-    assert result["adamw"].selected_point == {"lr": 1e-2, "alpha": 1.0}
-    assert result["adamw"].on_edge == ["lr"]  # a one-value axis is fixed, not an edge
-    assert "adamw (lr 0.01)" in edge_note(result)
-
-
-def test_a_diverged_point_is_never_selected():
-    scores = {1e-4: 0.5, 1e-3: math.nan, 1e-2: 0.4}
-    result = tune(
-        {"m": {"lr": list(scores)}},
-        lambda method, point, data: scores[point["lr"]],
-        lambda run: run,
-        TuningData(None, None),
-        maximize=True,
-        criterion="accuracy",
-    )
-    assert result["m"].selected_point == {"lr": 1e-4}
-    assert result["m"].to_json()["points"][1]["validation"] is None
-
-
-def test_grids_of_different_sizes_are_refused():
-    with pytest.raises(ValueError, match="same size"):
-        tune(
-            {"adamw": {"lr": [1, 2, 3]}, "horst": {"lr": [1, 2], "alpha": [1, 2]}},
-            lambda *args: 0.0,
-            lambda run: run,
-            TuningData(None, None),
-            maximize=True,
-            criterion="accuracy",
-        )
-
-
-def test_the_helper_never_reads_the_test_split():
-    """run_point gets the train and validation splits only; there is no test split to reach."""
-    test = _Untouchable()
-    seen = []
-
-    def run_point(method, point, data):
-        seen.append(data)
-        with pytest.raises(AttributeError):
-            data.test  # noqa: B018
-        return len(data.validation)
-
-    tune(
-        {"m": {"lr": [1, 2]}},
-        run_point,
-        lambda run: run,
-        TuningData(train=[0, 1, 2], validation=[0]),
-        maximize=True,
-        criterion="accuracy",
-    )
-    assert len(seen) == 2 and all(data.validation == [0] for data in seen)
-    with pytest.raises(AssertionError, match="the test split was read"):
-        len(test)
 
 
 def test_the_tuning_table_shows_every_methods_own_axes():

@@ -106,12 +106,10 @@ from convergent.studies.framework.summary import (
 )
 from convergent.studies.framework.tuning import (
     Tuning,
-    TuningData,
     edge_note,
     extension_points,
     grid_points,
     select_points,
-    tune,
 )
 from convergent.studies.framework.units import UnitCache, run_jobs, unit_session
 
@@ -141,7 +139,6 @@ __all__ = [
     "StudyResult",
     "Threshold",
     "Tuning",
-    "TuningData",
     "UnitCache",
     "advice_lines",
     "as_exploratory",
@@ -197,7 +194,6 @@ __all__ = [
     "stored_number",
     "t_interval",
     "tensors_digest",
-    "tune",
     "tuning_lines",
     "unit_session",
     "verdict_of",

@@ -2,10 +2,9 @@
 
 A method and its baseline each get a grid of the same size; every grid point is trained and
 scored on the validation split, the best one is selected by the same criterion for every
-method, and the whole record (each point's score, the selected point, whether it sits on
-the edge of its grid) goes into ``results.json``. The helper never sees the test split: it
-takes the training and validation sets alone and hands them to the study's ``run_point``
-as a :class:`TuningData`, which has no test attribute to reach for.
+method (the loop is the engine's, `convergent.studies.engine.select`), and the whole record
+(each point's score, the selected point, whether it sits on the edge of its grid) goes into
+``results.json``.
 
 A selected value on the edge of a numeric axis of at least two values means the best point
 may lie outside the grid; reports flag it.
@@ -22,14 +21,6 @@ from typing import Any, Generic, TypeVar
 from convergent.studies.framework.numbers import finite_or_none
 
 Run = TypeVar("Run")
-
-
-@dataclass(frozen=True)
-class TuningData:
-    """What a grid point may train and select on: the training and validation splits."""
-
-    train: Any
-    validation: Any
 
 
 @dataclass
@@ -94,70 +85,6 @@ def grid_points(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the axes' values, the first axis varying slowest."""
     names = list(axes)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
-
-
-def tune(
-    grids: Mapping[str, Mapping[str, Sequence[Any]]],
-    run_point: Callable[[str, dict[str, Any], TuningData], Run],
-    score: Callable[[Run], float],
-    data: TuningData,
-    *,
-    maximize: bool,
-    criterion: str,
-    log: Callable[[str], None] | None = None,
-) -> dict[str, Tuning[Run]]:
-    """Run every method's grid and select each method's best point on validation.
-
-    Args:
-        grids: ``{method: {hyperparameter: values}}``; every method's grid must have the
-            same number of points (equal tuning effort).
-        run_point: trains one point, ``run_point(method, point, data) -> run``.
-        score: the validation score of a run (NaN or None-like for a diverged run).
-        data: the training and validation splits (the test split is not given).
-        maximize: whether a higher score is better.
-        criterion: the score's name for the record, e.g. ``"validation accuracy"``.
-        log: called with one line per method.
-
-    Returns:
-        ``{method: Tuning}``.
-    """
-    if not grids:
-        raise ValueError("grids is empty; give at least one method's grid")
-    sizes = {method: len(grid_points(axes)) for method, axes in grids.items()}
-    if len(set(sizes.values())) != 1:
-        raise ValueError(f"every method needs a grid of the same size, got {sizes}")
-    if next(iter(sizes.values())) == 0:
-        raise ValueError("every grid needs at least one point")
-    results: dict[str, Tuning[Run]] = {}
-    for method, axes in grids.items():
-        points = grid_points(axes)
-        runs = [run_point(method, dict(point), data) for point in points]
-        scores = [_as_score(score(run)) for run in runs]
-        finite = [i for i, s in enumerate(scores) if math.isfinite(s)]
-        if finite:
-            pick = max if maximize else min
-            selected = pick(finite, key=lambda i: scores[i])
-        else:
-            selected = 0
-        results[method] = Tuning(
-            method=method,
-            axes={name: list(values) for name, values in axes.items()},
-            points=points,
-            scores=scores,
-            runs=runs,
-            selected=selected,
-            criterion=f"{criterion} ({'higher' if maximize else 'lower'} is better)",
-        )
-        if log is not None:
-            shown = ", ".join(
-                f"{_point_text(p)} -> {s:.4g}" for p, s in zip(points, scores, strict=True)
-            )
-            edge = results[method].on_edge
-            log(
-                f"tuning {method}: {shown}; selected {_point_text(points[selected])}"
-                + (f" (on the grid's edge: {', '.join(edge)})" if edge else "")
-            )
-    return results
 
 
 def select_points(

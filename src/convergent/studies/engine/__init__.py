@@ -3,6 +3,7 @@ named selection rules, written once; a study supplies its units and the rules' p
 
 from __future__ import annotations
 
+from convergent.studies.engine.checks import CheckSpec
 from convergent.studies.engine.run import (
     Rule,
     Selected,
@@ -16,6 +17,7 @@ from convergent.studies.engine.run import (
 )
 
 __all__ = [
+    "CheckSpec",
     "Rule",
     "Selected",
     "Selection",

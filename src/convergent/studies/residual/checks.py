@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.studies.engine.checks import CheckSpec
+from convergent.studies.engine import CheckSpec
 from convergent.studies.framework import Check, at_least, at_most
 from convergent.studies.framework import stored_number as number
 from convergent.studies.residual.measures import (

@@ -11,8 +11,15 @@ from typing import Any
 import torch
 
 from convergent.studies.engine import Selection, Unit, run_units, select
-from convergent.studies.framework import Measured, Report, Session, Study, UnitCache, json_ready
-from convergent.studies.framework.tuning import Tuning
+from convergent.studies.framework import (
+    Measured,
+    Report,
+    Session,
+    Study,
+    Tuning,
+    UnitCache,
+    json_ready,
+)
 from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.residual.config import Config

@@ -11,6 +11,8 @@ test prints each line it changed):
 - ``python examples/NAME.py``: ``--steps 2``;
 - ``convergent prune ... --save``: ``--no-bench`` (the bench's timed processes are the
   ``convergent bench`` line's to run; in ``prune --save`` they took two thirds of this test);
+- ``convergent bench``: ``--no-memory`` (its fresh process per variant, 20 of this test's 100 s,
+  is tests/commands/test_compressed.py's to run);
 - ``convergent reproduce``: ``--smoke`` in place of ``--quick``, ``--full`` or ``--mode``, and
   ``--seeds 1``;
 - ``convergent report docs/results``: the checkout's ``docs/results``, and ``README.md`` is a
@@ -39,6 +41,7 @@ REWRITES = (
     "train: --steps 2 (--resume: --steps 3); validation and test splits cut to 32 examples",
     "python examples/NAME.py: --steps 2",
     "prune --save: --no-bench (the bench line runs the bench)",
+    "bench: --no-memory (tests/commands/test_compressed.py runs its memory processes)",
     "reproduce: --smoke instead of --quick/--full/--mode, --seeds 1",
     "report: the checkout's docs/results; README.md is a copy of the README",
 )
@@ -88,6 +91,8 @@ def rewrite(words: list[str]) -> list[str]:
         return _set(words, "--steps", str(STEPS))
     if words[:2] == ["convergent", "prune"] and "--save" in words and "--no-bench" not in words:
         return [*words, "--no-bench"]
+    if words[:2] == ["convergent", "bench"] and "--no-memory" not in words:
+        return [*words, "--no-memory"]
     if words[:2] == ["convergent", "reproduce"]:
         kept, skip = [], False
         for word in words:

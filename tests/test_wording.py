@@ -58,7 +58,7 @@ def test_the_command_line_names_its_flags_in_errors_and_reasons(tmp_path, capsys
     assert "--pattern 2:4 prunes 1 - N/M = 0.5 of the weights, so --sparsity must be 0.5" in err
     assert main([*argv, "--d-model", "16", "--no-progress", "--out", str(run)]) == 0
     pruned = tmp_path / "pruned"
-    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned)]) == 0
+    assert main(["prune", str(run), "--sparsity", "0.5", "--save", str(pruned), "--no-bench"]) == 0
     excluded = json.loads((pruned / "pruning.json").read_text())["excluded"]
     assert excluded["head.weight"] == "last layer; pass --include-last to prune it"
 

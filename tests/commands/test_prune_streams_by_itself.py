@@ -117,7 +117,7 @@ def test_the_command_says_why_it_streams_in_flag_words(gpt2_folder, tmp_path, mo
                                                        capsys, caplog):  # fmt: skip
     monkeypatch.setattr(prune_memory, "available_memory", lambda: 1)
     data = ["--data", "rt-sentences", "--examples", str(EXAMPLES), "--max-length",
-            str(MAX_LENGTH), "--sparsity", "0.5"]  # fmt: skip
+            str(MAX_LENGTH), "--sparsity", "0.5", "--no-bench"]  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="convergent.commands.prune_memory"):
         assert main(["prune", str(gpt2_folder), *data, "--save", str(tmp_path / "a")]) == 0
     (record,) = [record for record in caplog.records if record.name == prune_memory.__name__]

@@ -314,9 +314,9 @@ def vision_unit(
     sparsity: float | None,
     final: bool,
 ) -> dict[str, Any]:
-    """One classifier run (`vision_run`): validation accuracy, achieved sparsity, the move ratio (HORST,
-    HAM) and the strength (HORST), and for final runs the test accuracy; dense final runs also
-    the near-zero share and a histogram sample. NaN for a run that diverged."""
+    """One classifier run (`vision_run`): validation accuracy, achieved sparsity, the move ratio
+    (HORST, HAM) and the strength (HORST), and for final runs the test accuracy; dense final
+    runs also the near-zero share and a histogram sample. NaN for a run that diverged."""
     torch.set_num_threads(config.threads)
     splits, train, validation, test = vision_data(
         config.image_size,

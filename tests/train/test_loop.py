@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from convergent.train import evaluate, fit, read_metrics, warmup_schedule
+from convergent.train import FitConfig, evaluate, fit, read_metrics, warmup_schedule
 from convergent.train.batches import iterate_batches
 from tests.conftest import TinyClassifier, make_classification
 
@@ -130,6 +130,30 @@ def test_bad_arguments_name_the_value():
         fit(model, optimizer, data, max_steps=1, batch_size=4, precision="fp8", progress=False)
     with pytest.raises(ValueError, match="grad_clip"):
         fit(model, optimizer, data, max_steps=1, batch_size=4, grad_clip=0.0, progress=False)
+    with pytest.raises(ValueError, match="max_steps must be a non-negative integer, got -1"):
+        fit(model, optimizer, data, max_steps=-1, batch_size=4, progress=False)
+    with pytest.raises(ValueError, match="checkpoint_every > 0 needs a run_dir"):
+        fit(model, optimizer, data, max_steps=1, batch_size=4, checkpoint_every=1)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['max_step'\]"):
+        fit(model, optimizer, data, max_step=1, batch_size=4)
+    with pytest.raises(TypeError, match="not both"):
+        fit(model, optimizer, data, FitConfig(max_steps=1, batch_size=4), progress=False)
+
+
+def test_a_fit_config_trains_as_its_keywords_do():
+    """``fit(..., FitConfig(**options))`` is ``fit(..., **options)``, step for step."""
+    options = {"max_steps": 6, "batch_size": 16, "seed": 3, "progress": False}
+    trained = []
+    for config, keywords in ((None, options), (FitConfig(**options), {})):
+        torch.manual_seed(0)
+        model = TinyClassifier()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        result = fit(model, optimizer, make_classification(), config, **keywords)
+        trained.append((model, result.train_loss))
+    (first, first_loss), (second, second_loss) = trained
+    assert first_loss == second_loss
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_non_finite_loss_names_the_step():

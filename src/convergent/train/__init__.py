@@ -12,6 +12,7 @@ from convergent.train.checkpoint import (
 )
 from convergent.train.checks import MethodChecks
 from convergent.train.loop import (
+    FitConfig,
     FitResult,
     TrainingDiverged,
     evaluate,
@@ -30,6 +31,7 @@ from convergent.train.steps import ErmStep, TrainingStep, split_batch
 __all__ = [
     "CheckpointError",
     "ErmStep",
+    "FitConfig",
     "FitResult",
     "HorstStrengthLog",
     "MaskedStep",

@@ -78,15 +78,42 @@ def test_a_dtype_asked_for_is_the_dtype_loaded(tmp_path):
     _assert_same_bits(loaded, reference)
 
 
-def test_without_the_reader_transformers_refuses_the_folder(tmp_path, monkeypatch):
+def test_without_the_reader_transformers_refuses_the_folder(tmp_path, monkeypatch, caplog):
     from transformers import AutoModelForCausalLM
     from transformers.quantizers import auto
+    from transformers.utils import logging as hf_logging
 
     _saved("gpt2", torch.float32, tmp_path / "sparse")
     monkeypatch.delitem(auto.AUTO_QUANTIZATION_CONFIG_MAPPING, QUANT_METHOD)
     monkeypatch.delitem(auto.AUTO_QUANTIZER_MAPPING, QUANT_METHOD)
-    with pytest.raises(OSError, match=r"model\.safetensors"):
-        AutoModelForCausalLM.from_pretrained(tmp_path / "sparse", local_files_only=True)
+    hf_logging.enable_propagation()
+    try:
+        with pytest.raises(OSError, match=r"model\.safetensors"):
+            AutoModelForCausalLM.from_pretrained(tmp_path / "sparse", local_files_only=True)
+    finally:
+        hf_logging.disable_propagation()
+    # transformers' own warning names the format, so a user can search for its reader
+    assert f"Unknown quantization type, got {QUANT_METHOD}" in caplog.text
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto", {"": "cpu"}], ids=["cpu", "auto", "map"])
+def test_a_device_map_that_places_every_module_loads_the_same_bits(device_map, tmp_path):
+    model, auto = _saved("llama", torch.float32, tmp_path / "sparse")
+    loaded = auto.from_pretrained(tmp_path / "sparse", local_files_only=True, device_map=device_map)
+    _assert_same_bits(loaded, model)
+
+
+def test_a_device_map_that_offloads_to_disk_is_refused_by_name(tmp_path):
+    _, auto = _saved("llama", torch.float32, tmp_path / "sparse")
+    places = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
+              "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}  # fmt: skip
+    with pytest.raises(ValueError, match=r"device_map offloads model\.layers\.1 to disk"):
+        auto.from_pretrained(tmp_path / "sparse", local_files_only=True, device_map=places,
+                             offload_folder=str(tmp_path / "offload"))  # fmt: skip
+    # device_map="auto" under a memory cap places the whole model on disk: refused too
+    with pytest.raises(ValueError, match="device_map offloads the model to disk"):
+        auto.from_pretrained(tmp_path / "sparse", local_files_only=True, device_map="auto",
+                             max_memory={"cpu": 20_000}, offload_folder=str(tmp_path / "off"))  # fmt: skip
 
 
 def test_kernels_are_asked_for_through_quantization_config(tmp_path, monkeypatch):

@@ -95,6 +95,10 @@ class SparseFormatQuantizer(HfQuantizer):
         super().__init__(quantization_config, **kwargs)
         self.folder: Path | None = None
 
+    def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+        # Called again with the resolved map once device_map="auto" is placed.
+        _refuse_offload(kwargs.get("device_map"))
+
     def update_attn_implementation(self, config: Any) -> Any:
         # The one hook that sees the config before transformers looks for the weights file.
         config.transformers_weights = self.quantization_config.weights  # type: ignore[attr-defined]
@@ -148,6 +152,27 @@ class SparseFormatQuantizer(HfQuantizer):
     @property
     def is_trainable(self) -> bool:
         return False
+
+
+def _refuse_offload(device_map: Any) -> None:
+    """A device map that offloads modules (to ``"disk"``, or to ``"cpu"`` beside an
+    accelerator) leaves their parameters on the meta device, to be read from the checkpoint by
+    their names: a compressed folder stores the pruned ones under other names, so refuse it
+    in one sentence rather than fail later with a bare ``KeyError``."""
+    if not isinstance(device_map, dict):
+        return
+    places = {str(place) for place in device_map.values()}
+    offloaded = "disk" in places or ("cpu" in places and len(places - {"cpu", "disk"}) > 0)
+    if offloaded:
+        away = ("disk",) if "disk" in places else ("cpu",)
+        moved = sorted(name or "the model" for name, place in device_map.items()
+                       if str(place) in away)  # fmt: skip
+        raise ValueError(
+            f"device_map offloads {', '.join(moved[:3])}{' ...' * (len(moved) > 3)} to "
+            f"{away[0]}, which a convergent-sparse folder does not support: give every module a "
+            "device (device_map='cpu', 'cuda' or a map without 'disk'), or save the model "
+            "dense first (convergent prune ... --dense)"
+        )
 
 
 def register_with_transformers() -> None:

@@ -10,8 +10,7 @@ from typing import Any
 
 from convergent.studies.framework import Sentence, claims_by_key, finite_mean, listed, verdict_of
 from convergent.studies.framework import stored_number as number
-from convergent.studies.residual.checks import CHANCE_FRACTION, DEPTH_CLASSES
-from convergent.studies.residual.claims import DEPTH_KEY
+from convergent.studies.residual.claims import CHANCE_FRACTION, DEPTH_CLASSES, DEPTH_KEY
 from convergent.studies.residual.measures import chance_fractions, depth_gaps, seeds_in
 from convergent.studies.residual.wording import failed_checks, held_key, interval_text, two_figures
 

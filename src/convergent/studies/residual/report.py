@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from convergent.diagnostics import fit_rate_with_floor
 from convergent.report import moving_average
-from convergent.studies.residual.checks import RISE_TOLERANCE
+from convergent.studies.residual.claims import RISE_TOLERANCE
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import Regime, transient_steps, worst_final_losses
 from convergent.studies.residual.runs import DepthRun, GradientDescentRun

@@ -25,8 +25,15 @@ from convergent.studies.framework import (
     verdict_of,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.residual.checks import STEP_NAME, TRAINED_NAME
-from convergent.studies.residual.claims import FLOOR_KEY, LINEAR, RATE, RATE_SLOPE, SPEED
+from convergent.studies.residual.claims import (
+    FLOOR_KEY,
+    LINEAR,
+    RATE,
+    RATE_SLOPE,
+    SPEED,
+    STEP_NAME,
+    TRAINED_NAME,
+)
 from convergent.studies.residual.depth_summary import depth_sentence
 from convergent.studies.residual.measures import Regime, regimes_of, seeds_in
 from convergent.studies.residual.wording import (

@@ -25,8 +25,7 @@ from convergent.studies.residual.report import plot_speed_against_ratio
 from convergent.studies.residual.runs import (
     DepthRun,
     GradientDescentRun,
-    depth_run_to_dict,
-    run_to_dict,
+    plain,
 )
 from tests.conftest import assert_drawn_figure
 
@@ -121,7 +120,7 @@ def test_unit_values_survive_a_weights_only_load(tmp_path):
         seconds=1.5,
     )  # fmt: skip
     depth = DepthRun(2, 1.0, 3, "pretrained layers 0-1", [0.7, 0.6], 0.25, 0.55, 4.0)
-    torch.save({"gd": run_to_dict(gd), "depth": depth_run_to_dict(depth)}, tmp_path / "u.pt")
+    torch.save({"gd": plain(gd), "depth": plain(depth)}, tmp_path / "u.pt")
     loaded = torch.load(tmp_path / "u.pt", weights_only=True)
     rebuilt = GradientDescentRun(**loaded["gd"])
     assert math.isnan(rebuilt.losses[1])
@@ -266,7 +265,7 @@ def test_the_selection_seeds_must_not_be_reported_seeds():
 
 def test_the_speed_plot_draws_when_every_run_diverged(tmp_path):
     runs = [
-        run_to_dict(GradientDescentRun(beta, 0, 0.1, 4, losses=[1.0, math.inf], diverged=True))
+        plain(GradientDescentRun(beta, 0, 0.1, 4, losses=[1.0, math.inf], diverged=True))
         | {"residual_sigma_min": [0.1], "squared_ratio": [0.1], "residual_squared_ratio": [0.1]}
         for beta in (0.0, 1.0)
     ]

@@ -14,8 +14,7 @@ from scipy import stats
 
 from convergent.studies.framework import VERDICTS
 from convergent.studies.residual import DESIGN, claims_from_results
-from convergent.studies.residual.checks import CHANCE_FRACTION, RISE_TOLERANCE
-from convergent.studies.residual.claims import RATE_SLOPE
+from convergent.studies.residual.claims import CHANCE_FRACTION, RATE_SLOPE, RISE_TOLERANCE
 from convergent.studies.residual.measures import (
     BROKEN_EXCESS,
     common_band,

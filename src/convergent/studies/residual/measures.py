@@ -1,14 +1,7 @@
-"""What the ``residual`` study's claims and tables measure, from the stored runs alone.
-
-Part (a), per run of a step-size regime (`measure`): the largest excess of log L_t over the
-geometric envelope through (t0, L_t0) and (T, L_T) from the transient t0 on, the certified rate
-(the smallest rho the curve satisfies from t0), the largest rise of the loss from t0 on
-(`largest_rise`), and the spectra summary; per seed, the band
-speed of each beta: the mean log-slope of its curve over a loss band common to every beta of
-the seed (`common_band`: from the lowest loss any beta has at t0 down to 1.05 x the highest
-final loss). `Regime` groups one regime's runs by seed with these numbers. Part (b): the
-head and tail means of a noisy minibatch curve and the residual advantage (the tail-mean
-training-loss gap beta 0 minus beta 1) by depth.
+"""What the ``residual`` study's claims and tables measure, from the stored runs alone: per
+part (a) run, `measure`; per seed, each beta's band speed over the band common to its betas
+(`common_band`); `Regime` groups one regime's runs by seed with these numbers. Part (b): head
+and tail means of a minibatch curve and the tail-mean loss gap beta 0 minus beta 1 by depth.
 """
 
 from __future__ import annotations
@@ -32,20 +25,11 @@ TAIL_PARTS = 10  # "initial" and "final" loss: means over the first and last ten
 
 @dataclass(frozen=True)
 class Measured:
-    """What the claims need from one run.
-
-    Attributes:
-        beta, seed: the run's coordinates.
-        excess: the largest excess of log L_t over the geometric envelope from t0 (0 or less:
-            the bound holds); ``BROKEN_EXCESS`` when the run cannot be tested.
-        certified: the smallest rho with L_t <= rho^(t - t0) L_t0 for every t >= t0 (NaN when
-            untestable).
-        rise: the largest rise of log L after t0 above its running minimum (`largest_rise`);
-            ``BROKEN_EXCESS`` when the run diverged.
-        at_transient, final: L at t0 and at the end.
-        squared_ratio: mean (sigma_min / sigma_max)^2 of beta X + Attn(X) over training.
-        row: the summary row the checks, the sigma_min floor claim and the tables read.
-    """
+    """What the claims need from one run: the largest excess of log L_t over the geometric
+    envelope through (t0, L_t0) and (T, L_T) (``BROKEN_EXCESS`` when untestable), the certified
+    rate (the smallest rho with L_t <= rho^(t - t0) L_t0 from t0; NaN when untestable), the
+    `largest_rise`, L at t0 and at the end, the mean (sigma_min / sigma_max)^2 of
+    beta X + Attn(X), and the summary row the checks and tables read."""
 
     beta: float
     seed: int
@@ -64,13 +48,8 @@ def transient_steps(steps: int, transient_fraction: float) -> int:
 
 
 def largest_rise(losses: Sequence[float], start: int) -> float:
-    """max over t >= t0 of log L_t - min over t0 <= s <= t of log L_s: how far the loss climbed
-    back above the lowest value it had reached after the transient (0 for a curve that never
-    rises); ``BROKEN_EXCESS`` when a loss from t0 on is not finite.
-
-    Full-batch GD with a step below 2 / (the loss's smoothness) never raises the loss (the
-    descent lemma), so a rise shows the step was beyond that condition.
-    """
+    """max over t >= t0 of log L_t - min over t0 <= s <= t of log L_s (0 for a curve that never
+    rises); ``BROKEN_EXCESS`` when a loss from t0 on is not finite."""
     window = np.asarray([number(v) for v in losses[start:]], dtype=np.float64)
     if window.size == 0 or not np.all(np.isfinite(window)):
         return BROKEN_EXCESS
@@ -181,16 +160,8 @@ def log_log_slope(speeds: Mapping[float, float], ratios: Mapping[float, float]) 
 
 @dataclass(frozen=True)
 class Regime:
-    """One step-size regime's runs, measured, by seed.
-
-    Attributes:
-        lr, steps: full-batch GD step size (None: tuned per beta, every run kept) and step
-            count.
-        seeds: the seeds, in the config's order.
-        runs: seed -> that seed's stored runs, sorted by beta.
-        measured: seed -> the matching `Measured`.
-        speeds: seed -> beta -> band speed.
-    """
+    """One step-size regime's runs (``lr`` None: tuned per beta), by seed in the config's
+    order: the stored runs sorted by beta, their `Measured` and band speed by beta."""
 
     lr: float | None
     steps: int

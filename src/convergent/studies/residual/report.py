@@ -3,6 +3,7 @@ pyplot) and notes, from the runs and the stored regimes (`measures.Regime`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from matplotlib.figure import Figure
 
 from convergent.diagnostics import fit_rate_with_floor
 from convergent.report import moving_average
-from convergent.studies.residual.checks import RISE_TOLERANCE
+from convergent.studies.residual.claims import RISE_TOLERANCE
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import Regime, transient_steps, worst_final_losses
 from convergent.studies.residual.runs import DepthRun, GradientDescentRun
@@ -21,6 +22,17 @@ from convergent.studies.residual.runs import DepthRun, GradientDescentRun
 def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
     array = np.asarray(values, dtype=np.float64)
     return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
+
+
+SPECTRA_COLUMNS = {
+    "squared_ratio_mean": "(min/max)^2 A",
+    "residual_squared_ratio_mean": "(min/max)^2 bX+A",
+    "residual_sigma_min_min": "smallest sigma_min bX+A",
+}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
 
 
 def regime_table(
@@ -33,36 +45,30 @@ def regime_table(
     table = []
     for beta in regime.betas:
         measured = regime.at(beta)
-        runs = [r for s in regime.seeds for r in regime.runs[s] if float(r["beta"]) == beta]
-        decays = []
-        for run in runs:
-            try:
-                decays.append(fit_rate_with_floor(run["losses"], start, confidence=confidence))
-            except ValueError:
-                continue
-        entry: dict[str, Any] = {"beta": beta, "seeds": len(measured)}
-        entry["final_loss"] = float(np.mean([m.final for m in measured]))
-        entry["under the bound"] = f"{sum(m.excess <= tolerance for m in measured)}/{len(measured)}"
-        entry["largest excess"] = max(m.excess for m in measured)
-        entry["certified rate"] = float(np.mean([m.certified for m in measured]))
-        entry["largest rise"] = max(m.rise for m in measured)
-        entry["floor-fit rate"] = (
-            float(np.mean([fit.rate for fit in decays])) if decays else float("nan")
+        fits = []
+        for run in (r for s in regime.seeds for r in regime.runs[s] if float(r["beta"]) == beta):
+            with contextlib.suppress(ValueError):
+                fits.append(fit_rate_with_floor(run["losses"], start, confidence=confidence))
+        speed, spread = mean_and_spread([regime.speeds[s][beta] for s in regime.seeds])
+        table.append(
+            {
+                "beta": beta,
+                "seeds": len(measured),
+                "final_loss": _mean([m.final for m in measured]),
+                "under the bound": f"{sum(m.excess <= tolerance for m in measured)}/{len(measured)}",
+                "largest excess": max(m.excess for m in measured),
+                "certified rate": _mean([m.certified for m in measured]),
+                "largest rise": max(m.rise for m in measured),
+                "floor-fit rate": _mean([fit.rate for fit in fits]),
+                "floor-fit R^2": _mean([fit.r_squared for fit in fits]),
+                "band speed": speed,
+                **({"band speed sd": spread} if len(measured) > 1 else {}),
+                **{
+                    label: _mean([m.row[key] for m in measured])
+                    for key, label in SPECTRA_COLUMNS.items()
+                },
+            }
         )
-        entry["floor-fit R^2"] = (
-            float(np.mean([fit.r_squared for fit in decays])) if decays else float("nan")
-        )
-        speed, speed_spread = mean_and_spread([regime.speeds[s][beta] for s in regime.seeds])
-        entry["band speed"] = speed
-        if len(measured) > 1:
-            entry["band speed sd"] = speed_spread
-        for key, label in (
-            ("squared_ratio_mean", "(min/max)^2 A"),
-            ("residual_squared_ratio_mean", "(min/max)^2 bX+A"),
-            ("residual_sigma_min_min", "smallest sigma_min bX+A"),
-        ):
-            entry[label] = float(np.mean([m.row[key] for m in measured]))
-        table.append(entry)
     return table
 
 
@@ -123,6 +129,12 @@ def depth_gap_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return gaps
 
 
+def _saved(figure: Figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
 def _colors(count: int) -> list[Any]:
     from matplotlib import colormaps
 
@@ -156,9 +168,7 @@ def plot_loss_curves(
     regime = f"lr {step_sizes[0]:g}" if len(step_sizes) == 1 else "lr tuned per beta"
     axis.set_title(f"one-layer Transformer on weather-hourly, {regime}")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
+    return _saved(figure, path)
 
 
 def plot_spectra(runs: Sequence[GradientDescentRun], path: Path) -> Path:
@@ -179,9 +189,7 @@ def plot_spectra(runs: Sequence[GradientDescentRun], path: Path) -> Path:
         axis.set_xlabel("full-batch GD step")
         axis.set_title(f"{name}: beta X + Attn(X) solid, Attn(X) dashed")
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
+    return _saved(figure, path)
 
 
 def plot_speed_against_ratio(regime: Regime, path: Path) -> Path:
@@ -210,9 +218,7 @@ def plot_speed_against_ratio(regime: Regime, path: Path) -> Path:
     axis.set_xlabel("mean (sigma_min / sigma_max)^2 of beta X + Attn(X)")
     axis.set_ylabel("band speed, -d log L / d step")
     axis.set_title(regime.label, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
+    return _saved(figure, path)
 
 
 def plot_depth_curves(runs: Sequence[DepthRun], path: Path) -> Path:
@@ -233,9 +239,7 @@ def plot_depth_curves(runs: Sequence[DepthRun], path: Path) -> Path:
         axis.set_xlabel("step")
         axis.legend(fontsize=8)
     axes[0].set_ylabel("training loss (moving average)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
+    return _saved(figure, path)
 
 
 def one_layer_report(

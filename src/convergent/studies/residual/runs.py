@@ -16,7 +16,7 @@ import functools
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -29,35 +29,14 @@ from convergent.models import Transformer
 from convergent.studies.residual.models import load_minilm, minilm_at_depth, one_layer_model
 from convergent.train import evaluate, fit
 
-# The spectra a run records at every measurement, in the order of GradientDescentRun's fields.
-SPECTRA_FIELDS = (
-    "sigma_min",
-    "sigma_max",
-    "residual_sigma_min",
-    "residual_sigma_max",
-    "squared_ratio",
-    "residual_squared_ratio",
-)
-
 
 @dataclass
 class GradientDescentRun:
-    """One full-batch GD run at one beta and one seed.
-
-    Attributes:
-        beta: the residual coefficient.
-        seed: the initialization seed.
-        lr: the GD step size.
-        steps: the number of GD steps asked for.
-        losses: the training loss before each step and after the last (steps + 1 values).
-        spectra_steps: the steps at which spectra were measured.
-        sigma_min, sigma_max: mean over examples of the extreme singular values of Attn(X).
-        residual_sigma_min, residual_sigma_max: the same for beta * X + Attn(X).
-        squared_ratio: mean over examples of (sigma_min / sigma_max)^2 of Attn(X).
-        residual_squared_ratio: the same for beta * X + Attn(X).
-        diverged: the loss became non-finite (the curve stops there).
-        seconds: wall time.
-    """
+    """One full-batch GD run at one (beta, init seed, step size): the training loss before each
+    step and after the last (``steps`` + 1 values, fewer where the loss became non-finite and
+    the run ``diverged``), and at each of ``spectra_steps`` the mean over examples of the
+    extreme singular values of Attn(X), of beta * X + Attn(X) (``residual_``) and of their
+    ``(sigma_min / sigma_max)^2``."""
 
     beta: float
     seed: int
@@ -169,20 +148,20 @@ def train_one_beta(
     )
 
 
-def run_to_dict(run: GradientDescentRun) -> dict[str, Any]:
-    """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
-    reads back); ``GradientDescentRun(**run_to_dict(run))`` rebuilds it."""
-    return {
-        "beta": float(run.beta),
-        "seed": int(run.seed),
-        "lr": float(run.lr),
-        "steps": int(run.steps),
-        "losses": [float(v) for v in run.losses],
-        "spectra_steps": [int(v) for v in run.spectra_steps],
-        **{key: [float(v) for v in getattr(run, key)] for key in SPECTRA_FIELDS},
-        "diverged": bool(run.diverged),
-        "seconds": float(run.seconds),
-    }
+CASTS: dict[str, Any] = {"float": float, "int": int, "bool": bool, "str": str}
+
+
+def plain(run: Any) -> dict[str, Any]:
+    """A run's fields as plain numbers and lists (what ``torch.load(weights_only=True)`` reads
+    back); ``type(run)(**plain(run))`` rebuilds it."""
+    values = {}
+    for item in fields(run):
+        kind, value = str(item.type), getattr(run, item.name)
+        inner = kind.removeprefix("list[").removesuffix("]")
+        values[item.name] = (
+            [CASTS[inner](v) for v in value] if inner != kind else CASTS[kind](value)
+        )
+    return values
 
 
 @contextlib.contextmanager
@@ -214,21 +193,13 @@ def train_one_layer(
         run = train_one_beta(
             inputs, labels, beta, seed, steps=steps, lr=lr, window=data[0], **keywords
         )
-    return run_to_dict(run)
+    return plain(run)
 
 
 @dataclass
 class DepthRun:
-    """One training run at one (depth, beta, seed).
-
-    Attributes:
-        depth, beta, seed: the setting.
-        initialization: which layers were pretrained.
-        losses: the training loss of every step.
-        validation_error: 1 - accuracy on the validation subset at the end.
-        validation_loss: the mean loss there.
-        seconds: wall time.
-    """
+    """One training run at one (depth, beta, seed): which layers were pretrained, the training
+    loss of every step, and 1 - accuracy and the mean loss on the validation subset at the end."""
 
     depth: int
     beta: float
@@ -304,21 +275,6 @@ def train_one_depth(
     )
 
 
-def depth_run_to_dict(run: DepthRun) -> dict[str, Any]:
-    """The run's fields as plain lists and numbers (what ``torch.load(weights_only=True)``
-    reads back); ``DepthRun(**depth_run_to_dict(run))`` rebuilds it."""
-    return {
-        "depth": int(run.depth),
-        "beta": float(run.beta),
-        "seed": int(run.seed),
-        "initialization": str(run.initialization),
-        "losses": [float(v) for v in run.losses],
-        "validation_error": float(run.validation_error),
-        "validation_loss": float(run.validation_loss),
-        "seconds": float(run.seconds),
-    }
-
-
 # Part (b)'s model and rt-sentences subsets, loaded once per process, when a unit is computed.
 minilm = functools.cache(lambda: load_minilm(minilm_path()))
 sentences = functools.cache(rt_sentence_data)
@@ -330,6 +286,4 @@ def train_depth_unit(
     """A part (b) unit: the run on rt-sentences' (max_length, train_examples,
     validation_examples) ``data`` with `train_one_depth`'s keywords ``training``, as a dict."""
     train, validation = sentences(*data)
-    return depth_run_to_dict(
-        train_one_depth(minilm(), train, validation, depth, beta, seed, **training)
-    )
+    return plain(train_one_depth(minilm(), train, validation, depth, beta, seed, **training))

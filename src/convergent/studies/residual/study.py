@@ -20,7 +20,6 @@ from convergent.studies.framework import (
     UnitCache,
     json_ready,
 )
-from convergent.studies.residual.brief import advice, brief
 from convergent.studies.residual.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.residual.config import Config
 from convergent.studies.residual.measures import regimes_of, worst_final_losses
@@ -33,7 +32,7 @@ from convergent.studies.residual.runs import (
     train_depth_unit,
     train_one_layer,
 )
-from convergent.studies.residual.summary import summary
+from convergent.studies.residual.summary import advice, brief, summary
 
 # The design of this study's units (`Study.unit_design`).
 UNIT_DESIGN = 1
@@ -50,17 +49,6 @@ def one_layer_unit(
     keywords["spectra_every"] = config.spectra_every
     data = (config.window, config.examples)
     return Unit(key, train_one_layer, (lr, steps, beta, seed, data, keywords))
-
-
-def _runs(values: list[dict[str, Any]], log: Log) -> list[GradientDescentRun]:
-    """Part (a)'s unit values as runs, each logged."""
-    runs = [GradientDescentRun(**value) for value in values]
-    for run in runs:
-        log(
-            f"lr={run.lr:g} steps={run.steps} beta={run.beta} seed={run.seed}: loss "
-            f"{run.losses[0]:.4f} -> {run.losses[-1]:.4f} in {run.seconds:.1f} s"
-        )
-    return runs
 
 
 def tuning_row(value: dict[str, Any]) -> dict[str, Any]:
@@ -112,11 +100,8 @@ def selected_step_size(tuning: Tuning[dict[str, Any]]) -> float:
 def _one_layer_runs(
     config: Config, cache: UnitCache, log: Log
 ) -> tuple[list[GradientDescentRun], list[dict[str, Any]], list[GradientDescentRun]]:
-    """Part (a): the fixed-step regimes' runs, the tuning rows and the tuned regime's runs.
-
-    One cached unit per (regime, seed, beta), per tuning (lr, seed, beta) and per tuned
-    (seed, beta); the fixed regimes' units run with the tuned ones, after the selection.
-    """
+    """Part (a): the fixed-step regimes' runs, the tuning rows and the tuned regime's runs (one
+    unit per (regime, seed, beta), tuning (lr, seed, beta) and tuned (seed, beta))."""
     tuning: list[dict[str, Any]] = []
     selected_lrs: dict[float, float] = {}
     if config.tuned_lrs:
@@ -146,7 +131,15 @@ def _one_layer_runs(
         for seed in config.seeds
     ]
     # The fixed regimes and the tuned runs are independent: one batch for the workers.
-    runs = _runs(run_units(cache, fixed + tuned, config.workers, log), log)
+    runs = [
+        GradientDescentRun(**value)
+        for value in run_units(cache, fixed + tuned, config.workers, log)
+    ]
+    for run in runs:
+        log(
+            f"lr={run.lr:g} steps={run.steps} beta={run.beta} seed={run.seed}: loss "
+            f"{run.losses[0]:.4f} -> {run.losses[-1]:.4f} in {run.seconds:.1f} s"
+        )
     return runs[: len(fixed)], tuning, runs[len(fixed) :]
 
 

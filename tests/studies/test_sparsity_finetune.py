@@ -14,14 +14,16 @@ import torch
 
 from convergent.studies.framework import Claim, json_ready
 from convergent.studies.sparsity import finetune_runs
-from convergent.studies.sparsity.finetune_claims import DENSE_KEY, finetune_claims, finetune_key
-from convergent.studies.sparsity.finetune_config import FinetuneConfig, Variant, variants
-from convergent.studies.sparsity.finetune_part import selection_score
-from convergent.studies.sparsity.finetune_summary import (
-    finetune_advice,
-    finetune_brief,
-    finetune_sentences,
+from convergent.studies.sparsity.brief import finetune_advice, finetune_brief, finetune_sentences
+from convergent.studies.sparsity.claims import finetune_claims
+from convergent.studies.sparsity.finetune_config import (
+    DENSE_KEY,
+    FinetuneConfig,
+    Variant,
+    finetune_key,
+    variants,
 )
+from convergent.studies.sparsity.finetune_runs import selection_score
 from tests.conftest import RefusingTestSplit
 
 SENTENCES = 40

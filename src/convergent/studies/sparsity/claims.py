@@ -43,7 +43,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.diagnostics import acting
 from convergent.studies.framework import (
     Check,
     Claim,
@@ -51,30 +50,33 @@ from convergent.studies.framework import (
     at_most,
     check_design,
     claim_from_seeds,
+    crossed_interval,
     family_tested,
     finite_mean,
+    json_ready,
+    margin_resolution,
+    mark_differences,
     not_measured,
-    within,
+    with_crossed,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.sparsity.config import (
-    LM_DENSE_TOLERANCE,
-    LM_SELECTION_PRUNER,
-    sparsity_key,
+from convergent.studies.sparsity import finetune_config as part_c
+from convergent.studies.sparsity.checks import (
+    ACHIEVED,
+    DISPLAY,
+    FLOOR,
+    MOVE,
+    PRUNER_NAMES,
+    ROOM,
 )
-from convergent.studies.sparsity.finetune_claims import finetune_claims
+from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.selection import is_point
 
 DESIGN = 4
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this
 HALF = 0.5
-ROOM_REQUIRED = at_least(0.03)  # a baseline's dense-to-90 % loss that leaves room to help
-MOVE_RATIO_REQUIRED = at_least(acting.MOVE_RATIO_FLOOR)
-ACHIEVED_TOLERANCE = acting.SPARSITY_TOLERANCE  # AC/DC's top-k lands within a percent
 LM_TARGETS = (0.7, 0.9)  # the one-shot targets the LM claims read (those that were run)
 STRONGER_PRUNER, STRONGER_TARGET = "sparsegpt", 0.7  # the claim that says "survives"
-DISPLAY = {"adamw": "AdamW", "ham": "HAM", "horst": "HORST"}
-PRUNER_NAMES = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}
 
 
 def _move_check(values: Sequence[Any], runs: str, method: str = "horst") -> Check:
@@ -82,28 +84,15 @@ def _move_check(values: Sequence[Any], runs: str, method: str = "horst") -> Chec
     ratios = [number(v) for v in values]
     finite = [v for v in ratios if math.isfinite(v)]
     spread = f"; runs range {min(finite):.4g} to {max(finite):.4g}" if finite else ""
-    shown = DISPLAY[method]
-    note = (
-        f"below 0.2 the mirror step moves the weights less than a fifth as far as the AdamW "
-        f"step, so {shown} is AdamW in all but name. Mean over the recorded steps of each of "
-        f"{len(ratios)} {shown} run(s), then over the runs{spread}."
-    )
-    return Check(
-        f"{shown} mirror move / Adam move ({runs})", finite_mean(ratios), MOVE_RATIO_REQUIRED, note
-    )
+    fields = {"shown": DISPLAY[method], "runs": runs, "count": len(ratios), "spread": spread}
+    return MOVE.check(finite_mean(ratios), **fields)
 
 
 def _room_check(vision: Mapping[str, Any], key: str, name: str = "adamw") -> Check:
     """``name`` must lose at least 3 points from dense to ``key`` (mean over the seeds)."""
     by_key = vision["accuracy"][name]
     drops = [number(d) - number(s) for d, s in zip(by_key["dense"], by_key[key], strict=True)]
-    return Check(
-        f"{DISPLAY[name]} loses at least 3 points from dense to {key} (mean over seeds)",
-        finite_mean(drops),
-        ROOM_REQUIRED,
-        f"where {DISPLAY[name]} barely loses accuracy no optimizer can show a smaller loss: the "
-        "regime must leave the baseline room to fail",
-    )
+    return ROOM.check(finite_mean(drops), shown=DISPLAY[name], key=key)
 
 
 def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Sequence[str]) -> Check:
@@ -113,12 +102,7 @@ def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Seque
         for key in keys
         for value in vision["achieved"][name][key]
     )
-    return Check(
-        f"AC/DC reached its targets: largest |achieved - target| ({', '.join(keys)})",
-        worst,
-        within(0.0, ACHIEVED_TOLERANCE),
-        "the final AC/DC models must be as sparse as the claim says",
-    )
+    return ACHIEVED.check(worst, keys=", ".join(keys))
 
 
 def target_tag(label: str) -> str:
@@ -296,19 +280,12 @@ def _near_zero_claim(
     )
 
 
-FLOOR_CHECK = (
-    "each optimizer's selected LM passed the dense-quality floor: its dense validation "
-    "perplexity over the best dense one of every grid (largest over the optimizers)"
-)
-
-
 def _floor_check(language: Mapping[str, Any]) -> Check:
     """Whether every optimizer's selected LM passed the selection's dense-quality floor (the
     selection falls back to a grid's first point when none does)."""
-    required = at_most(LM_DENSE_TOLERANCE)
     selection = language.get("selection")
     if not selection:
-        return not_measured(FLOOR_CHECK, required, "the LM selection grids were not stored")
+        return not_measured(FLOOR.name, FLOOR.required, "the LM selection grids were not stored")
 
     def dense(point: Mapping[str, Any]) -> float:
         return number(point["validation_perplexity"][LM_SELECTION_PRUNER]["0%"])
@@ -321,14 +298,7 @@ def _floor_check(language: Mapping[str, Any]) -> Check:
         matches = [p for p in points if is_point(p, chosen)]
         value = dense(matches[0]) if matches else math.nan
         worst = max(worst, value / min(finite) if finite and math.isfinite(value) else math.inf)
-    return Check(
-        FLOOR_CHECK,
-        worst,
-        required,
-        "a point whose dense LM is more than 10 % worse than the best is never selectable; "
-        "where no point of a grid passes, the selection falls back to the grid's first point, "
-        "which nothing chose",
-    )
+    return FLOOR.check(worst)
 
 
 def _language_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:
@@ -411,3 +381,81 @@ def _pruned_claim(
         extra={"pruner": pruner, "sparsity": key},
         revised=revised,
     )
+
+
+def _finetune_checks(finetune: Mapping[str, Any], label: str) -> dict[str, Check]:
+    """Part (c)'s checks (:data:`.finetune_config.CHECKS`) for the claim at ``label``."""
+    horst, adamw = finetune["runs"]["horst"], finetune["runs"]["adamw"]
+    ratios = [number(unit["move_ratio"]) for unit in horst]
+    readout = number(finetune["readout"]["validation_accuracy"])
+    gains = []
+    for name, chosen in finetune["selected"].items():
+        match = [p for p in finetune["selection"][name] if is_point(p, chosen)]
+        gains.append(number(match[0]["validation_accuracy"]["dense"]) if match else math.nan)
+    gains = [gain - readout for gain in gains]
+    moved = min(gains) if gains and all(math.isfinite(g) for g in gains) else math.nan
+    checks = {
+        "move": part_c.CHECKS["move"].check(
+            finite_mean(ratios), runs=", ".join(f"{r:.3g}" for r in ratios)
+        ),
+        "moved": part_c.CHECKS["moved"].check(moved, readout=100 * readout),
+    }
+    if label != "dense":
+        drops = [number(u["accuracy"]["dense"]) - number(u["accuracy"][label]) for u in adamw]
+        shown = part_c.shown_variant(label)
+        checks["room"] = part_c.CHECKS["room"].check(finite_mean(drops), shown=shown)
+    return checks
+
+
+def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
+    """Part (c)'s claims, one per :data:`.finetune_config.CLAIMS` record and variant."""
+    adamw, horst = finetune["runs"]["adamw"], finetune["runs"]["horst"]
+    words = part_c.CLAIM_WORDS
+    claims = []
+    for label in ["dense", *finetune["variants"]]:
+        spec = part_c.DENSE if label == "dense" else part_c.PRUNED
+        rows = mark_differences(
+            (
+                (a["seed"], a["correct"].get(label), h["correct"].get(label))
+                for a, h in zip(adamw, horst, strict=True)
+            ),
+            "AdamW",
+            "HORST",
+            f" at {label}",
+        )
+        per_seed = [statistics.fmean(row) for row in rows]
+        crossed = crossed_interval(rows) if len(rows) > 1 else None
+        found = margin_resolution(per_seed, crossed, len(rows[0]) if rows else None, spec.margin)
+        half = number(found["half_width"])
+        resolved = (
+            words["resolved"].format(
+                half=f"{100 * half:.2f}", sentences=found["sentences"], seeds=len(rows)
+            )
+            if math.isfinite(half)
+            else words["unresolved"]
+        )
+        points = {
+            name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
+            for name, units in (("horst", horst), ("adamw", adamw))
+        }
+        fields = {
+            "tag": part_c.variant_tag(label),
+            "shown": "" if label == "dense" else part_c.shown_variant(label),
+            "selection": part_c.SELECTION,
+            "survives": part_c.SURVIVES if label == part_c.STRONGER else "",
+        }
+        checks = _finetune_checks(finetune, label)
+        claim = claim_from_seeds(
+            spec.statement.format(**fields),
+            per_seed,
+            spec.threshold,
+            key=spec.key.format(**fields),
+            unit=words["unit"],
+            checks=[checks[name] for name in spec.checks],
+            evidence=words["evidence"].format(**points) + resolved,
+            paired=True,
+            extra={"variant": label, "resolution": json_ready(found)},
+            revised=words["revised"],
+        )
+        claims.append(with_crossed(claim, crossed, words["method"]))
+    return claims

@@ -1,13 +1,13 @@
-"""Part (c)'s runs: fine-tune MiniLM-L6 on rt-sentences, then prune a copy per variant.
+"""Part (c)'s measure: fine-tune MiniLM-L6 on rt-sentences, prune a copy per variant, and run
+the part (the selection on validation, the readout-only run, the final runs on test).
 
 A unit (:func:`finetune_run`) is one fine-tune (HORST, AdamW, or the readout-only run behind
-the "moved" check); :func:`finetune_unit` computes what ``torch.load(weights_only=True)`` reads
-back. A selection run scores the validation sentences dense and after
+the "moved" check). A selection run scores the validation sentences dense and after
 :data:`~.finetune_config.SELECTION_VARIANT`; a final run marks, for the dense model and each
-pruned copy, which test sentences it classifies correctly (the claims pair them sentence by
-sentence), and never reads validation. Every run trains as the LM of part (b) does (5 %
-warm-up, cosine, decoupled weight decay on matrices, clip 1.0) and HORST runs record their
-mirror/Adam move ratio 20 times.
+pruned copy, which test sentences it classifies correctly, and never reads validation. Every
+run trains as part (b)'s LM does (5 % warm-up, cosine, decoupled weight decay on matrices, clip
+1.0). Part (c)'s units have their own cache (:func:`finetune_cache`), keyed by its config
+alone, so it runs (and resumes) on its own.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,10 +25,25 @@ from torch import nn
 
 from convergent.data import DictDataset
 from convergent.sparse import MaskSpec, prune_one_shot
-from convergent.studies.engine import Unit, training_key
-from convergent.studies.framework import correct_per_example, minilm_classifier, rt_sentences
+from convergent.studies.engine import (
+    Selection,
+    Unit,
+    run_finals,
+    run_units,
+    select,
+    training_key,
+)
+from convergent.studies.framework import (
+    UnitCache,
+    correct_per_example,
+    json_ready,
+    minilm_classifier,
+    rt_sentences,
+)
 from convergent.studies.sparsity.finetune_config import (
+    CRITERION,
     READOUT,
+    SELECTABLE_MOVE_RATIO,
     SELECTION_VARIANT,
     FinetuneConfig,
     Variant,
@@ -38,9 +55,12 @@ from convergent.studies.sparsity.runs import (
     fit_recipe,
     study_optimizer,
 )
+from convergent.studies.sparsity.selection import selections_record
 
 CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
 CALIBRATION_BATCH = 32  # sentences per calibration batch
+# Raise it when this code would compute other numbers for the same config.
+FINETUNE_UNIT_DESIGN = 1
 
 
 def move_ratio_records(steps: int) -> int:
@@ -186,3 +206,63 @@ def finetune_unit(
     if not final:
         return record | {"validation_accuracy": accuracy}
     return record | {"correct": marks, "accuracy": accuracy, "achieved": achieved}
+
+
+def finetune_cache(folder: str | Path, config: FinetuneConfig) -> UnitCache:
+    """Part (c)'s unit cache in ``folder`` (a study's ``units`` folder)."""
+    return UnitCache(folder, "sparsity.finetune", json_ready(config), design=FINETUNE_UNIT_DESIGN)
+
+
+def selection_score(unit: dict[str, Any]) -> float:
+    """Validation accuracy after :data:`SELECTION_VARIANT`; NaN (never selected) for a HORST
+    run whose move ratio is below :data:`SELECTABLE_MOVE_RATIO`."""
+    move = unit["move_ratio"]
+    if move is not None and not (math.isfinite(move) and move >= SELECTABLE_MOVE_RATIO):
+        return math.nan
+    return float(unit["validation_accuracy"][SELECTION_VARIANT])
+
+
+def finetune_part(
+    config: FinetuneConfig, cache: UnitCache, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Select each optimizer's point, run the readout-only fine-tune and the final runs.
+
+    Returns:
+        What ``results.json`` keeps under ``data["finetune"]`` (``selected``, ``selection``,
+        ``readout``, ``runs``: each optimizer's final records in seed order, ``variants``,
+        ``sentences``), plus ``tunings`` (the selection objects, not stored).
+    """
+    selection = Selection(
+        config.grids(),
+        lambda name, point: finetune_run(config, name, point, config.selection_seed, False),
+        lambda _: selection_score,
+        True,
+        CRITERION,
+        extension_rounds=config.extension_rounds,
+    )
+    selected = select(selection, cache, config.workers, lambda line: log(f"(c) {line}"))
+    readout_run = finetune_run(config, READOUT, {}, config.selection_seed, False)
+    (readout,) = run_units(cache, [readout_run], 1, log)
+    runs = run_finals(
+        cache,
+        selected.points(),
+        config.seeds,
+        lambda name, point, seed: finetune_run(config, name, point, seed, True),
+        config.workers,
+        log,
+    )
+    sentences = {
+        len(marks)
+        for listed in runs.values()
+        for unit in listed
+        for marks in unit.get("correct", {}).values()
+        if marks
+    }
+    return {
+        **selections_record(selected.tunings, "validation_accuracy", "validation_accuracy"),
+        "readout": {"validation_accuracy": readout["validation_accuracy"]["dense"]},
+        "runs": runs,
+        "variants": list(config.variants),
+        "sentences": max(sentences) if sentences else 0,
+        "tunings": selected.tunings,
+    }

@@ -16,7 +16,8 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.framework import Sentence, check_design, listed, stored_number, verdict_of
-from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
+from convergent.studies.sparsity.checks import PRUNER_NAMES
+from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.wording import (
     Role,

@@ -15,7 +15,6 @@ import torch
 from convergent.studies.framework import Claim, json_ready
 from convergent.studies.sparsity import finetune_runs
 from convergent.studies.sparsity.brief import finetune_advice, finetune_brief, finetune_sentences
-from convergent.studies.sparsity.claims import finetune_claims
 from convergent.studies.sparsity.finetune_config import (
     DENSE_KEY,
     FinetuneConfig,
@@ -23,7 +22,7 @@ from convergent.studies.sparsity.finetune_config import (
     finetune_key,
     variants,
 )
-from convergent.studies.sparsity.finetune_runs import selection_score
+from convergent.studies.sparsity.finetune_runs import finetune_claims, selection_score
 from tests.conftest import RefusingTestSplit
 
 SENTENCES = 40
@@ -218,7 +217,7 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
 def test_a_selection_run_never_reads_the_test_split(monkeypatch):
     config = dataclasses.replace(FinetuneConfig.for_mode("smoke"), steps=1, layers=1)
     data = finetune_runs.sentence_data(config.max_length, 16, 16)
-    refusing = finetune_runs.SentenceData(data.train, data.validation, RefusingTestSplit())
+    refusing = dataclasses.replace(data, test=RefusingTestSplit())
     monkeypatch.setattr(finetune_runs, "sentence_data", lambda *a: refusing)
     point = {"lr": 1e-4, "strength": 1.0}
     threads = torch.get_num_threads()

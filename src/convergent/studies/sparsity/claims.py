@@ -19,7 +19,7 @@ same seed, each at the configuration its own grid selected on validation.
    kept weights": design 3 scored that as a claim of its own with the same per-seed values
    (one result counted twice; STUDIES.md rule 14), design 4 writes it into this claim's text.
 6. Part (c), a HORST fine-tune of pretrained MiniLM-L6 against an AdamW one, pruned one-shot:
-   :mod:`.finetune_claims` (scored where the data holds part (c)).
+   :mod:`.finetune_config` (scored where the data holds part (c)).
 
 Manipulation checks: HORST's mirror move relative to its AdamW move
 (:func:`convergent.optim.horst_move_ratio`, mean over the recorded steps of each run behind the
@@ -50,17 +50,11 @@ from convergent.studies.framework import (
     at_most,
     check_design,
     claim_from_seeds,
-    crossed_interval,
     family_tested,
     finite_mean,
-    json_ready,
-    margin_resolution,
-    mark_differences,
     not_measured,
-    with_crossed,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.sparsity import finetune_config as part_c
 from convergent.studies.sparsity.checks import (
     ACHIEVED,
     DISPLAY,
@@ -70,6 +64,7 @@ from convergent.studies.sparsity.checks import (
     ROOM,
 )
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
+from convergent.studies.sparsity.finetune_runs import finetune_claims
 from convergent.studies.sparsity.selection import is_point
 
 DESIGN = 4
@@ -381,81 +376,3 @@ def _pruned_claim(
         extra={"pruner": pruner, "sparsity": key},
         revised=revised,
     )
-
-
-def _finetune_checks(finetune: Mapping[str, Any], label: str) -> dict[str, Check]:
-    """Part (c)'s checks (:data:`.finetune_config.CHECKS`) for the claim at ``label``."""
-    horst, adamw = finetune["runs"]["horst"], finetune["runs"]["adamw"]
-    ratios = [number(unit["move_ratio"]) for unit in horst]
-    readout = number(finetune["readout"]["validation_accuracy"])
-    gains = []
-    for name, chosen in finetune["selected"].items():
-        match = [p for p in finetune["selection"][name] if is_point(p, chosen)]
-        gains.append(number(match[0]["validation_accuracy"]["dense"]) if match else math.nan)
-    gains = [gain - readout for gain in gains]
-    moved = min(gains) if gains and all(math.isfinite(g) for g in gains) else math.nan
-    checks = {
-        "move": part_c.CHECKS["move"].check(
-            finite_mean(ratios), runs=", ".join(f"{r:.3g}" for r in ratios)
-        ),
-        "moved": part_c.CHECKS["moved"].check(moved, readout=100 * readout),
-    }
-    if label != "dense":
-        drops = [number(u["accuracy"]["dense"]) - number(u["accuracy"][label]) for u in adamw]
-        shown = part_c.shown_variant(label)
-        checks["room"] = part_c.CHECKS["room"].check(finite_mean(drops), shown=shown)
-    return checks
-
-
-def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
-    """Part (c)'s claims, one per :data:`.finetune_config.CLAIMS` record and variant."""
-    adamw, horst = finetune["runs"]["adamw"], finetune["runs"]["horst"]
-    words = part_c.CLAIM_WORDS
-    claims = []
-    for label in ["dense", *finetune["variants"]]:
-        spec = part_c.DENSE if label == "dense" else part_c.PRUNED
-        rows = mark_differences(
-            (
-                (a["seed"], a["correct"].get(label), h["correct"].get(label))
-                for a, h in zip(adamw, horst, strict=True)
-            ),
-            "AdamW",
-            "HORST",
-            f" at {label}",
-        )
-        per_seed = [statistics.fmean(row) for row in rows]
-        crossed = crossed_interval(rows) if len(rows) > 1 else None
-        found = margin_resolution(per_seed, crossed, len(rows[0]) if rows else None, spec.margin)
-        half = number(found["half_width"])
-        resolved = (
-            words["resolved"].format(
-                half=f"{100 * half:.2f}", sentences=found["sentences"], seeds=len(rows)
-            )
-            if math.isfinite(half)
-            else words["unresolved"]
-        )
-        points = {
-            name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
-            for name, units in (("horst", horst), ("adamw", adamw))
-        }
-        fields = {
-            "tag": part_c.variant_tag(label),
-            "shown": "" if label == "dense" else part_c.shown_variant(label),
-            "selection": part_c.SELECTION,
-            "survives": part_c.SURVIVES if label == part_c.STRONGER else "",
-        }
-        checks = _finetune_checks(finetune, label)
-        claim = claim_from_seeds(
-            spec.statement.format(**fields),
-            per_seed,
-            spec.threshold,
-            key=spec.key.format(**fields),
-            unit=words["unit"],
-            checks=[checks[name] for name in spec.checks],
-            evidence=words["evidence"].format(**points) + resolved,
-            paired=True,
-            extra={"variant": label, "resolution": json_ready(found)},
-            revised=words["revised"],
-        )
-        claims.append(with_crossed(claim, crossed, words["method"]))
-    return claims

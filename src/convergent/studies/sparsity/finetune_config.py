@@ -14,7 +14,7 @@ HORST point is selectable only at a move ratio of at least :data:`SELECTABLE_MOV
 a margin above the check's 0.2; STUDIES.md rule 13). Final runs on fresh seeds, scored once on
 the test sentences.
 
-Claims (:data:`CLAIMS`), each the mean over final seeds and test sentences of (HORST correct -
+Claims (:data:`DENSE`, :data:`PRUNED`), each the mean over final seeds and test sentences of (HORST correct -
 AdamW correct), paired by seed and sentence, with the two-way interval over seeds and sentences
 (:func:`~convergent.studies.framework.crossed_interval`) and its half-width against the
 threshold stored as ``extra["resolution"]``:
@@ -38,7 +38,6 @@ from convergent.diagnostics import acting
 from convergent.studies.framework import Threshold, at_least, check_mode, grid_points, within
 from convergent.studies.sparsity.checks import PRUNER_NAMES, CheckWords
 
-OPTIMIZERS = ("adamw", "horst")
 SELECTION_VARIANT = "sparsegpt 70%"  # the validation criterion's pruner and target
 SELECTABLE_MOVE_RATIO = 0.3  # a HORST point below this is never selected (the check: 0.2)
 READOUT = "readout"  # the readout-only fine-tune behind the "moved" check

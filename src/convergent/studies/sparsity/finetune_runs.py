@@ -1,5 +1,6 @@
-"""Part (c)'s measure: fine-tune MiniLM-L6 on rt-sentences, prune a copy per variant, and run
-the part (the selection on validation, the readout-only run, the final runs on test).
+"""Part (c)'s measure: fine-tune MiniLM-L6 on rt-sentences, prune a copy per variant, run the
+part (the selection on validation, the readout-only run, the final runs on test), and read its
+claims and checks off the stored data (:func:`finetune_claims`, from the spec's records).
 
 A unit (:func:`finetune_run`) is one fine-tune (HORST, AdamW, or the readout-only run behind
 the "moved" check). A selection run scores the validation sentences dense and after
@@ -15,8 +16,8 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+import statistics
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +35,38 @@ from convergent.studies.engine import (
     training_key,
 )
 from convergent.studies.framework import (
+    Check,
+    Claim,
+    RtSentences,
     UnitCache,
+    claim_from_seeds,
     correct_per_example,
+    crossed_interval,
+    finite_mean,
     json_ready,
+    margin_resolution,
+    mark_differences,
     minilm_classifier,
     rt_sentences,
+    with_crossed,
 )
+from convergent.studies.framework import stored_number as number
 from convergent.studies.sparsity.finetune_config import (
+    CHECKS,
+    CLAIM_WORDS,
     CRITERION,
+    DENSE,
+    PRUNED,
     READOUT,
     SELECTABLE_MOVE_RATIO,
+    SELECTION,
     SELECTION_VARIANT,
+    STRONGER,
+    SURVIVES,
     FinetuneConfig,
     Variant,
+    shown_variant,
+    variant_tag,
     variants,
 )
 from convergent.studies.sparsity.runs import (
@@ -55,7 +75,7 @@ from convergent.studies.sparsity.runs import (
     fit_recipe,
     study_optimizer,
 )
-from convergent.studies.sparsity.selection import selections_record
+from convergent.studies.sparsity.selection import is_point, selections_record
 
 CALIBRATION_SEED = 0  # the draw of training sentences every pruned copy calibrates on
 CALIBRATION_BATCH = 32  # sentences per calibration batch
@@ -71,27 +91,11 @@ def move_ratio_records(steps: int) -> int:
     return max(2, min(MOVE_RATIO_RECORDS, steps // 4))
 
 
-@dataclass(frozen=True)
-class SentenceData:
-    """rt-sentences as part (c) reads it (the library's seeded split, seed 0).
-
-    Attributes:
-        train: the training split (fine-tuning and calibration).
-        validation, test: evaluation subsets, ordered by length (less padding per batch; marks
-            and accuracies do not depend on the order, which is the same in every run).
-    """
-
-    train: DictDataset
-    validation: DictDataset
-    test: DictDataset
-
-
 @functools.lru_cache(maxsize=2)
-def sentence_data(max_length: int, validation: int | None, test: int | None) -> SentenceData:
-    """The splits, each evaluation split cut to its first ``validation`` / ``test`` sentences,
-    loaded once per process (:func:`~convergent.studies.framework.rt_sentences`)."""
-    sentences = rt_sentences(max_length, None, validation, test)
-    return SentenceData(sentences.train, sentences.validation, sentences.test)
+def sentence_data(max_length: int, validation: int | None, test: int | None) -> RtSentences:
+    """rt-sentences, each evaluation split cut to its first ``validation`` / ``test`` sentences
+    (ordered by length), loaded once per process."""
+    return rt_sentences(max_length, None, validation, test)
 
 
 def calibration_batches(train: DictDataset, sentences: int) -> list[dict[str, torch.Tensor]]:
@@ -266,3 +270,81 @@ def finetune_part(
         "sentences": max(sentences) if sentences else 0,
         "tunings": selected.tunings,
     }
+
+
+def _finetune_checks(finetune: Mapping[str, Any], label: str) -> dict[str, Check]:
+    """Part (c)'s checks (:data:`.finetune_config.CHECKS`) for the claim at ``label``."""
+    horst, adamw = finetune["runs"]["horst"], finetune["runs"]["adamw"]
+    ratios = [number(unit["move_ratio"]) for unit in horst]
+    readout = number(finetune["readout"]["validation_accuracy"])
+    gains = []
+    for name, chosen in finetune["selected"].items():
+        match = [p for p in finetune["selection"][name] if is_point(p, chosen)]
+        gains.append(number(match[0]["validation_accuracy"]["dense"]) if match else math.nan)
+    gains = [gain - readout for gain in gains]
+    moved = min(gains) if gains and all(math.isfinite(g) for g in gains) else math.nan
+    checks = {
+        "move": CHECKS["move"].check(
+            finite_mean(ratios), runs=", ".join(f"{r:.3g}" for r in ratios)
+        ),
+        "moved": CHECKS["moved"].check(moved, readout=100 * readout),
+    }
+    if label != "dense":
+        drops = [number(u["accuracy"]["dense"]) - number(u["accuracy"][label]) for u in adamw]
+        shown = shown_variant(label)
+        checks["room"] = CHECKS["room"].check(finite_mean(drops), shown=shown)
+    return checks
+
+
+def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
+    """Part (c)'s claims: :data:`DENSE`, then :data:`PRUNED` at each variant."""
+    adamw, horst = finetune["runs"]["adamw"], finetune["runs"]["horst"]
+    words = CLAIM_WORDS
+    claims = []
+    for label in ["dense", *finetune["variants"]]:
+        spec = DENSE if label == "dense" else PRUNED
+        rows = mark_differences(
+            (
+                (a["seed"], a["correct"].get(label), h["correct"].get(label))
+                for a, h in zip(adamw, horst, strict=True)
+            ),
+            "AdamW",
+            "HORST",
+            f" at {label}",
+        )
+        per_seed = [statistics.fmean(row) for row in rows]
+        crossed = crossed_interval(rows) if len(rows) > 1 else None
+        found = margin_resolution(per_seed, crossed, len(rows[0]) if rows else None, spec.margin)
+        half = number(found["half_width"])
+        resolved = (
+            words["resolved"].format(
+                half=f"{100 * half:.2f}", sentences=found["sentences"], seeds=len(rows)
+            )
+            if math.isfinite(half)
+            else words["unresolved"]
+        )
+        points = {
+            name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
+            for name, units in (("horst", horst), ("adamw", adamw))
+        }
+        fields = {
+            "tag": variant_tag(label),
+            "shown": "" if label == "dense" else shown_variant(label),
+            "selection": SELECTION,
+            "survives": SURVIVES if label == STRONGER else "",
+        }
+        checks = _finetune_checks(finetune, label)
+        claim = claim_from_seeds(
+            spec.statement.format(**fields),
+            per_seed,
+            spec.threshold,
+            key=spec.key.format(**fields),
+            unit=words["unit"],
+            checks=[checks[name] for name in spec.checks],
+            evidence=words["evidence"].format(**points) + resolved,
+            paired=True,
+            extra={"variant": label, "resolution": json_ready(found)},
+            revised=words["revised"],
+        )
+        claims.append(with_crossed(claim, crossed, words["method"]))
+    return claims

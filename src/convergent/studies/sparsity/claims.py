@@ -49,7 +49,6 @@ from convergent.studies.framework import (
     at_least,
     at_most,
     check_design,
-    claim_from_seeds,
     family_tested,
     finite_mean,
     not_measured,
@@ -62,6 +61,7 @@ from convergent.studies.sparsity.checks import (
     MOVE,
     PRUNER_NAMES,
     ROOM,
+    ClaimWords,
 )
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.finetune_runs import finetune_claims
@@ -100,6 +100,62 @@ def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Seque
     return ACHIEVED.check(worst, keys=", ".join(keys))
 
 
+BEATS = ClaimWords(
+    "sparsity.horst_beats_{baseline}_acdc_{tag}",
+    "At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: AC/DC, ViT on "
+    "Fashion-MNIST, each at its own selected configuration, test top-1 HORST minus {shown} "
+    "paired per seed)",
+    at_least(0.0),
+    "top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
+    "top-1 at {top} per seed: HORST {horst}; {shown} {other}.",
+    "{revised}",
+)
+HAM_REVISED = (
+    "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) and HAM loses at "
+    "least 3 points from dense to {top}, as AdamW must for the AdamW comparison"
+)
+HALF_LOSS = ClaimWords(
+    "sparsity.horst_loses_half_of_adamw_acdc_{tags}",
+    "At {joined} sparsity HORST loses at most half the top-1 accuracy AdamW loses from dense "
+    "(here: AC/DC, ViT on Fashion-MNIST, per seed the accuracy lost from dense averaged over "
+    "{listed}, HORST's minus half of AdamW's)",
+    at_most(0.0),
+    "accuracy lost by HORST minus half that lost by AdamW (fraction)",
+    "accuracy lost from dense (mean over {listed}) per seed: HORST {horst}; AdamW {adamw}.",
+)
+NEAR_ZERO = ClaimWords(
+    "sparsity.horst_near_zero_{model_tag}",
+    "HORST's weights concentrate near zero in the {model} (here: a larger share of {weights} "
+    "lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
+    at_least(0.0),
+    "share of weights below {fraction:g} x RMS, HORST minus AdamW",
+    "share per seed: HORST {horst}; AdamW {adamw} (a Gaussian tensor: {gaussian:.4f}).",
+    "{revised}",
+)
+ONE_SHOT = ClaimWords(
+    "sparsity.horst_lower_perplexity_{pruner}_{tag}",
+    "One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower perplexity "
+    "than an AdamW-trained one (here: test perplexity after one-shot {shown} pruning to {key}, "
+    "HORST over AdamW paired per seed, each at the configuration selected on validation after "
+    "magnitude pruning to {selection}{calibrated}{survives})",
+    at_most(1.0),
+    "test perplexity after {shown} to {key}, HORST over AdamW",
+    "test perplexity after {shown} to {key} per seed: HORST {horst}; AdamW {adamw} (dense: "
+    "HORST {dense_horst}; AdamW {dense_adamw}).",
+    "{revised}",
+)
+SURVIVES = (
+    "; this is also the test of whether HORST's advantage survives a pruner that updates the "
+    "kept weights"
+)
+ONE_SHOT_REVISED = {
+    "stronger": "design 4: the claim design 3 scored separately as 'HORST's advantage survives "
+    "a stronger pruner' (the same per-seed values) is written into this one",
+    "selection": "",
+    "other": "design 3: new, another pruner or target than magnitude at the largest",
+}
+
+
 def target_tag(label: str) -> str:
     """A sparsity label in a claim key: ``"70%" -> "70"`` (``"87.5%" -> "87p5"``)."""
     return label.rstrip("%").replace(".", "p")
@@ -107,22 +163,22 @@ def target_tag(label: str) -> str:
 
 def vision_key(baseline: str, label: str) -> str:
     """The key of the AC/DC claim that HORST beats ``baseline`` at sparsity ``label``."""
-    return f"sparsity.horst_beats_{baseline}_acdc_{target_tag(label)}"
+    return BEATS.key.format(baseline=baseline, tag=target_tag(label))
 
 
 def half_loss_key(labels: Sequence[str]) -> str:
     """The key of the AC/DC claim that HORST loses at most half of AdamW's accuracy loss."""
-    return "sparsity.horst_loses_half_of_adamw_acdc_" + "_".join(map(target_tag, labels))
+    return HALF_LOSS.key.format(tags="_".join(map(target_tag, labels)))
 
 
 def near_zero_key(model: str) -> str:
     """The key of the claim that HORST's weights concentrate near zero in ``model``."""
-    return "sparsity.horst_near_zero_" + model.lower().replace("character ", "char_")
+    return NEAR_ZERO.key.format(model_tag=model.lower().replace("character ", "char_"))
 
 
 def pruned_key(pruner: str, label: str) -> str:
     """The key of the one-shot claim after ``pruner`` to ``label``."""
-    return f"sparsity.horst_lower_perplexity_{pruner}_{target_tag(label)}"
+    return ONE_SHOT.key.format(pruner=pruner, tag=target_tag(label))
 
 
 def _seeds(values: Sequence[float]) -> str:
@@ -187,54 +243,35 @@ def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[C
             _achieved_check(vision, [top], ["horst", baseline]),
             _room_check(vision, top, baseline),
         ]
-        shown = DISPLAY[baseline]
         claims.append(
-            claim_from_seeds(
-                f"At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: "
-                f"AC/DC, ViT on Fashion-MNIST, each at its own selected configuration, test "
-                f"top-1 HORST minus {shown} paired per seed)",
+            BEATS.claim(
                 [h - o for h, o in zip(horst_top, other, strict=True)],
-                at_least(0.0),
-                key=vision_key(baseline, top),
-                unit=f"top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
-                checks=checks,
-                evidence=(
-                    f"top-1 at {top} per seed: HORST {_seeds(horst_top)}; {shown} {_seeds(other)}."
-                ),
-                paired=True,
-                revised=(
-                    "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) "
-                    f"and HAM loses at least 3 points from dense to {top}, as AdamW must for "
-                    "the AdamW comparison"
-                    if baseline == "ham"
-                    else ""
-                ),
+                checks,
+                baseline=baseline,
+                tag=target_tag(top),
+                top=top,
+                shown=DISPLAY[baseline],
+                horst=_seeds(horst_top),
+                other=_seeds(other),
+                revised=HAM_REVISED.format(top=top) if baseline == "ham" else "",
             )
         )
     if "adamw" in have and high:
         horst, adamw = _drops(accuracy["horst"], high), _drops(accuracy["adamw"], high)
+        checks = [
+            _move_check([v for key in high for v in moves["horst"][key]], "ViT, AC/DC, every seed"),
+            _achieved_check(vision, high, ["horst", "adamw"]),
+            _room_check(vision, top),
+        ]
         claims.append(
-            claim_from_seeds(
-                f"At {'-'.join(high)} sparsity HORST loses at most half the top-1 accuracy "
-                "AdamW loses from dense (here: AC/DC, ViT on Fashion-MNIST, per seed the "
-                f"accuracy lost from dense averaged over {', '.join(high)}, HORST's minus half "
-                "of AdamW's)",
+            HALF_LOSS.claim(
                 [h - HALF * a for h, a in zip(horst, adamw, strict=True)],
-                at_most(0.0),
-                key=half_loss_key(high),
-                unit="accuracy lost by HORST minus half that lost by AdamW (fraction)",
-                checks=[
-                    _move_check(
-                        [v for key in high for v in moves["horst"][key]], "ViT, AC/DC, every seed"
-                    ),
-                    _achieved_check(vision, high, ["horst", "adamw"]),
-                    _room_check(vision, top),
-                ],
-                evidence=(
-                    f"accuracy lost from dense (mean over {', '.join(high)}) per seed: HORST "
-                    f"{_seeds(horst)}; AdamW {_seeds(adamw)}."
-                ),
-                paired=True,
+                checks,
+                tags="_".join(map(target_tag, high)),
+                joined="-".join(high),
+                listed=", ".join(high),
+                horst=_seeds(horst),
+                adamw=_seeds(adamw),
             )
         )
     if "adamw" in have:
@@ -258,19 +295,16 @@ def _near_zero_claim(
     fraction: float,
 ) -> Claim:
     horst, adamw = _numbers(share["horst"]), _numbers(share["adamw"])
-    return claim_from_seeds(
-        f"HORST's weights concentrate near zero in the {model} (here: a larger share of "
-        f"{weights} lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
+    return NEAR_ZERO.claim(
         [h - a for h, a in zip(horst, adamw, strict=True)],
-        at_least(0.0),
-        key=near_zero_key(model),
-        unit=f"share of weights below {fraction:g} x RMS, HORST minus AdamW",
-        checks=list(checks),
-        evidence=(
-            f"share per seed: HORST {_seeds(horst)}; AdamW {_seeds(adamw)}"
-            f" (a Gaussian tensor: {math.erf(fraction / math.sqrt(2)):.4f})."
-        ),
-        paired=True,
+        checks,
+        model_tag=model.lower().replace("character ", "char_"),
+        model=model,
+        weights=weights,
+        fraction=fraction,
+        horst=_seeds(horst),
+        adamw=_seeds(adamw),
+        gaussian=math.erf(fraction / math.sqrt(2)),
         revised="" if model == "ViT" else "design 3: new, the LMs the one-shot claims prune",
     )
 
@@ -334,45 +368,30 @@ def _pruned_claim(
     dense_horst = _numbers(language["perplexity"]["horst"][pruner]["0%"])
     dense_adamw = _numbers(language["perplexity"]["adamw"][pruner]["0%"])
     shown = PRUNER_NAMES[pruner]
-    calibrated = (
-        f", {shown} calibrated on {windows} training windows" if pruner != "magnitude" else ""
-    )
-    test = (
-        f"test perplexity after one-shot {shown} pruning to {key}, HORST over AdamW paired per "
-        f"seed, each at the configuration selected on validation after magnitude pruning to "
-        f"{selection}{calibrated}"
-    )
     stronger = (pruner, key) == (STRONGER_PRUNER, sparsity_key(STRONGER_TARGET))
-    survives = (
-        "; this is also the test of whether HORST's advantage survives a pruner that updates "
-        "the kept weights"
+    role = (
+        "stronger"
         if stronger
-        else ""
-    )
-    statement = (
-        f"One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower "
-        f"perplexity than an AdamW-trained one (here: {test}{survives})"
-    )
-    revised = (
-        "design 4: the claim design 3 scored separately as 'HORST's advantage survives a "
-        "stronger pruner' (the same per-seed values) is written into this one"
-        if stronger
-        else ""
+        else "selection"
         if (pruner, key) == ("magnitude", selection)
-        else "design 3: new, another pruner or target than magnitude at the largest"
+        else "other"
     )
-    return claim_from_seeds(
-        statement,
+    return ONE_SHOT.claim(
         [h / a for h, a in zip(horst, adamw, strict=True)],
-        at_most(1.0),
-        key=pruned_key(pruner, key),
-        unit=f"test perplexity after {shown} to {key}, HORST over AdamW",
-        checks=list(checks),
-        evidence=(
-            f"test perplexity after {shown} to {key} per seed: HORST {_seeds(horst)}; AdamW "
-            f"{_seeds(adamw)} (dense: HORST {_seeds(dense_horst)}; AdamW {_seeds(dense_adamw)})."
-        ),
-        paired=True,
+        checks,
         extra={"pruner": pruner, "sparsity": key},
-        revised=revised,
+        pruner=pruner,
+        tag=target_tag(key),
+        shown=shown,
+        key=key,
+        selection=selection,
+        calibrated=(
+            f", {shown} calibrated on {windows} training windows" if pruner != "magnitude" else ""
+        ),
+        survives=SURVIVES if stronger else "",
+        horst=_seeds(horst),
+        adamw=_seeds(adamw),
+        dense_horst=_seeds(dense_horst),
+        dense_adamw=_seeds(dense_adamw),
+        revised=ONE_SHOT_REVISED[role],
     )

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from convergent.diagnostics import acting
-from convergent.studies.framework import Threshold, at_least, check_mode, grid_points, within
-from convergent.studies.sparsity.checks import PRUNER_NAMES, CheckWords
+from convergent.studies.framework import at_least, check_mode, grid_points, within
+from convergent.studies.sparsity.checks import PRUNER_NAMES, CheckWords, ClaimWords
 
 SELECTION_VARIANT = "sparsegpt 70%"  # the validation criterion's pruner and target
 SELECTABLE_MOVE_RATIO = 0.3  # a HORST point below this is never selected (the check: 0.2)
@@ -237,45 +237,35 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class PairedClaim:
-    """One claim of part (c): HORST minus AdamW correct per test sentence at ``variant``
-    (``"dense"`` or a variant label), paired by seed and sentence.
-
-    Attributes:
-        key, statement: format strings over ``tag`` (the variant in a key), ``shown`` (as a
-            sentence writes it), ``selection`` (:data:`SELECTION`) and ``survives``.
-        threshold: where the effect must lie; ``margin`` the resolution is read against.
-        checks: the names in :data:`CHECKS`, in the claim's order.
-    """
-
-    key: str
-    statement: str
-    threshold: Threshold
-    margin: float
-    checks: tuple[str, ...]
-
-
 DENSE_MARGIN = 0.02
 SELECTION = (
     "each at the point its grid selected on validation after SparseGPT to 70 % (HORST "
     "points selectable at a move ratio of at least 0.3)"
 )
 HERE = "(here: rt-sentences, {selection}, paired over seeds and test sentences{survives})"
-DENSE = PairedClaim(
+UNIT = "test accuracy, HORST minus AdamW (fraction)"
+EVIDENCE = "test accuracy per seed (%): HORST {horst}; AdamW {adamw}.{resolved}"
+REVISED = "design 4: new, part (c)"
+# Each claim's effect: HORST minus AdamW correct per test sentence, paired by seed and sentence.
+DENSE = ClaimWords(
     "sparsity.finetune_dense_accuracy_same",
     "(c) A HORST fine-tune of pretrained MiniLM-L6 keeps the same dense test accuracy as an "
     f"AdamW fine-tune, within {100 * DENSE_MARGIN:g} points either way {HERE}",
     within(-DENSE_MARGIN, DENSE_MARGIN),
-    DENSE_MARGIN,
+    UNIT,
+    EVIDENCE,
+    REVISED,
     ("move", "moved"),
+    DENSE_MARGIN,
 )
-PRUNED = PairedClaim(
+PRUNED = ClaimWords(
     "sparsity.finetune_horst_keeps_accuracy_{tag}",
     "(c) After one-shot {shown}, a HORST fine-tune of pretrained MiniLM-L6 keeps more test "
     f"accuracy than an AdamW fine-tune {HERE}",
     at_least(0.0),
-    0.0,
+    UNIT,
+    EVIDENCE,
+    REVISED,
     ("move", "room", "moved"),
 )
 DENSE_KEY = DENSE.key
@@ -284,15 +274,12 @@ SURVIVES = (
     "; this is also the test of whether HORST's advantage survives a pruner that updates the "
     "kept weights"
 )
-CLAIM_WORDS = {
-    "unit": "test accuracy, HORST minus AdamW (fraction)",
-    "revised": "design 4: new, part (c)",
-    "method": "crossed: two-way interval over test sentences and seeds, paired",
-    "evidence": "test accuracy per seed (%): HORST {horst}; AdamW {adamw}.",
-    "resolved": " The design resolves a difference of {half} points (the interval's half-width "
-    "at {sentences} sentences x {seeds} seeds).",
-    "unresolved": " One seed: no interval, so the design resolves no difference.",
-}
+CROSSED = "crossed: two-way interval over test sentences and seeds, paired"
+RESOLVED = (
+    " The design resolves a difference of {half:.2f} points (the interval's half-width at "
+    "{sentences} sentences x {seeds} seeds)."
+)
+UNRESOLVED = " One seed: no interval, so the design resolves no difference."
 
 
 def variant_tag(label: str) -> str:

@@ -39,7 +39,6 @@ from convergent.studies.framework import (
     Claim,
     RtSentences,
     UnitCache,
-    claim_from_seeds,
     correct_per_example,
     crossed_interval,
     finite_mean,
@@ -53,16 +52,18 @@ from convergent.studies.framework import (
 from convergent.studies.framework import stored_number as number
 from convergent.studies.sparsity.finetune_config import (
     CHECKS,
-    CLAIM_WORDS,
     CRITERION,
+    CROSSED,
     DENSE,
     PRUNED,
     READOUT,
+    RESOLVED,
     SELECTABLE_MOVE_RATIO,
     SELECTION,
     SELECTION_VARIANT,
     STRONGER,
     SURVIVES,
+    UNRESOLVED,
     FinetuneConfig,
     Variant,
     shown_variant,
@@ -299,52 +300,33 @@ def _finetune_checks(finetune: Mapping[str, Any], label: str) -> dict[str, Check
 def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
     """Part (c)'s claims: :data:`DENSE`, then :data:`PRUNED` at each variant."""
     adamw, horst = finetune["runs"]["adamw"], finetune["runs"]["horst"]
-    words = CLAIM_WORDS
     claims = []
     for label in ["dense", *finetune["variants"]]:
         spec = DENSE if label == "dense" else PRUNED
-        rows = mark_differences(
-            (
-                (a["seed"], a["correct"].get(label), h["correct"].get(label))
-                for a, h in zip(adamw, horst, strict=True)
-            ),
-            "AdamW",
-            "HORST",
-            f" at {label}",
+        marks = (
+            (a["seed"], a["correct"].get(label), h["correct"].get(label))
+            for a, h in zip(adamw, horst, strict=True)
         )
+        rows = mark_differences(marks, "AdamW", "HORST", f" at {label}")
         per_seed = [statistics.fmean(row) for row in rows]
         crossed = crossed_interval(rows) if len(rows) > 1 else None
         found = margin_resolution(per_seed, crossed, len(rows[0]) if rows else None, spec.margin)
-        half = number(found["half_width"])
-        resolved = (
-            words["resolved"].format(
-                half=f"{100 * half:.2f}", sentences=found["sentences"], seeds=len(rows)
-            )
-            if math.isfinite(half)
-            else words["unresolved"]
-        )
-        points = {
-            name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
-            for name, units in (("horst", horst), ("adamw", adamw))
-        }
-        fields = {
-            "tag": variant_tag(label),
-            "shown": "" if label == "dense" else shown_variant(label),
-            "selection": SELECTION,
-            "survives": SURVIVES if label == STRONGER else "",
-        }
+        half = 100 * number(found["half_width"])
+        resolved = RESOLVED.format(half=half, sentences=found["sentences"], seeds=len(rows))
         checks = _finetune_checks(finetune, label)
-        claim = claim_from_seeds(
-            spec.statement.format(**fields),
+        claim = spec.claim(
             per_seed,
-            spec.threshold,
-            key=spec.key.format(**fields),
-            unit=words["unit"],
-            checks=[checks[name] for name in spec.checks],
-            evidence=words["evidence"].format(**points) + resolved,
-            paired=True,
-            extra={"variant": label, "resolution": json_ready(found)},
-            revised=words["revised"],
+            [checks[name] for name in spec.checks],
+            {"variant": label, "resolution": json_ready(found)},
+            tag=variant_tag(label),
+            shown="" if label == "dense" else shown_variant(label),
+            selection=SELECTION,
+            survives=SURVIVES if label == STRONGER else "",
+            resolved=resolved if math.isfinite(half) else UNRESOLVED,
+            **{
+                name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
+                for name, units in (("horst", horst), ("adamw", adamw))
+            },
         )
-        claims.append(with_crossed(claim, crossed, words["method"]))
+        claims.append(with_crossed(claim, crossed, CROSSED))
     return claims

@@ -237,8 +237,10 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
         return []
     keys, claims = scored
     words, verdicts = part_c.WORDS, verdicts_of(payload, [*keys, part_c.DENSE_KEY])
-    by = {v: [k for k in keys if verdicts[k] == v] for v in ("reproduced", "not reproduced")}
-    helped, untested = by["reproduced"], [k for k in keys if verdicts[k] == "untested"]
+    helped, worse, untested = (
+        [key for key in keys if verdicts[key] == verdict]
+        for verdict in ("reproduced", "not reproduced", "untested")
+    )
     sure = [key for key in helped if established(claims[key])]
     fields = _finetune_fields(payload, {k: claims[k] for k in helped or keys})
     if sure or helped:
@@ -246,9 +248,8 @@ def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
         lead = lead.format(**fields, shown=_shown(claims, sure or helped, True))
     else:
         lead = words["no gain" if len(untested) < len(keys) else "unknown"]
-    rest = [words["worse"].format(shown=_shown(claims, by["not reproduced"], True))]
-    rest = rest if by["not reproduced"] else []
-    open_ = len(keys) - len(helped) - len(by["not reproduced"]) - len(untested)
+    rest = [words["worse"].format(shown=_shown(claims, worse, True))] if worse else []
+    open_ = len(keys) - len(helped) - len(worse) - len(untested)
     if open_:
         rest.append(words["open"].format(count=open_, total=len(keys)))
     if untested and len(untested) < len(keys):

@@ -14,10 +14,10 @@ HORST point is selectable only at a move ratio of at least :data:`SELECTABLE_MOV
 a margin above the check's 0.2; STUDIES.md rule 13). Final runs on fresh seeds, scored once on
 the test sentences.
 
-Claims (:data:`DENSE`, :data:`PRUNED`), each the mean over final seeds and test sentences of (HORST correct -
-AdamW correct), paired by seed and sentence, with the two-way interval over seeds and sentences
-(:func:`~convergent.studies.framework.crossed_interval`) and its half-width against the
-threshold stored as ``extra["resolution"]``:
+Claims (:data:`DENSE`, :data:`PRUNED`), each the mean over final seeds and test sentences of
+(HORST correct - AdamW correct), paired by seed and sentence, with the two-way interval over
+seeds and sentences (:func:`~convergent.studies.framework.crossed_interval`) and its half-width
+against the threshold stored as ``extra["resolution"]``:
 1. per variant, HORST keeps more test accuracy after pruning: holds if >= 0 (the SparseGPT-70 %
    claim also says "survives a pruner that updates the kept weights"; STUDIES.md rule 14);
 2. dense accuracy is the same within 2 points, two-sided.

@@ -18,10 +18,11 @@ and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its wei
     magnitude pruning to the largest target among the points whose dense validation
     perplexity is within 10 % of the best dense one (either grid), final seeds scored on test
     windows with every pruner.
-(c) Pretrained MiniLM-L6 fine-tuned for sentiment with HORST or AdamW, then pruned one-shot
-    (:mod:`.finetune_config`, the spec; :mod:`.finetune_runs`, the measure). Its units are keyed by its own settings, and it runs alone
-    (``convergent reproduce sparsity --full --part c``), added to the written results of (a)
-    and (b) (:class:`~convergent.studies.framework.PartedStudy`).
+(c) Pretrained MiniLM-L6 fine-tuned for sentiment with HORST or AdamW, then pruned one-shot: a
+    spec (:mod:`.finetune_config`) and a measure (:mod:`.finetune_runs`). Its units are keyed
+    by its own settings, and it runs alone (``convergent reproduce sparsity --full --part c``),
+    added to the written results of (a) and (b)
+    (:class:`~convergent.studies.framework.PartedStudy`).
 
 The manipulation checks are HORST's and HAM's mirror move relative to their AdamW move,
 recorded in every HORST and HAM run; alpha's grid runs from a ratio below 0.2 to far above 1.

@@ -50,26 +50,7 @@ from convergent.studies.framework import (
     with_crossed,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.sparsity.finetune_config import (
-    CHECKS,
-    CRITERION,
-    CROSSED,
-    DENSE,
-    PRUNED,
-    READOUT,
-    RESOLVED,
-    SELECTABLE_MOVE_RATIO,
-    SELECTION,
-    SELECTION_VARIANT,
-    STRONGER,
-    SURVIVES,
-    UNRESOLVED,
-    FinetuneConfig,
-    Variant,
-    shown_variant,
-    variant_tag,
-    variants,
-)
+from convergent.studies.sparsity import finetune_config as spec
 from convergent.studies.sparsity.runs import (
     MOVE_RATIO_RECORDS,
     Recipe,
@@ -112,7 +93,7 @@ def calibration_batches(train: DictDataset, sentences: int) -> list[dict[str, to
 
 
 def finetune_run(
-    config: FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
+    config: spec.FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
 ) -> Unit:
     """One fine-tune as a unit (`finetune_unit`): ``optimizer`` is ``"adamw"``, ``"horst"`` or
     ``"readout"`` (AdamW on the head alone); ``final`` runs are scored on test, the others on
@@ -122,17 +103,17 @@ def finetune_run(
 
 
 def pruned_copy(
-    model: nn.Module, variant: Variant, calibration: list[dict[str, torch.Tensor]]
+    model: nn.Module, variant: spec.Variant, calibration: list[dict[str, torch.Tensor]]
 ) -> tuple[nn.Module, float]:
     """A copy of ``model`` pruned one-shot by ``variant``, and its achieved sparsity over the
     pruned matrices."""
     pruned = copy.deepcopy(model)
-    spec = MaskSpec(distribution="owl" if variant.owl else "uniform", pattern=variant.pattern)
+    masks = MaskSpec(distribution="owl" if variant.owl else "uniform", pattern=variant.pattern)
     calibrated = variant.pruner != "magnitude" or variant.owl
     report = prune_one_shot(
         pruned,
         variant.sparsity,
-        spec=spec,
+        spec=masks,
         method=variant.pruner,
         calibration=calibration if calibrated else None,
         keep_masks=False,
@@ -153,12 +134,12 @@ def _diverged(seed: int, final: bool, labels: list[str]) -> dict[str, Any]:
             "achieved": {label: math.nan for label in labels},
         }
     else:
-        record["validation_accuracy"] = {"dense": math.nan, SELECTION_VARIANT: math.nan}
+        record["validation_accuracy"] = {"dense": math.nan, spec.SELECTION_VARIANT: math.nan}
     return record
 
 
 def finetune_unit(
-    config: FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
+    config: spec.FinetuneConfig, optimizer: str, point: dict[str, float], seed: int, final: bool
 ) -> dict[str, Any]:
     """Fine-tune one run (`finetune_run`) and score it (see the module docstring).
 
@@ -171,11 +152,11 @@ def finetune_unit(
     """
     torch.set_num_threads(config.threads)
     data = sentence_data(config.max_length, config.validation_sentences, config.test_sentences)
-    chosen = variants(config.variants if final else (SELECTION_VARIANT,))
+    chosen = spec.variants(config.variants if final else (spec.SELECTION_VARIANT,))
     model = minilm_classifier(seed, config.layers)
-    if optimizer == READOUT:
+    if optimizer == spec.READOUT:
         model.encoder.requires_grad_(False)
-    name = "adamw" if optimizer == READOUT else optimizer
+    name = "adamw" if optimizer == spec.READOUT else optimizer
     method = study_optimizer(name, model, config.options(optimizer, point))
     recipe = Recipe(shape={}, steps=config.steps, batch_size=config.batch_size)
     finished, move = fit_recipe(
@@ -201,7 +182,7 @@ def finetune_unit(
     scored = data.test if final else data.validation
     marks = {"dense": correct_per_example(model, scored)}
     achieved = {}
-    if optimizer != READOUT:
+    if optimizer != spec.READOUT:
         calibration = calibration_batches(data.train, config.calibration_sentences)
         for variant in chosen:
             pruned, achieved[variant.label] = pruned_copy(model, variant, calibration)
@@ -213,22 +194,22 @@ def finetune_unit(
     return record | {"correct": marks, "accuracy": accuracy, "achieved": achieved}
 
 
-def finetune_cache(folder: str | Path, config: FinetuneConfig) -> UnitCache:
+def finetune_cache(folder: str | Path, config: spec.FinetuneConfig) -> UnitCache:
     """Part (c)'s unit cache in ``folder`` (a study's ``units`` folder)."""
     return UnitCache(folder, "sparsity.finetune", json_ready(config), design=FINETUNE_UNIT_DESIGN)
 
 
 def selection_score(unit: dict[str, Any]) -> float:
-    """Validation accuracy after :data:`SELECTION_VARIANT`; NaN (never selected) for a HORST
-    run whose move ratio is below :data:`SELECTABLE_MOVE_RATIO`."""
+    """Validation accuracy after the spec's ``SELECTION_VARIANT``; NaN (never selected) for a
+    HORST run whose move ratio is below its ``SELECTABLE_MOVE_RATIO``."""
     move = unit["move_ratio"]
-    if move is not None and not (math.isfinite(move) and move >= SELECTABLE_MOVE_RATIO):
+    if move is not None and not (math.isfinite(move) and move >= spec.SELECTABLE_MOVE_RATIO):
         return math.nan
-    return float(unit["validation_accuracy"][SELECTION_VARIANT])
+    return float(unit["validation_accuracy"][spec.SELECTION_VARIANT])
 
 
 def finetune_part(
-    config: FinetuneConfig, cache: UnitCache, log: Callable[[str], None]
+    config: spec.FinetuneConfig, cache: UnitCache, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Select each optimizer's point, run the readout-only fine-tune and the final runs.
 
@@ -242,11 +223,11 @@ def finetune_part(
         lambda name, point: finetune_run(config, name, point, config.selection_seed, False),
         lambda _: selection_score,
         True,
-        CRITERION,
+        spec.CRITERION,
         extension_rounds=config.extension_rounds,
     )
     selected = select(selection, cache, config.workers, lambda line: log(f"(c) {line}"))
-    readout_run = finetune_run(config, READOUT, {}, config.selection_seed, False)
+    readout_run = finetune_run(config, spec.READOUT, {}, config.selection_seed, False)
     (readout,) = run_units(cache, [readout_run], 1, log)
     runs = run_finals(
         cache,
@@ -285,24 +266,24 @@ def _finetune_checks(finetune: Mapping[str, Any], label: str) -> dict[str, Check
     gains = [gain - readout for gain in gains]
     moved = min(gains) if gains and all(math.isfinite(g) for g in gains) else math.nan
     checks = {
-        "move": CHECKS["move"].check(
+        "move": spec.CHECKS["move"].check(
             finite_mean(ratios), runs=", ".join(f"{r:.3g}" for r in ratios)
         ),
-        "moved": CHECKS["moved"].check(moved, readout=100 * readout),
+        "moved": spec.CHECKS["moved"].check(moved, readout=100 * readout),
     }
     if label != "dense":
         drops = [number(u["accuracy"]["dense"]) - number(u["accuracy"][label]) for u in adamw]
-        shown = shown_variant(label)
-        checks["room"] = CHECKS["room"].check(finite_mean(drops), shown=shown)
+        shown = spec.shown_variant(label)
+        checks["room"] = spec.CHECKS["room"].check(finite_mean(drops), shown=shown)
     return checks
 
 
 def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
-    """Part (c)'s claims: :data:`DENSE`, then :data:`PRUNED` at each variant."""
+    """Part (c)'s claims: the spec's ``DENSE``, then its ``PRUNED`` at each variant."""
     adamw, horst = finetune["runs"]["adamw"], finetune["runs"]["horst"]
     claims = []
     for label in ["dense", *finetune["variants"]]:
-        spec = DENSE if label == "dense" else PRUNED
+        claim_words = spec.DENSE if label == "dense" else spec.PRUNED
         marks = (
             (a["seed"], a["correct"].get(label), h["correct"].get(label))
             for a, h in zip(adamw, horst, strict=True)
@@ -310,23 +291,25 @@ def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
         rows = mark_differences(marks, "AdamW", "HORST", f" at {label}")
         per_seed = [statistics.fmean(row) for row in rows]
         crossed = crossed_interval(rows) if len(rows) > 1 else None
-        found = margin_resolution(per_seed, crossed, len(rows[0]) if rows else None, spec.margin)
+        found = margin_resolution(
+            per_seed, crossed, len(rows[0]) if rows else None, claim_words.margin
+        )
         half = 100 * number(found["half_width"])
-        resolved = RESOLVED.format(half=half, sentences=found["sentences"], seeds=len(rows))
+        resolved = spec.RESOLVED.format(half=half, sentences=found["sentences"], seeds=len(rows))
         checks = _finetune_checks(finetune, label)
-        claim = spec.claim(
+        claim = claim_words.claim(
             per_seed,
-            [checks[name] for name in spec.checks],
+            [checks[name] for name in claim_words.checks],
             {"variant": label, "resolution": json_ready(found)},
-            tag=variant_tag(label),
-            shown="" if label == "dense" else shown_variant(label),
-            selection=SELECTION,
-            survives=SURVIVES if label == STRONGER else "",
-            resolved=resolved if math.isfinite(half) else UNRESOLVED,
+            tag=spec.variant_tag(label),
+            shown="" if label == "dense" else spec.shown_variant(label),
+            selection=spec.SELECTION,
+            survives=spec.SURVIVES if label == spec.STRONGER else "",
+            resolved=resolved if math.isfinite(half) else spec.UNRESOLVED,
             **{
                 name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
                 for name, units in (("horst", horst), ("adamw", adamw))
             },
         )
-        claims.append(with_crossed(claim, crossed, CROSSED))
+        claims.append(with_crossed(claim, crossed, spec.CROSSED))
     return claims

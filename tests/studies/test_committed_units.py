@@ -18,7 +18,7 @@ import torch
 from convergent.studies import get_study
 from convergent.studies.framework import UnitCache, json_ready
 from convergent.studies.sparsity.finetune_config import finetune_settings
-from convergent.studies.sparsity.finetune_part import finetune_cache
+from convergent.studies.sparsity.finetune_runs import finetune_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_PROGRESS = ROOT / "docs" / "results" / "in-progress"

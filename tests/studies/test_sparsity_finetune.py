@@ -14,14 +14,15 @@ import torch
 
 from convergent.studies.framework import Claim, json_ready
 from convergent.studies.sparsity import finetune_runs
-from convergent.studies.sparsity.finetune_claims import DENSE_KEY, finetune_claims, finetune_key
-from convergent.studies.sparsity.finetune_config import FinetuneConfig, Variant, variants
-from convergent.studies.sparsity.finetune_part import selection_score
-from convergent.studies.sparsity.finetune_summary import (
-    finetune_advice,
-    finetune_brief,
-    finetune_sentences,
+from convergent.studies.sparsity.brief import finetune_advice, finetune_brief, finetune_sentences
+from convergent.studies.sparsity.finetune_config import (
+    DENSE_KEY,
+    FinetuneConfig,
+    Variant,
+    finetune_key,
+    variants,
 )
+from convergent.studies.sparsity.finetune_runs import finetune_claims, selection_score
 from tests.conftest import RefusingTestSplit
 
 SENTENCES = 40
@@ -94,6 +95,20 @@ def test_the_pruned_claim_is_the_mean_paired_difference_and_its_checks_pass():
     assert room.value == pytest.approx((34 - 24) / 40) and room.passed  # AdamW's loss
     assert moved.value == pytest.approx(min(0.85 - 0.70, 0.84 - 0.70)) and moved.passed
     assert "survives a pruner that updates the kept weights" in pruned.statement
+    # The claim's words, each filled from its record's fields: 30-32 of 40 right (75-80 %)
+    # against 24 (60 %).
+    assert pruned.statement.startswith("(c) After one-shot SparseGPT to 70%, a HORST fine-tune")
+    assert pruned.evidence.startswith(
+        "test accuracy per seed (%): HORST 75.00, 77.50, 80.00; AdamW 60.00, 60.00, 60.00. "
+        "The design resolves a difference of "
+    )
+    assert pruned.unit == "test accuracy, HORST minus AdamW (fraction)"
+    assert pruned.revised == "design 4: new, part (c)"
+    assert (
+        room.name
+        == "AdamW loses at least 2 points from dense to SparseGPT to 70% (mean over seeds)"
+    )
+    assert moved.note.startswith("MiniLM with its readout trained alone: 70.00 % on validation")
     resolution = pruned.extra["resolution"]
     assert resolution["sentences"] == SENTENCES
     assert resolution["half_width"] == pytest.approx((high - low) / 2)
@@ -216,7 +231,7 @@ def test_the_sentence_says_what_to_do_from_the_verdicts():
 def test_a_selection_run_never_reads_the_test_split(monkeypatch):
     config = dataclasses.replace(FinetuneConfig.for_mode("smoke"), steps=1, layers=1)
     data = finetune_runs.sentence_data(config.max_length, 16, 16)
-    refusing = finetune_runs.SentenceData(data.train, data.validation, RefusingTestSplit())
+    refusing = dataclasses.replace(data, test=RefusingTestSplit())
     monkeypatch.setattr(finetune_runs, "sentence_data", lambda *a: refusing)
     point = {"lr": 1e-4, "strength": 1.0}
     threads = torch.get_num_threads()

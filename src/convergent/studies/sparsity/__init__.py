@@ -10,11 +10,12 @@ configurations are scored on test from disjoint final seeds.
 Parts: ``config`` (the settings, the modes as data, the selection rules), ``models`` (the ViT on
 Fashion-MNIST patches, the Austen character LM, their data), ``runs`` (one unit: training with
 AC/DC or densely, pruning, measuring), ``measures`` (pruned perplexities, the near-zero share),
-``study`` (the selection and final runs of both parts, for the framework's run), ``claims``
-(the current design's scorer), ``report`` (tables, notes, figures), ``summary`` (the plain
-sentences a user acts on, from the verdicts), ``wording`` (the claim roles and words summary
-and ``brief`` share) and ``pilot`` (the regime pilot behind the full
-mode's ViT, on validation with AdamW alone).
+``study`` (the selection and final runs, for the framework's run), ``checks`` (every part's
+manipulation checks as records), ``claims`` (the current design's scorer), ``report`` and
+``plots`` (tables, notes, figures), ``summary`` and ``brief`` (the plain sentences a user acts
+on, from the verdicts), ``wording`` (the claim roles and words they share) and ``pilot`` (the
+regime pilot behind the full mode's ViT). Part (c) is a spec, ``finetune_config`` (its
+settings, claims, checks and words as records), and a measure, ``finetune_runs``.
 """
 
 from __future__ import annotations

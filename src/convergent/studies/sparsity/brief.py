@@ -8,14 +8,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from convergent.studies.framework import (
+    NOT_ESTABLISHED,
     Advice,
     Sentence,
     claims_by_key,
+    established,
     listed,
     verdict_words,
     verdicts_of,
 )
-from convergent.studies.sparsity.claims import PRUNER_NAMES
+from convergent.studies.framework import stored_number as number
+from convergent.studies.sparsity import finetune_config as part_c
+from convergent.studies.sparsity.checks import PRUNER_NAMES
 from convergent.studies.sparsity.config import LANGUAGE_TUNING, VISION_TUNING, sparsity_key
 from convergent.studies.sparsity.wording import (
     Role,
@@ -194,3 +198,117 @@ def _acdc_row(payload: Mapping[str, Any]) -> Advice | None:
 def advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The study's rows of the "What to use" table."""
     return [row for row in (_one_shot_row(payload), _acdc_row(payload)) if row is not None]
+
+
+def _finetune_scored(payload: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+    """Part (c)'s pruned claims' keys and the claims by key; None without part (c)."""
+    finetune, claims = payload["data"].get("finetune"), claims_by_key(payload)
+    keys = [part_c.finetune_key(v) for v in finetune["variants"]] if finetune else []
+    keys = [key for key in keys if key in claims]
+    return (keys, claims) if keys else None
+
+
+def _finetune_fields(payload: Mapping[str, Any], claims: Mapping[str, Any]) -> dict[str, Any]:
+    """What part (c)'s words are filled with, besides the listed settings."""
+    point = payload["data"]["finetune"]["selected"]["horst"]
+    any_claim = next(iter(claims.values()))
+    return {
+        "setting": part_c.WORDS["setting"].format(**point),
+        "size": (any_claim.get("holm") or {}).get("size"),
+        "not_established": NOT_ESTABLISHED,
+    }
+
+
+def _shown(claims: Mapping[str, Any], keys: list[str], points: bool = False) -> str:
+    return listed(
+        [
+            part_c.shown_variant(claims[key]["extra"]["variant"])
+            + (f" ({100 * number(claims[key]['effect']):+.1f} points)" if points else "")
+            for key in keys
+        ]
+    )
+
+
+def finetune_sentences(payload: Mapping[str, Any]) -> list[Sentence]:
+    """Part (c)'s sentence for the report: where a HORST fine-tune helped (with its gain in
+    points) or that it gave no gain here, the rest by verdict, and the dense comparison."""
+    scored = _finetune_scored(payload)
+    if scored is None:
+        return []
+    keys, claims = scored
+    words, verdicts = part_c.WORDS, verdicts_of(payload, [*keys, part_c.DENSE_KEY])
+    helped, worse, untested = (
+        [key for key in keys if verdicts[key] == verdict]
+        for verdict in ("reproduced", "not reproduced", "untested")
+    )
+    sure = [key for key in helped if established(claims[key])]
+    fields = _finetune_fields(payload, {k: claims[k] for k in helped or keys})
+    if sure or helped:
+        lead = words["sure" if sure else "helped"]
+        lead = lead.format(**fields, shown=_shown(claims, sure or helped, True))
+    else:
+        lead = words["no gain" if len(untested) < len(keys) else "unknown"]
+    rest = [words["worse"].format(shown=_shown(claims, worse, True))] if worse else []
+    open_ = len(keys) - len(helped) - len(worse) - len(untested)
+    if open_:
+        rest.append(words["open"].format(count=open_, total=len(keys)))
+    if untested and len(untested) < len(keys):
+        rest.append(words["untested"].format(count=len(untested)))
+    dense = verdicts.get(part_c.DENSE_KEY)
+    if dense is not None:
+        rest.append(words["dense same" if dense == "reproduced" else "dense other"])
+        rest[-1] = rest[-1].format(verdict=dense)
+    text = f"(c) {lead}" + (f"; {'; '.join(rest)}" if rest else "") + "."
+    return [Sentence(text, verdicts)]
+
+
+def finetune_brief(payload: Mapping[str, Any]) -> list[Sentence]:
+    """The README's sentence on part (c): the report's without numbers (they are in the
+    tables), or the report's where nothing helped."""
+    scored = _finetune_scored(payload)
+    if scored is None:
+        return []
+    keys, claims = scored
+    words, verdicts = part_c.WORDS, verdicts_of(payload, [*keys, part_c.DENSE_KEY])
+    helped = [key for key in keys if verdicts[key] == "reproduced"]
+    if not helped:
+        return finetune_sentences(payload)
+    dense = verdicts.get(part_c.DENSE_KEY)
+    same = words["brief same"].format(verdict=dense) if dense is not None else ""
+    rest = len(keys) - len(helped)
+    sure = [key for key in helped if established(claims[key])]
+    lead = words["brief sure" if sure else "brief helped"].format(
+        **_finetune_fields(payload, {k: claims[k] for k in helped}),
+        shown=_shown(claims, sure or helped),
+        same=same,
+    )
+    others = words["brief others"].format(count=rest) if rest else ""
+    return [Sentence(f"(c) {lead}{others}.", verdicts)]
+
+
+def finetune_advice(payload: Mapping[str, Any]) -> list[Advice]:
+    """The "What to use" row of part (c)."""
+    scored = _finetune_scored(payload)
+    if scored is None:
+        return []
+    keys, claims = scored
+    words, verdicts = part_c.WORDS, verdicts_of(payload, keys)
+    rests_on = [key for key in keys if verdicts[key] == "reproduced"]
+    when = words["advice helped" if rests_on else "advice none"]
+    stronger = part_c.finetune_key(part_c.STRONGER)
+    unknown = words["advice unknown"]
+    if stronger in claims and verdicts.get(stronger) != "reproduced":
+        unknown = words["advice stronger"].format(verdict=verdicts[stronger])
+    fields = _finetune_fields(payload, claims)
+    return [
+        Advice(
+            words["advice method"],
+            when.format(shown=_shown(claims, rests_on)),
+            words["advice setting"].format(**fields),
+            (*keys, part_c.DENSE_KEY) if part_c.DENSE_KEY in claims else tuple(keys),
+            unknown,
+            scale=words["advice scale"],
+            rests_on=tuple(rests_on),
+            selections=(part_c.FINETUNE_TUNING,),
+        )
+    ]

@@ -19,7 +19,7 @@ same seed, each at the configuration its own grid selected on validation.
    kept weights": design 3 scored that as a claim of its own with the same per-seed values
    (one result counted twice; STUDIES.md rule 14), design 4 writes it into this claim's text.
 6. Part (c), a HORST fine-tune of pretrained MiniLM-L6 against an AdamW one, pruned one-shot:
-   :mod:`.finetune_claims` (scored where the data holds part (c)).
+   :mod:`.finetune_config` (scored where the data holds part (c)).
 
 Manipulation checks: HORST's mirror move relative to its AdamW move
 (:func:`convergent.optim.horst_move_ratio`, mean over the recorded steps of each run behind the
@@ -43,38 +43,35 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.diagnostics import acting
 from convergent.studies.framework import (
     Check,
     Claim,
     at_least,
     at_most,
     check_design,
-    claim_from_seeds,
     family_tested,
     finite_mean,
     not_measured,
-    within,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.sparsity.config import (
-    LM_DENSE_TOLERANCE,
-    LM_SELECTION_PRUNER,
-    sparsity_key,
+from convergent.studies.sparsity.checks import (
+    ACHIEVED,
+    DISPLAY,
+    FLOOR,
+    MOVE,
+    PRUNER_NAMES,
+    ROOM,
+    ClaimWords,
 )
-from convergent.studies.sparsity.finetune_claims import finetune_claims
+from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
+from convergent.studies.sparsity.finetune_runs import finetune_claims
 from convergent.studies.sparsity.selection import is_point
 
 DESIGN = 4
 HIGH_SPARSITY = 0.8  # claim 3 averages the AC/DC targets at or above this
 HALF = 0.5
-ROOM_REQUIRED = at_least(0.03)  # a baseline's dense-to-90 % loss that leaves room to help
-MOVE_RATIO_REQUIRED = at_least(acting.MOVE_RATIO_FLOOR)
-ACHIEVED_TOLERANCE = acting.SPARSITY_TOLERANCE  # AC/DC's top-k lands within a percent
 LM_TARGETS = (0.7, 0.9)  # the one-shot targets the LM claims read (those that were run)
 STRONGER_PRUNER, STRONGER_TARGET = "sparsegpt", 0.7  # the claim that says "survives"
-DISPLAY = {"adamw": "AdamW", "ham": "HAM", "horst": "HORST"}
-PRUNER_NAMES = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}
 
 
 def _move_check(values: Sequence[Any], runs: str, method: str = "horst") -> Check:
@@ -82,28 +79,15 @@ def _move_check(values: Sequence[Any], runs: str, method: str = "horst") -> Chec
     ratios = [number(v) for v in values]
     finite = [v for v in ratios if math.isfinite(v)]
     spread = f"; runs range {min(finite):.4g} to {max(finite):.4g}" if finite else ""
-    shown = DISPLAY[method]
-    note = (
-        f"below 0.2 the mirror step moves the weights less than a fifth as far as the AdamW "
-        f"step, so {shown} is AdamW in all but name. Mean over the recorded steps of each of "
-        f"{len(ratios)} {shown} run(s), then over the runs{spread}."
-    )
-    return Check(
-        f"{shown} mirror move / Adam move ({runs})", finite_mean(ratios), MOVE_RATIO_REQUIRED, note
-    )
+    fields = {"shown": DISPLAY[method], "runs": runs, "count": len(ratios), "spread": spread}
+    return MOVE.check(finite_mean(ratios), **fields)
 
 
 def _room_check(vision: Mapping[str, Any], key: str, name: str = "adamw") -> Check:
     """``name`` must lose at least 3 points from dense to ``key`` (mean over the seeds)."""
     by_key = vision["accuracy"][name]
     drops = [number(d) - number(s) for d, s in zip(by_key["dense"], by_key[key], strict=True)]
-    return Check(
-        f"{DISPLAY[name]} loses at least 3 points from dense to {key} (mean over seeds)",
-        finite_mean(drops),
-        ROOM_REQUIRED,
-        f"where {DISPLAY[name]} barely loses accuracy no optimizer can show a smaller loss: the "
-        "regime must leave the baseline room to fail",
-    )
+    return ROOM.check(finite_mean(drops), shown=DISPLAY[name], key=key)
 
 
 def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Sequence[str]) -> Check:
@@ -113,12 +97,63 @@ def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Seque
         for key in keys
         for value in vision["achieved"][name][key]
     )
-    return Check(
-        f"AC/DC reached its targets: largest |achieved - target| ({', '.join(keys)})",
-        worst,
-        within(0.0, ACHIEVED_TOLERANCE),
-        "the final AC/DC models must be as sparse as the claim says",
-    )
+    return ACHIEVED.check(worst, keys=", ".join(keys))
+
+
+BEATS = ClaimWords(
+    "sparsity.horst_beats_{baseline}_acdc_{tag}",
+    "At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: AC/DC, ViT on "
+    "Fashion-MNIST, each at its own selected configuration, test top-1 HORST minus {shown} "
+    "paired per seed)",
+    at_least(0.0),
+    "top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
+    "top-1 at {top} per seed: HORST {horst}; {shown} {other}.",
+    "{revised}",
+)
+HAM_REVISED = (
+    "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) and HAM loses at "
+    "least 3 points from dense to {top}, as AdamW must for the AdamW comparison"
+)
+HALF_LOSS = ClaimWords(
+    "sparsity.horst_loses_half_of_adamw_acdc_{tags}",
+    "At {joined} sparsity HORST loses at most half the top-1 accuracy AdamW loses from dense "
+    "(here: AC/DC, ViT on Fashion-MNIST, per seed the accuracy lost from dense averaged over "
+    "{listed}, HORST's minus half of AdamW's)",
+    at_most(0.0),
+    "accuracy lost by HORST minus half that lost by AdamW (fraction)",
+    "accuracy lost from dense (mean over {listed}) per seed: HORST {horst}; AdamW {adamw}.",
+)
+NEAR_ZERO = ClaimWords(
+    "sparsity.horst_near_zero_{model_tag}",
+    "HORST's weights concentrate near zero in the {model} (here: a larger share of {weights} "
+    "lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
+    at_least(0.0),
+    "share of weights below {fraction:g} x RMS, HORST minus AdamW",
+    "share per seed: HORST {horst}; AdamW {adamw} (a Gaussian tensor: {gaussian:.4f}).",
+    "{revised}",
+)
+ONE_SHOT = ClaimWords(
+    "sparsity.horst_lower_perplexity_{pruner}_{tag}",
+    "One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower perplexity "
+    "than an AdamW-trained one (here: test perplexity after one-shot {shown} pruning to {key}, "
+    "HORST over AdamW paired per seed, each at the configuration selected on validation after "
+    "magnitude pruning to {selection}{calibrated}{survives})",
+    at_most(1.0),
+    "test perplexity after {shown} to {key}, HORST over AdamW",
+    "test perplexity after {shown} to {key} per seed: HORST {horst}; AdamW {adamw} (dense: "
+    "HORST {dense_horst}; AdamW {dense_adamw}).",
+    "{revised}",
+)
+SURVIVES = (
+    "; this is also the test of whether HORST's advantage survives a pruner that updates the "
+    "kept weights"
+)
+ONE_SHOT_REVISED = {
+    "stronger": "design 4: the claim design 3 scored separately as 'HORST's advantage survives "
+    "a stronger pruner' (the same per-seed values) is written into this one",
+    "selection": "",
+    "other": "design 3: new, another pruner or target than magnitude at the largest",
+}
 
 
 def target_tag(label: str) -> str:
@@ -128,22 +163,22 @@ def target_tag(label: str) -> str:
 
 def vision_key(baseline: str, label: str) -> str:
     """The key of the AC/DC claim that HORST beats ``baseline`` at sparsity ``label``."""
-    return f"sparsity.horst_beats_{baseline}_acdc_{target_tag(label)}"
+    return BEATS.key.format(baseline=baseline, tag=target_tag(label))
 
 
 def half_loss_key(labels: Sequence[str]) -> str:
     """The key of the AC/DC claim that HORST loses at most half of AdamW's accuracy loss."""
-    return "sparsity.horst_loses_half_of_adamw_acdc_" + "_".join(map(target_tag, labels))
+    return HALF_LOSS.key.format(tags="_".join(map(target_tag, labels)))
 
 
 def near_zero_key(model: str) -> str:
     """The key of the claim that HORST's weights concentrate near zero in ``model``."""
-    return "sparsity.horst_near_zero_" + model.lower().replace("character ", "char_")
+    return NEAR_ZERO.key.format(model_tag=model.lower().replace("character ", "char_"))
 
 
 def pruned_key(pruner: str, label: str) -> str:
     """The key of the one-shot claim after ``pruner`` to ``label``."""
-    return f"sparsity.horst_lower_perplexity_{pruner}_{target_tag(label)}"
+    return ONE_SHOT.key.format(pruner=pruner, tag=target_tag(label))
 
 
 def _seeds(values: Sequence[float]) -> str:
@@ -208,54 +243,35 @@ def _vision_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[C
             _achieved_check(vision, [top], ["horst", baseline]),
             _room_check(vision, top, baseline),
         ]
-        shown = DISPLAY[baseline]
         claims.append(
-            claim_from_seeds(
-                f"At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: "
-                f"AC/DC, ViT on Fashion-MNIST, each at its own selected configuration, test "
-                f"top-1 HORST minus {shown} paired per seed)",
+            BEATS.claim(
                 [h - o for h, o in zip(horst_top, other, strict=True)],
-                at_least(0.0),
-                key=vision_key(baseline, top),
-                unit=f"top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
-                checks=checks,
-                evidence=(
-                    f"top-1 at {top} per seed: HORST {_seeds(horst_top)}; {shown} {_seeds(other)}."
-                ),
-                paired=True,
-                revised=(
-                    "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) "
-                    f"and HAM loses at least 3 points from dense to {top}, as AdamW must for "
-                    "the AdamW comparison"
-                    if baseline == "ham"
-                    else ""
-                ),
+                checks,
+                baseline=baseline,
+                tag=target_tag(top),
+                top=top,
+                shown=DISPLAY[baseline],
+                horst=_seeds(horst_top),
+                other=_seeds(other),
+                revised=HAM_REVISED.format(top=top) if baseline == "ham" else "",
             )
         )
     if "adamw" in have and high:
         horst, adamw = _drops(accuracy["horst"], high), _drops(accuracy["adamw"], high)
+        checks = [
+            _move_check([v for key in high for v in moves["horst"][key]], "ViT, AC/DC, every seed"),
+            _achieved_check(vision, high, ["horst", "adamw"]),
+            _room_check(vision, top),
+        ]
         claims.append(
-            claim_from_seeds(
-                f"At {'-'.join(high)} sparsity HORST loses at most half the top-1 accuracy "
-                "AdamW loses from dense (here: AC/DC, ViT on Fashion-MNIST, per seed the "
-                f"accuracy lost from dense averaged over {', '.join(high)}, HORST's minus half "
-                "of AdamW's)",
+            HALF_LOSS.claim(
                 [h - HALF * a for h, a in zip(horst, adamw, strict=True)],
-                at_most(0.0),
-                key=half_loss_key(high),
-                unit="accuracy lost by HORST minus half that lost by AdamW (fraction)",
-                checks=[
-                    _move_check(
-                        [v for key in high for v in moves["horst"][key]], "ViT, AC/DC, every seed"
-                    ),
-                    _achieved_check(vision, high, ["horst", "adamw"]),
-                    _room_check(vision, top),
-                ],
-                evidence=(
-                    f"accuracy lost from dense (mean over {', '.join(high)}) per seed: HORST "
-                    f"{_seeds(horst)}; AdamW {_seeds(adamw)}."
-                ),
-                paired=True,
+                checks,
+                tags="_".join(map(target_tag, high)),
+                joined="-".join(high),
+                listed=", ".join(high),
+                horst=_seeds(horst),
+                adamw=_seeds(adamw),
             )
         )
     if "adamw" in have:
@@ -279,36 +295,26 @@ def _near_zero_claim(
     fraction: float,
 ) -> Claim:
     horst, adamw = _numbers(share["horst"]), _numbers(share["adamw"])
-    return claim_from_seeds(
-        f"HORST's weights concentrate near zero in the {model} (here: a larger share of "
-        f"{weights} lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
+    return NEAR_ZERO.claim(
         [h - a for h, a in zip(horst, adamw, strict=True)],
-        at_least(0.0),
-        key=near_zero_key(model),
-        unit=f"share of weights below {fraction:g} x RMS, HORST minus AdamW",
-        checks=list(checks),
-        evidence=(
-            f"share per seed: HORST {_seeds(horst)}; AdamW {_seeds(adamw)}"
-            f" (a Gaussian tensor: {math.erf(fraction / math.sqrt(2)):.4f})."
-        ),
-        paired=True,
+        checks,
+        model_tag=model.lower().replace("character ", "char_"),
+        model=model,
+        weights=weights,
+        fraction=fraction,
+        horst=_seeds(horst),
+        adamw=_seeds(adamw),
+        gaussian=math.erf(fraction / math.sqrt(2)),
         revised="" if model == "ViT" else "design 3: new, the LMs the one-shot claims prune",
     )
-
-
-FLOOR_CHECK = (
-    "each optimizer's selected LM passed the dense-quality floor: its dense validation "
-    "perplexity over the best dense one of every grid (largest over the optimizers)"
-)
 
 
 def _floor_check(language: Mapping[str, Any]) -> Check:
     """Whether every optimizer's selected LM passed the selection's dense-quality floor (the
     selection falls back to a grid's first point when none does)."""
-    required = at_most(LM_DENSE_TOLERANCE)
     selection = language.get("selection")
     if not selection:
-        return not_measured(FLOOR_CHECK, required, "the LM selection grids were not stored")
+        return not_measured(FLOOR.name, FLOOR.required, "the LM selection grids were not stored")
 
     def dense(point: Mapping[str, Any]) -> float:
         return number(point["validation_perplexity"][LM_SELECTION_PRUNER]["0%"])
@@ -321,14 +327,7 @@ def _floor_check(language: Mapping[str, Any]) -> Check:
         matches = [p for p in points if is_point(p, chosen)]
         value = dense(matches[0]) if matches else math.nan
         worst = max(worst, value / min(finite) if finite and math.isfinite(value) else math.inf)
-    return Check(
-        FLOOR_CHECK,
-        worst,
-        required,
-        "a point whose dense LM is more than 10 % worse than the best is never selectable; "
-        "where no point of a grid passes, the selection falls back to the grid's first point, "
-        "which nothing chose",
-    )
+    return FLOOR.check(worst)
 
 
 def _language_claims(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Claim]:
@@ -369,45 +368,30 @@ def _pruned_claim(
     dense_horst = _numbers(language["perplexity"]["horst"][pruner]["0%"])
     dense_adamw = _numbers(language["perplexity"]["adamw"][pruner]["0%"])
     shown = PRUNER_NAMES[pruner]
-    calibrated = (
-        f", {shown} calibrated on {windows} training windows" if pruner != "magnitude" else ""
-    )
-    test = (
-        f"test perplexity after one-shot {shown} pruning to {key}, HORST over AdamW paired per "
-        f"seed, each at the configuration selected on validation after magnitude pruning to "
-        f"{selection}{calibrated}"
-    )
     stronger = (pruner, key) == (STRONGER_PRUNER, sparsity_key(STRONGER_TARGET))
-    survives = (
-        "; this is also the test of whether HORST's advantage survives a pruner that updates "
-        "the kept weights"
+    role = (
+        "stronger"
         if stronger
-        else ""
-    )
-    statement = (
-        f"One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower "
-        f"perplexity than an AdamW-trained one (here: {test}{survives})"
-    )
-    revised = (
-        "design 4: the claim design 3 scored separately as 'HORST's advantage survives a "
-        "stronger pruner' (the same per-seed values) is written into this one"
-        if stronger
-        else ""
+        else "selection"
         if (pruner, key) == ("magnitude", selection)
-        else "design 3: new, another pruner or target than magnitude at the largest"
+        else "other"
     )
-    return claim_from_seeds(
-        statement,
+    return ONE_SHOT.claim(
         [h / a for h, a in zip(horst, adamw, strict=True)],
-        at_most(1.0),
-        key=pruned_key(pruner, key),
-        unit=f"test perplexity after {shown} to {key}, HORST over AdamW",
-        checks=list(checks),
-        evidence=(
-            f"test perplexity after {shown} to {key} per seed: HORST {_seeds(horst)}; AdamW "
-            f"{_seeds(adamw)} (dense: HORST {_seeds(dense_horst)}; AdamW {_seeds(dense_adamw)})."
-        ),
-        paired=True,
+        checks,
         extra={"pruner": pruner, "sparsity": key},
-        revised=revised,
+        pruner=pruner,
+        tag=target_tag(key),
+        shown=shown,
+        key=key,
+        selection=selection,
+        calibrated=(
+            f", {shown} calibrated on {windows} training windows" if pruner != "magnitude" else ""
+        ),
+        survives=SURVIVES if stronger else "",
+        horst=_seeds(horst),
+        adamw=_seeds(adamw),
+        dense_horst=_seeds(dense_horst),
+        dense_adamw=_seeds(dense_adamw),
+        revised=ONE_SHOT_REVISED[role],
     )

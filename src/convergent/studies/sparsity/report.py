@@ -1,27 +1,22 @@
-"""The tables, notes and figures of the ``sparsity`` study's report (figures as
-``matplotlib.figure.Figure``, never pyplot)."""
+"""The tables and notes of the ``sparsity`` study's report, its three parts (figures:
+:mod:`.plots`)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 from typing import Any
-
-import torch
-from matplotlib.figure import Figure
 
 from convergent.studies.framework import finite_mean, stored_number
 from convergent.studies.sparsity.config import (
     LM_SELECTION_PRUNER,
     REGIME_PILOT,
-    RMS_FRACTION,
     Config,
     sparsity_key,
 )
+from convergent.studies.sparsity.finetune_config import SELECTION_VARIANT, TABLES
+from convergent.studies.sparsity.selection import is_point
 
-COLORS = {"adamw": "tab:blue", "ham": "tab:orange", "horst": "tab:green"}
-LINESTYLES = {"magnitude": "-", "wanda": "--", "sparsegpt": ":"}
 # HORST's first-order strength (the ``strength`` HORST(strength=...) takes); no "|": a table cell
 STRENGTH_COLUMN = "strength: alpha x mean abs(theta) at init"
 
@@ -219,129 +214,29 @@ def study_notes(config: Config, data: dict[str, Any], tuning: dict[str, Any]) ->
     return notes
 
 
-def _percent(key: str) -> float:
-    return 0.0 if key == "dense" else float(key.rstrip("%"))
-
-
-def _mean_and_spread(values: list[float]) -> tuple[float, float]:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return math.nan, 0.0
-    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
-
-
-def plot_band(
-    axis: Any, by_key: dict[str, list[float]], color: Any, label: str, linestyle: str = "-"
-) -> None:
-    """Mean over seeds with a +- one standard deviation band."""
-    points = sorted((_percent(key), *_mean_and_spread(values)) for key, values in by_key.items())
-    x = [p[0] for p in points]
-    mean = [p[1] for p in points]
-    axis.plot(x, mean, marker="o", color=color, label=label, linestyle=linestyle)
-    axis.fill_between(
-        x,
-        [m - s for m, s in zip(mean, [p[2] for p in points], strict=True)],
-        [m + s for m, s in zip(mean, [p[2] for p in points], strict=True)],
-        color=color,
-        alpha=0.2,
-    )
-
-
-def plot_sparsity_curves(
-    config: Config,
-    accuracy: dict[str, dict[str, list[float]]],
-    perplexity: dict[str, dict[str, dict[str, list[float]]]],
-    path: Path,
-) -> Path:
-    """Top-1 (AC/DC) and perplexity (one-shot, one line style per pruner) against sparsity:
-    mean over the final seeds with a one-standard-deviation band, one color per optimizer."""
-    figure = Figure(figsize=(10, 4))
-    left, right = figure.subplots(1, 2)
-    for name, by_key in accuracy.items():
-        plot_band(left, by_key, COLORS.get(name), name)
-    for name, by_pruner in perplexity.items():
-        for pruner, by_key in by_pruner.items():
-            plot_band(
-                right, by_key, COLORS.get(name), f"{name}, {pruner}", LINESTYLES.get(pruner, "-")
+def finetune_tables(finetune: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Part (c)'s final runs (test accuracy in %, mean and SD over seeds, per variant and
+    optimizer) and every grid point (validation accuracy in %, move ratio)."""
+    runs, rows, grid = finetune["runs"], [], []
+    for label in ["dense", *finetune["variants"]]:
+        row: dict[str, Any] = {"pruned by": label}
+        for name in ("adamw", "horst"):
+            values = [100.0 * float(unit["accuracy"][label]) for unit in runs[name]]
+            row[f"{name} test accuracy (%)"] = mean_of_finite(values)
+            row[f"{name} sd (points)"] = spread_of_finite(values) if len(values) > 1 else ""
+        rows.append(row)
+    for name, points in finetune["selection"].items():
+        for point in points:
+            accuracy, move = point["validation_accuracy"], point["move_ratio"]
+            axes = ("lr", "weight_decay", "strength")
+            grid.append(
+                {"optimizer": name}
+                | {k: v for k, v in point.items() if k in axes and v is not None}
+                | {
+                    TABLES["dense"]: 100.0 * float(accuracy["dense"]),
+                    TABLES["selection"]: 100.0 * float(accuracy[SELECTION_VARIANT]),
+                    TABLES["move"]: move if move is not None else "",
+                    "selected": "yes" if is_point(point, finetune["selected"][name]) else "",
+                }
             )
-    for axis, label in ((left, "top-1 test accuracy"), (right, "test perplexity")):
-        axis.set_xlabel("sparsity (%)")
-        axis.set_ylabel(label)
-        axis.legend(fontsize="small")
-    left.set_title(f"(a) Fashion-MNIST ViT, AC/DC ({len(config.seeds)} seed(s))")
-    right.set_title("(b) Austen char LM, one-shot")
-    right.set_yscale("log")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
-
-
-def plot_alpha_sweep(selection: dict[str, list[dict[str, Any]]], path: Path) -> Path:
-    """HORST's validation accuracy at the selection sparsity against alpha (one line per
-    learning rate), with the mirror/AdamW move ratio on a second axis; HAM's the same."""
-    names = [name for name in ("horst", "ham") if name in selection]
-    figure = Figure(figsize=(5 * max(1, len(names)), 4))
-    axes = figure.subplots(1, max(1, len(names)), squeeze=False)[0]
-    for axis, name in zip(axes, names, strict=False):
-        ratio_axis = axis.twinx()
-        for lr in sorted({entry["lr"] for entry in selection[name]}):
-            entries = sorted(
-                (e for e in selection[name] if e["lr"] == lr), key=lambda e: e["alpha"]
-            )
-            alphas = [e["alpha"] for e in entries]
-            axis.plot(
-                alphas, [e["validation_accuracy"] for e in entries], marker="o", label=f"lr {lr:g}"
-            )
-            ratio_axis.plot(
-                alphas,
-                [e["move_ratio"] for e in entries],
-                linestyle="--",
-                marker="x",
-                color="gray",
-            )
-        axis.set_xscale("log")
-        axis.set_xlabel("alpha")
-        axis.set_ylabel("validation top-1 (selection sparsity)")
-        axis.set_title(f"{name}: grid at the selection sparsity")
-        axis.legend(loc="lower left")
-        ratio_axis.set_yscale("log")
-        ratio_axis.axhline(0.2, color="gray", linewidth=0.8, linestyle=":")
-        ratio_axis.set_ylabel("mirror / AdamW move (dashed; dotted: 0.2)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
-
-
-def plot_histograms(
-    vision: dict[str, torch.Tensor], language: dict[str, torch.Tensor], path: Path
-) -> Path:
-    """Histograms of log10(|w| / RMS of its tensor) of the prunable weights of dense-trained
-    models (first final seed), AdamW vs HORST; log-scaled density."""
-    figure = Figure(figsize=(10, 4))
-    axes = figure.subplots(1, 2)
-    for axis, weights, title in (
-        (axes[0], vision, "(a) ViT, dense"),
-        (axes[1], language, "(b) char LM, dense"),
-    ):
-        for name in ("adamw", "ham", "horst"):
-            if name not in weights:
-                continue
-            magnitudes = weights[name].abs().clamp_min(1e-12).log10().numpy()
-            axis.hist(
-                magnitudes,
-                bins=80,
-                range=(-6, 1),
-                histtype="step",
-                density=True,
-                color=COLORS[name],
-                label=name,
-            )
-        axis.axvline(math.log10(RMS_FRACTION), color="gray", linewidth=0.8, linestyle=":")
-        axis.set_yscale("log")
-        axis.set_xlabel("log10(|w| / RMS of its tensor); dotted: the near-zero line")
-        axis.set_ylabel("density")
-        axis.set_title(title)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return path
+    return {TABLES["runs"]: rows, TABLES["grid"]: grid}

@@ -18,10 +18,11 @@ and HAM, loses at most half of AdamW's accuracy at 80-90 %, concentrates its wei
     magnitude pruning to the largest target among the points whose dense validation
     perplexity is within 10 % of the best dense one (either grid), final seeds scored on test
     windows with every pruner.
-(c) Pretrained MiniLM-L6 fine-tuned for sentiment with HORST or AdamW, then pruned one-shot
-    (:mod:`.finetune_part`). Its units are keyed by its own settings, and it runs alone
-    (``convergent reproduce sparsity --full --part c``), added to the written results of (a)
-    and (b) (:class:`~convergent.studies.framework.PartedStudy`).
+(c) Pretrained MiniLM-L6 fine-tuned for sentiment with HORST or AdamW, then pruned one-shot: a
+    spec (:mod:`.finetune_config`) and a measure (:mod:`.finetune_runs`). Its units are keyed
+    by its own settings, and it runs alone (``convergent reproduce sparsity --full --part c``),
+    added to the written results of (a) and (b)
+    (:class:`~convergent.studies.framework.PartedStudy`).
 
 The manipulation checks are HORST's and HAM's mirror move relative to their AdamW move,
 recorded in every HORST and HAM run; alpha's grid runs from a ratio below 0.2 to far above 1.
@@ -49,7 +50,13 @@ from convergent.studies.framework import (
     UnitCache,
     json_ready,
 )
-from convergent.studies.sparsity.brief import advice, brief
+from convergent.studies.sparsity.brief import (
+    advice,
+    brief,
+    finetune_advice,
+    finetune_brief,
+    finetune_sentences,
+)
 from convergent.studies.sparsity.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.sparsity.config import (
     LANGUAGE_CRITERION,
@@ -62,25 +69,16 @@ from convergent.studies.sparsity.config import (
     Config,
     sparsity_key,
 )
-from convergent.studies.sparsity.finetune_config import FINETUNE_TUNING, finetune_settings
-from convergent.studies.sparsity.finetune_part import (
-    finetune_cache,
-    finetune_part,
-)
-from convergent.studies.sparsity.finetune_report import finetune_tables, plot_finetune
-from convergent.studies.sparsity.finetune_summary import (
-    finetune_advice,
-    finetune_brief,
-    finetune_sentences,
-)
+from convergent.studies.sparsity.finetune_config import FIGURE, FINETUNE_TUNING, finetune_settings
+from convergent.studies.sparsity.finetune_runs import finetune_cache, finetune_part
 from convergent.studies.sparsity.pilot import run_pilot
-from convergent.studies.sparsity.report import (
+from convergent.studies.sparsity.plots import (
     plot_alpha_sweep,
+    plot_finetune,
     plot_histograms,
     plot_sparsity_curves,
-    study_notes,
-    study_tables,
 )
+from convergent.studies.sparsity.report import finetune_tables, study_notes, study_tables
 from convergent.studies.sparsity.runs import UNIT_DESIGN, language_run, vision_run
 from convergent.studies.sparsity.selection import selections_record
 from convergent.studies.sparsity.summary import summary
@@ -277,7 +275,7 @@ class SparsityStudy:
 
     def measure_part(self, config: Config, part: str, session: Session) -> Measured:
         """Part (c) alone (the one part whose report needs nothing unsaved from the others):
-        its units in their own cache beside the study's (:func:`.finetune_part.finetune_cache`),
+        its units in their own cache beside the study's (:func:`.finetune_runs.finetune_cache`),
         keyed by part (c)'s settings alone."""
         if part != "c":
             raise ValueError(f"study sparsity runs part 'c' alone, got {part!r}")
@@ -303,7 +301,7 @@ class SparsityStudy:
         finetune = measured.data["finetune"]
         return Report(
             finetune_tables(finetune),
-            [plot_finetune(finetune, folder / "finetune_pruning.png").name],
+            [plot_finetune(finetune, folder / FIGURE).name],
             study_notes(config, measured.data, measured.tuning),
         )
 

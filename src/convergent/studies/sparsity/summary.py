@@ -16,7 +16,8 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.framework import Sentence, check_design, listed, stored_number, verdict_of
-from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY, PRUNER_NAMES
+from convergent.studies.sparsity.checks import PRUNER_NAMES
+from convergent.studies.sparsity.claims import DESIGN, HIGH_SPARSITY
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.wording import (
     Role,
@@ -34,6 +35,39 @@ from convergent.studies.sparsity.wording import (
 )
 
 AXIS_NAMES = {"lr": "learning rate", "weight_decay": "weight decay"}
+
+# The phrases chosen by a claim's verdict, filled with the sentence's fields.
+NEAR_ZERO_WORDS = {
+    "reproduced": "HORST's unpruned {where} weights were more concentrated near zero than AdamW's",
+    "not reproduced": "HORST's unpruned {where} weights were less concentrated near zero than "
+    "AdamW's",
+    "inconclusive": "these seeds cannot tell whether HORST's unpruned {where} weights sit nearer "
+    "zero than AdamW's",
+    "untested": "whether HORST's {where} weights sit nearer zero is not known ({why})",
+}
+HAM_WORDS = {
+    "reproduced": "HORST beat HAM",
+    "not reproduced": "HORST did worse than HAM{setting}, so prefer HAM there",
+    "inconclusive": "these seeds cannot tell HORST from HAM",
+    "untested": "HORST against HAM is not known ({why})",
+}
+ADAMW_WORDS = {
+    Role.BEATS_ADAMW: {
+        "what": "HORST reaches a higher accuracy than AdamW at {top}",
+        "reproduced": "HORST beat AdamW at {top}",
+        "not reproduced": "HORST did worse than AdamW at {top}, so prefer AdamW there",
+        "inconclusive": "these seeds cannot tell HORST from AdamW at {top}",
+        "effect": "HORST's top-1 accuracy minus AdamW's",
+    },
+    Role.HALF_THE_LOSS: {
+        "what": "HORST loses at most half the accuracy AdamW loses at {high}",
+        "reproduced": "HORST lost at most half the accuracy AdamW lost at {high}",
+        "not reproduced": "HORST lost more than half the accuracy AdamW lost at {high}",
+        "inconclusive": "these seeds cannot tell whether HORST loses at most half the accuracy "
+        "AdamW loses at {high}",
+        "effect": "accuracy HORST lost minus half what AdamW lost",
+    },
+}
 
 # Public here: the summary, and the claim roles' keys it reads (`wording.role_keys`).
 __all__ = ["role_keys", "summary"]
@@ -209,16 +243,7 @@ def _near_zero_part(payload: Mapping[str, Any], part: Role, where: str) -> tuple
         return None
     name, record = found
     verdict = verdict_of(payload, name)
-    lead = {
-        "reproduced": f"HORST's unpruned {where} weights were more concentrated near zero than "
-        "AdamW's",
-        "not reproduced": f"HORST's unpruned {where} weights were less concentrated near zero "
-        "than AdamW's",
-        "inconclusive": f"these seeds cannot tell whether HORST's unpruned {where} weights sit "
-        "nearer zero than AdamW's",
-        "untested": f"whether HORST's {where} weights sit nearer zero is not known "
-        f"({why_untested(record)})",
-    }[verdict]
+    lead = NEAR_ZERO_WORDS[verdict].format(where=where, why=why_untested(record))
     fraction = stored_number(payload["data"].get("rms_fraction"))
     return name, (
         f"{lead} (share below {rounded(100 * fraction)} % of their tensor's RMS, HORST minus "
@@ -242,12 +267,7 @@ def _vision_against_ham(payload: Mapping[str, Any]) -> Sentence | None:
             if {"alpha", "lr"} <= set(ham)
             else ""
         )
-        lead = {
-            "reproduced": "HORST beat HAM",
-            "not reproduced": f"HORST did worse than HAM{setting}, so prefer HAM there",
-            "inconclusive": "these seeds cannot tell HORST from HAM",
-            "untested": f"HORST against HAM is not known ({why_untested(record, top)})",
-        }[verdict]
+        lead = HAM_WORDS[verdict].format(setting=setting, why=why_untested(record, top))
         parts.append(
             f"Training the vision transformer with AC/DC, {lead}: at {top} sparsity HORST's "
             f"top-1 accuracy minus HAM's was {effect_with_interval(record, 100)} points "
@@ -292,40 +312,22 @@ def _vision_against_adamw(payload: Mapping[str, Any]) -> Sentence | None:
     sparsities = payload["config"]["sparsities"]
     top = percent_shown(max(sparsities))
     high = "-".join(f"{round(100 * t)}" for t in sparsities if t >= HIGH_SPARSITY - 1e-9) + " %"
-    what = {
-        Role.BEATS_ADAMW: f"HORST reaches a higher accuracy than AdamW at {top}",
-        Role.HALF_THE_LOSS: f"HORST loses at most half the accuracy AdamW loses at {high}",
-    }
-    tested = {
-        Role.BEATS_ADAMW: {
-            "reproduced": f"HORST beat AdamW at {top}",
-            "not reproduced": f"HORST did worse than AdamW at {top}, so prefer AdamW there",
-            "inconclusive": f"these seeds cannot tell HORST from AdamW at {top}",
-        },
-        Role.HALF_THE_LOSS: {
-            "reproduced": f"HORST lost at most half the accuracy AdamW lost at {high}",
-            "not reproduced": f"HORST lost more than half the accuracy AdamW lost at {high}",
-            "inconclusive": "these seeds cannot tell whether HORST loses at most half the "
-            f"accuracy AdamW loses at {high}",
-        },
-    }
-    effects = {
-        Role.BEATS_ADAMW: "HORST's top-1 accuracy minus AdamW's",
-        Role.HALF_THE_LOSS: "accuracy HORST lost minus half what AdamW lost",
-    }
     verdicts = {name: verdict_of(payload, name) for name, _ in found}
     unknown = [(n, r) for n, r in found if verdicts[n] == "untested"]
     parts = []
     if unknown:
-        claims = " and whether ".join(by_role(payload, what, name) for name, _ in unknown)
+        claims = " and whether ".join(
+            by_role(payload, ADAMW_WORDS, name)["what"].format(top=top, high=high)
+            for name, _ in unknown
+        )
         reasons = list(dict.fromkeys(why_untested(record, top) for _, record in unknown))
         stays = "stay" if len(unknown) > 1 else "stays"
         parts.append(f"whether {claims} {stays} untested: {'; '.join(reasons)}")
     for name, record in found:
         if verdicts[name] != "untested":
+            words = by_role(payload, ADAMW_WORDS, name)
             parts.append(
-                f"{by_role(payload, tested, name)[verdicts[name]]} "
-                f"({by_role(payload, effects, name)}: "
+                f"{words[verdicts[name]].format(top=top, high=high)} ({words['effect']}: "
                 f"{effect_with_interval(record, 100)} points; {verdict_phrase(payload, name)})"
             )
     return Sentence(f"Under AC/DC, {'; and '.join(parts)}.", verdicts)

@@ -11,8 +11,8 @@ from enum import StrEnum
 from typing import Any
 
 from convergent.studies.framework import claims_by_key, finite_mean, stored_number, verdict_of
+from convergent.studies.sparsity.checks import FLOOR_CHECK
 from convergent.studies.sparsity.claims import (
-    FLOOR_CHECK,
     HIGH_SPARSITY,
     half_loss_key,
     near_zero_key,

@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.studies.descent.checks import ACTIVE_CHECK, BUMP_CHECK, PEAK_CHECK
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    ACTIVE_CHECK,
+    BUMP_CHECK,
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
+    PEAK_CHECK,
     TEXT_MONOTONE_KEY,
     TEXT_TUNING,
     VIDEO_MONOTONE_KEY,

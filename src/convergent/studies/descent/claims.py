@@ -2,44 +2,41 @@
 
 Every effect is one number per final seed: the paired difference of the selected ERM and
 constrained configurations trained from that seed (same data order, same perturbation
-draws). Thresholds and checks, written down before the run:
+draws). Thresholds and checks, written down before the run (the manipulation checks and the
+monotone claim every part shares are in :mod:`~convergent.studies.descent.checks`):
 
-- clean accuracy within 0.3 point of ERM (the paper's figure) and within 1 point;
-- under each perturbation kind, accuracy averaged over its levels at least 1 point above
+- (a) clean accuracy within 0.3 point of ERM (the paper's figure) and within 1 point;
+- (a) under each perturbation kind, accuracy averaged over its levels at least 1 point above
   ERM's;
-- per-layer losses monotone up to a tolerance where ERM's are not: no layer's test loss more
-  than 1 % above the previous layer's (the report shows the seed spread of ERM's
-  layer-to-layer changes beside it), with larger bumps in at least half of the ERM seeds;
-- the denoiser's RMSE at least 1 % lower than ERM's at every noise level at or beyond twice
-  the training level.
-
-Manipulation checks: the largest multiplier during training at least 0.1 and some
-constraint active (lambda_l > 0) in at least 20 % of the training steps, in every seed.
+- (b) the denoiser's RMSE at least 1 % lower than ERM's at every noise level at or beyond
+  twice the training level;
+- (c) the win rate, the share of test windows on which the constrained model's loss is lower
+  than ERM's (ties count half): without noise within 50 % +- 5 points (the paper: 50 %),
+  two-sided, with the check that ERM's fine-tune improved on its start; under Gaussian
+  embedding noise at gamma 1.5, at least 55 % (the paper: 69.93 %);
+- (a), (b), (c): per-layer losses monotone where ERM's are not.
 
 The clean claims' interval (design 3). Final text runs store which test sentences each model
 classified correctly, and the interval of the clean difference spans test sentences and seeds
-together (:func:`~convergent.studies.framework.crossed.crossed_interval`). Of the options, it
-is the one that leaves out no source of variance: the seed-level t-interval holds the test set
-fixed, and a paired t-interval over sentences holds the trained models fixed (it ignores the
-shift a seed gives every sentence at once, so it is too narrow whenever seeds matter). Its gain
-is its degrees of freedom: where seeds add little, its t quantile is near 1.96 instead of
-t_(0.975, 4) = 2.78. Every clean claim also states its resolution (the interval's half-width
-against the margin) and, at the seed level, how many seeds would bring the half-width to the
-margin. Design 2's 5 seeds gave a per-seed SD of 0.89 points: a seed-level half-width of 1.1
-points, so neither margin was resolvable there (0.3 point needs about 37 seeds at that SD, 70 for
-80 % power at a true difference of 0; 1 point needs 6). A margin below the resolution reads as
+together (:func:`~convergent.studies.framework.crossed.crossed_interval`; part (c)'s win rates
+likewise, on the win marks of test windows). Of the options, it is the one that leaves out no
+source of variance: the seed-level t-interval holds the test set fixed, and a paired
+t-interval over sentences holds the trained models fixed (it ignores the shift a seed gives
+every sentence at once, so it is too narrow whenever seeds matter). Its gain is its degrees of
+freedom: where seeds add little, its t quantile is near 1.96 instead of t_(0.975, 4) = 2.78.
+Every such claim also states its resolution (the interval's half-width against the margin)
+and, at the seed level, how many seeds would bring the half-width to the margin. Design 2's 5
+seeds gave a per-seed SD of 0.89 points: a seed-level half-width of 1.1 points, so neither
+clean margin was resolvable there (0.3 point needs about 37 seeds at that SD, 70 for 80 %
+power at a true difference of 0; 1 point needs 6). A margin below the resolution reads as
 inconclusive, not as a failure; the resolution is reported, not a check, because a check would
-hide an interval wholly below the margin (a clear "not reproduced") as well.
+hide an interval wholly below the margin (a clear "not reproduced") as well. Part (c)'s
+expected half-width at 783 test windows and 5 seeds is 1.6 to 3.5 points before seed-to-seed
+variance (config.py has the arithmetic, and the pilot a measured value).
 
-Design 2's stored data (no per-sentence marks) is scored by these claims exploratorily: the
-clean claims with the seed-level interval and the resolution statement, the rest as written.
-The design is ``DESIGN``, stored in the payload as ``data["design"]``.
-
-Part (c), the language model's win rates, is scored in
-:mod:`~convergent.studies.descent.language_claims`.
-
-The manipulation checks and the monotone claim, which every part shares, are in
-:mod:`~convergent.studies.descent.checks`.
+Design 2's stored data (no per-sentence marks, no part (c)) is scored by these claims
+exploratorily: the clean claims with the seed-level interval and the resolution statement, the
+rest as written. The design is ``DESIGN``, stored in the payload as ``data["design"]``.
 """
 
 from __future__ import annotations
@@ -50,6 +47,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from convergent.studies.descent.checks import (
+    CLEAN_KEY,
+    CLEAN_PAPER_KEY,
+    LANGUAGE_CLEAN_KEY,
+    LANGUAGE_MONOTONE_KEY,
+    LANGUAGE_NOISE_KEY,
+    TEXT_MONOTONE_KEY,
+    VIDEO_MONOTONE_KEY,
+    VIDEO_NOISE_KEY,
     Record,
     exercised,
     mean_of,
@@ -57,22 +62,20 @@ from convergent.studies.descent.checks import (
     numbers_text,
     paired_runs,
     points_text,
-)
-from convergent.studies.descent.keys import (
-    CLEAN_KEY,
-    CLEAN_PAPER_KEY,
-    TEXT_MONOTONE_KEY,
-    VIDEO_MONOTONE_KEY,
-    VIDEO_NOISE_KEY,
     robustness_key,
 )
-from convergent.studies.descent.language_claims import language_claims
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
+from convergent.studies.descent.measures import sequence_wins
 from convergent.studies.descent.selection import revised_selection
+from convergent.studies.engine import CheckSpec
 from convergent.studies.framework import (
     Check,
     Claim,
+    CrossedInterval,
+    Threshold,
     as_exploratory,
     at_least,
+    at_most,
     check_design,
     claim_from_seeds,
     crossed_interval,
@@ -80,6 +83,7 @@ from convergent.studies.framework import (
     margin_resolution,
     mark_differences,
     with_crossed,
+    within,
 )
 
 DESIGN = 3
@@ -89,11 +93,23 @@ CLEAN_MARGIN = 0.01  # accuracy: the constrained model at most 1 point below ERM
 ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)
 RMSE_MARGIN = 0.01  # relative
 OOD_MULTIPLE = 2.0  # test noise levels at or beyond this multiple of the training level
-
-
+WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
+WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
+PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
+ERM_FIT_CHECK = (
+    "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
+)
+ERM_FIT = CheckSpec(
+    ERM_FIT_CHECK,
+    at_most(1.0),  # ERM's clean test perplexity at most its start's
+    "max",
+    note="equally good is only worth saying of fine-tunes that learnt something (a "
+    "constrained model much worse than ERM shows in the win rate itself)",
+    missing="an ERM seed diverged or has no start",
+)
 CROSSED_METHOD = (
-    "95 % interval over test sentences and seeds together (two-way crossed random effects on "
-    "the per-sentence paired differences, Satterthwaite degrees of freedom)"
+    "95 % interval over test {} and seeds together (two-way crossed random effects on the "
+    "per-{} {}, Satterthwaite degrees of freedom)"
 )
 # What changed in each claim's test since design 2, and why (the report's history table).
 GRID_BUDGET = "grid runs now train as long as the final runs (design 2's grids ran 60 of 150 steps)"
@@ -115,6 +131,43 @@ REGIME_SUPERSEDED = (
     "of the frames the test split uses; design 3's validation-only pilot (descent/pilot.py) "
     "supersedes it."
 )
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "descent.text_": "(a) text classifier",
+    "descent.video_": "(b) video denoiser",
+    "descent.language_": "(c) language model",
+}
+
+
+def _crossed(table: Sequence[Sequence[float]]) -> CrossedInterval | None:
+    return crossed_interval(table) if len(table) > 1 else None
+
+
+def _crossed_claim(
+    statement: str,
+    per_seed: Sequence[float],
+    table: Sequence[Sequence[float]],
+    threshold: Threshold,
+    margin: float,
+    method: str,
+    evidence: Any,
+    **fields: Any,
+) -> Claim:
+    """A paired claim with the two-way interval over ``table``'s rows (seeds) and columns (test
+    sentences or windows) where there is one (:func:`_crossed`); ``evidence(found)`` the
+    evidence given the margin's resolution."""
+    crossed = _crossed(table)
+    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
+    claim = claim_from_seeds(
+        statement,
+        per_seed,
+        threshold,
+        evidence=evidence(found),
+        paired=True,
+        extra={"resolution": found},
+        **fields,
+    )
+    return with_crossed(claim, crossed, method)
 
 
 def sentence_differences(erm: Sequence[Record], constrained: Sequence[Record]) -> list[list[int]]:
@@ -169,38 +222,36 @@ def clean_claims(
     with the two-way interval over sentences and seeds where the runs marked their sentences."""
     clean = [c["clean"] - e["clean"] for e, c in zip(erm, constrained, strict=True)]
     rows = sentence_differences(erm, constrained)
-    crossed = crossed_interval(rows) if len(rows) > 1 else None
     over = (
         "95 % interval over test sentences and seeds"
-        if crossed is not None
+        if _crossed(rows) is not None
         else "seed-level interval"
     )
     evidence = (
         f"clean test accuracy: constrained {100 * mean_of(constrained, 'clean'):.2f} %, ERM "
         f"{100 * mean_of(erm, 'clean'):.2f} %; per seed difference {points_text(clean)} points."
     )
-    claims = []
     margins = (
         (CLEAN_PAPER_KEY, CLEAN_PAPER_MARGIN, ", the paper's figure"),
         (CLEAN_KEY, CLEAN_MARGIN, ""),
     )
-    for key, margin, source in margins:
-        found = margin_resolution(clean, crossed, len(rows[0]) if rows else None, margin)
-        claim = claim_from_seeds(
+    return [
+        _crossed_claim(
             f"(a) Clean accuracy within {100 * margin:g} point of ERM{source} (here: "
             f"constrained minus ERM at least -{100 * margin:g} point, {over}).",
             clean,
+            rows,
             at_least(-margin),
+            margin,
+            CROSSED_METHOD.format("sentences", "sentence", "paired differences"),
+            lambda found: evidence + _resolution_text(found),
             key=key,
             unit="accuracy (fraction; constrained minus ERM, clean test set)",
             checks=checks,
-            evidence=evidence + _resolution_text(found),
-            paired=True,
-            extra={"resolution": found},
             revised=CLEAN_REVISED.format(margin=f"{100 * margin:g} point"),
         )
-        claims.append(with_crossed(claim, crossed, CROSSED_METHOD))
-    return claims
+        for key, margin, source in margins
+    ]
 
 
 def text_claims(text: Mapping[str, Any]) -> list[Claim]:
@@ -213,6 +264,10 @@ def text_claims(text: Mapping[str, Any]) -> list[Claim]:
             statistics.fmean(c[kind]) - statistics.fmean(e[kind])
             for e, c in zip(erm, constrained, strict=True)
         ]
+        mean = {
+            name: 100 * statistics.fmean(statistics.fmean(r[kind]) for r in records)
+            for name, records in (("constrained", constrained), ("ERM", erm))
+        }
         claims.append(
             claim_from_seeds(
                 f"(a) Under {kind.replace('_', ' ')} the constrained model is more accurate "
@@ -223,20 +278,16 @@ def text_claims(text: Mapping[str, Any]) -> list[Claim]:
                 key=robustness_key(kind),
                 unit="accuracy (fraction; constrained minus ERM, mean over levels)",
                 checks=checks,
-                evidence=f"mean accuracy over levels: constrained "
-                f"{100 * statistics.fmean(statistics.fmean(c[kind]) for c in constrained):.1f} %, "
-                f"ERM {100 * statistics.fmean(statistics.fmean(e[kind]) for e in erm):.1f} %; "
-                f"per seed difference {points_text(gains)} points.",
+                evidence=f"mean accuracy over levels: constrained {mean['constrained']:.1f} %, "
+                f"ERM {mean['ERM']:.1f} %; per seed difference {points_text(gains)} points.",
                 paired=True,
                 revised=TEXT_REVISED,
             )
         )
-    claims.append(
-        monotone_claim(
-            text["runs"], "(a)", TEXT_MONOTONE_KEY, "cross-entropy", checks, TEXT_REVISED
-        )
+    monotone = monotone_claim(
+        text["runs"], "(a)", TEXT_MONOTONE_KEY, "cross-entropy", checks, TEXT_REVISED
     )
-    return claims
+    return [*claims, monotone]
 
 
 def video_claims(
@@ -287,12 +338,120 @@ def video_claims(
     ]
 
 
-# The study's parts, each one family of claims tested together (Holm: framework/family.py).
-FAMILIES: Mapping[str, str] = {
-    "descent.text_": "(a) text classifier",
-    "descent.video_": "(b) video denoiser",
-    "descent.language_": "(c) language model",
-}
+def win_rows(
+    erm: Sequence[Record], constrained: Sequence[Record], level: int | None = None
+) -> list[list[float] | None]:
+    """Per seed, per test window: the constrained model's win mark against ERM (1, 0.5 or 0)
+    from the final runs' per-window losses, clean (``level`` None) or at the Gaussian level of
+    that index; None for a seed without losses (a diverged run)."""
+    key = "sequence_losses" if level is None else "noisy_sequence_losses"
+    rows: list[list[float] | None] = []
+    for e, c in zip(erm, constrained, strict=True):
+        if e.get(key) is None or c.get(key) is None:
+            rows.append(None)
+            continue
+        rows.append(sequence_wins(*(r[key] if level is None else r[key][level] for r in (e, c))))
+    return rows
+
+
+def _win_resolution(found: Mapping[str, Any]) -> str:
+    half, margin = found["half_width"], found["margin"]
+    if not (math.isfinite(half) and found["sentences"]):
+        return f" Resolution of the {100 * margin:g}-point margin: n/a (fewer than 2 seeds)."
+    return (
+        f" Resolution: the interval's half-width is {100 * half:.1f} points over "
+        f"{found['sentences']:,} test windows and seeds (seed-level alone "
+        f"{100 * found['seed_half_width']:.1f}) against the {100 * margin:g}-point margin: "
+        f"{'resolvable' if found['resolvable'] else 'unresolvable'} at this size."
+    )
+
+
+def _win_claim(
+    key: str,
+    statement: str,
+    rows: Sequence[list[float] | None],
+    threshold: Threshold,
+    margin: float,
+    checks: Sequence[Check],
+    perplexities: str,
+) -> Claim:
+    per_seed = [statistics.fmean(row) if row else math.nan for row in rows]
+    return _crossed_claim(
+        statement,
+        per_seed,
+        [row for row in rows if row],
+        threshold,
+        margin,
+        CROSSED_METHOD.format("windows", "window", "win marks"),
+        lambda found: (
+            f"win rate per seed {points_text(per_seed)} %; {perplexities}." + _win_resolution(found)
+        ),
+        key=key,
+        unit="win rate (share of test windows where the constrained model's loss is lower "
+        "than ERM's, ties half)",
+        checks=checks,
+    )
+
+
+def language_claims(language: Mapping[str, Any]) -> list[Claim]:
+    """Part (c): the clean and the noisy win rate against ERM, and monotone per-layer losses."""
+    erm, constrained = paired_runs(language["runs"])
+    checks = exercised(constrained, "language")
+    level = [float(g) for g in language["gammas"]].index(LANGUAGE_CLAIM_GAMMA)
+    ratios = [
+        float(r["perplexity"]) / float(r["start_perplexity"])
+        for r in erm
+        if r.get("start_perplexity") is not None
+    ]
+    fits = ERM_FIT.check(ratios if len(ratios) == len(erm) else [])
+
+    def shown(index: int | None) -> str:
+        mean = {
+            name: statistics.fmean(
+                r["perplexity"] if index is None else r["gaussian"][index] for r in records
+            )
+            for name, records in (("constrained", constrained), ("ERM", erm))
+        }
+        start = f", start {mean_of(erm, 'start_perplexity'):.2f}" if index is None else ""
+        return (
+            f"test perplexity constrained {mean['constrained']:.2f}, ERM {mean['ERM']:.2f}{start}"
+        )
+
+    window = "the share of test windows on which its loss is lower than ERM's{}, ties half"
+    interval = "95 % interval over test windows and seeds"
+    noise = f" under noise of RMS {LANGUAGE_CLAIM_GAMMA:g}x the embedding RMS"
+    return [
+        _win_claim(
+            LANGUAGE_CLEAN_KEY,
+            "(c) Without noise the descent-constrained fine-tune is judged as good as the "
+            f"unconstrained one, a 50 % win rate (here: {window.format('')}, within "
+            f"{100 * (0.5 - WIN_CLEAN_MARGIN):g}-{100 * (0.5 + WIN_CLEAN_MARGIN):g} %, {interval}).",
+            win_rows(erm, constrained),
+            within(0.5 - WIN_CLEAN_MARGIN, 0.5 + WIN_CLEAN_MARGIN),
+            WIN_CLEAN_MARGIN,
+            [*checks, fits],
+            shown(None),
+        ),
+        _win_claim(
+            LANGUAGE_NOISE_KEY,
+            f"(c) Under Gaussian embedding noise (gamma {LANGUAGE_CLAIM_GAMMA:g}) the "
+            "descent-constrained fine-tune beats the unconstrained one, a "
+            f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: {window.format(noise)}, at least "
+            f"{100 * (0.5 + WIN_NOISE_MARGIN):g} %, {interval}).",
+            win_rows(erm, constrained, level),
+            at_least(0.5 + WIN_NOISE_MARGIN),
+            WIN_NOISE_MARGIN,
+            checks,
+            shown(level),
+        ),
+        monotone_claim(
+            language["runs"],
+            "(c)",
+            LANGUAGE_MONOTONE_KEY,
+            "cross-entropy through the LM head",
+            checks,
+        ),
+    ]
 
 
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:

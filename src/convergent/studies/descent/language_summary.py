@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.checks import BUMP_CHECK
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    BUMP_CHECK,
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
 )
-from convergent.studies.descent.language_claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
+from convergent.studies.descent.claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
 from convergent.studies.descent.wording import Claim, binding, check_named, percent, strength
 from convergent.studies.framework import Sentence, claims_by_key, verdicts_of
 

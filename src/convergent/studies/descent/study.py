@@ -23,9 +23,9 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.brief import advice, brief
+from convergent.studies.descent.checks import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
 from convergent.studies.descent.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.keys import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
 from convergent.studies.descent.language import fine_tunes, pretraining
 from convergent.studies.descent.pilot import PILOT_SEEDS, run_pilot
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables

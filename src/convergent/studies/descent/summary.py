@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.checks import BUMP_CHECK
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    BUMP_CHECK,
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,

@@ -267,6 +267,17 @@ class Config:
             },
         }
 
+    def text_levels(self) -> dict[str, tuple[float, ...]]:
+        """Each test shift of part (a) (embedding perturbations, then text shifts) and its
+        levels."""
+        return {
+            "gaussian": self.additive_gammas,
+            "uniform": self.additive_gammas,
+            "discrete": self.discrete_gammas,
+            "typos": self.typo_rates,
+            "word_dropout": self.dropout_rates,
+        }
+
     def erm_lr_scales(self) -> tuple[float, ...]:
         """ERM's learning rates relative to the constrained runs' (``erm_lrs / text_lr``)."""
         return tuple(lr / self.text_lr for lr in self.erm_lrs)

@@ -1,17 +1,7 @@
-"""The ``descent`` study's run: every part, each selected on its grids and then trained from
-every final seed.
-
-Each part follows the same protocol (:mod:`convergent.studies.descent.config`): both methods'
-declared grids (the same size) are trained with the selection seed and scored on validation;
-one rule selects each method's point (the best score under a validation shift among the
-points whose clean score is within a tolerance of the method's best clean one; on the
-denoiser, among the points where the constraints act, when any does:
-:func:`~convergent.studies.descent.selection.denoising_score`); the selected
-configurations train from every final seed and are scored once on test. Part (c), the
-language model (``run_language``), first pretrains one shared checkpoint (a unit of its own),
-and both of its methods select their own learning rate: its grids run side by side, each
-selected by :func:`~convergent.studies.descent.selection.language_score`. Every run is a unit in
-``OUT/units`` (resumable); units run in ``workers`` processes.
+"""The ``descent`` study's run: every part selected on its grids on validation (the
+protocol: :mod:`convergent.studies.descent.config`), then trained from every final seed and
+scored once on test; part (c) first pretrains its shared checkpoint (a unit of its own). Every
+run is a unit in ``OUT/units`` (resumable); units run in ``workers`` processes.
 """
 
 from __future__ import annotations
@@ -195,13 +185,7 @@ class DescentStudy:
             if config.run_language
             else None
         )
-        text["levels"] = {
-            "gaussian": config.additive_gammas,
-            "uniform": config.additive_gammas,
-            "discrete": config.discrete_gammas,
-            "typos": config.typo_rates,
-            "word_dropout": config.dropout_rates,
-        }
+        text["levels"] = config.text_levels()
         video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
         parts = {"text": (text, TEXT_TUNING), "video": (video, VIDEO_TUNING)}
         if language is not None:

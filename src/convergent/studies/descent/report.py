@@ -33,16 +33,15 @@ REGIME_PILOT = (
     "descent-pilot/pilot.json)."
 )
 GRID_AXES = ("lr_scale", "lr", "weight_decay", "resilient_cost", "alpha")
-KINDS = ("gaussian", "uniform", "discrete", "typos", "word_dropout")
 
 
-def _spread(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+STYLES = dict(zip(METHODS, ("o--", "s-"), strict=True))  # each method's line in every figure
 
 
 def _fmt(values: list[float], digits: int = 4) -> str:
-    mean, std = _spread(values)
-    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+    """The mean of ``values`` and, over two or more, their SD."""
+    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.{digits}f}{spread}"
 
 
 def _selected(point: dict[str, Any]) -> str:
@@ -50,30 +49,24 @@ def _selected(point: dict[str, Any]) -> str:
 
 
 def _grid_rows(part: dict[str, Any], scores: dict[str, str]) -> list[dict[str, Any]]:
-    axes = list(
-        dict.fromkeys(
-            key for entries in part["selection"].values() for key in entries[0] if key in GRID_AXES
-        )
-    )
+    selection = part["selection"]
+    axes = [*dict.fromkeys(k for runs in selection.values() for k in runs[0] if k in GRID_AXES)]
     rows = []
-    for method, entries in part["selection"].items():
+    for method, entries in selection.items():
+        chosen = part["selected"][method]
         for entry in entries:
             point = {axis: entry.get(axis, "") for axis in axes}
+            if method == "constrained" and point.get("resilient_cost", "") is None:
+                point["resilient_cost"] = "hard"
             rows.append(
                 {
                     "method": method,
-                    **{
-                        axis: "hard"
-                        if axis == "resilient_cost" and value is None and method == "constrained"
-                        else value
-                        for axis, value in point.items()
-                    },
+                    **point,
                     **{label: entry[key] for key, label in scores.items()},
                     "largest lambda": entry.get("multiplier_max"),
                     "share active": entry.get("multiplier_active_share"),
                     "selected": "yes"
-                    if {a: entry.get(a) for a in axes if a in part["selected"][method]}
-                    == part["selected"][method]
+                    if {a: entry.get(a) for a in axes if a in chosen} == chosen
                     else "",
                 }
             )
@@ -312,9 +305,9 @@ def draw_figures(
     slacks over training, as PNG files in ``out``; returns their names."""
     names = []
     figure = Figure(figsize=(19, 3.6))
-    for axis, kind in zip(figure.subplots(1, len(KINDS)), KINDS, strict=True):
+    for axis, kind in zip(figure.subplots(1, len(XLABELS)), XLABELS, strict=True):
         gammas = [0.0, *text["levels"][kind]]
-        for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+        for method, style in STYLES.items():
             runs = [[r["clean"], *r[kind]] for r in text["runs"][method]]
             _band(axis, gammas, runs, method, style)
         axis.set_title(f"{kind} perturbation")
@@ -325,7 +318,7 @@ def draw_figures(
 
     figure = Figure(figsize=(11, 3.8))
     text_axis, video_axis = figure.subplots(1, 2)
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         runs = [r["layer_losses"] for r in text["runs"][method]]
         _band(text_axis, list(range(len(runs[0]))), runs, method, style)
         runs = [r["layer_losses"] for r in video["runs"][method]]
@@ -343,7 +336,7 @@ def draw_figures(
     figure = Figure(figsize=(5.5, 3.8))
     axis = figure.subplots()
     multiples = list(noise_multiples)
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         _band(axis, multiples, [r["rmse"] for r in video["runs"][method]], method, style)
     axis.plot(multiples, video["sigmas"], ":", color="gray", label="noisy input")
     axis.axvline(1.0, color="gray", linewidth=0.8)
@@ -394,7 +387,7 @@ def draw_language(language: dict[str, Any], out: Path) -> str:
         )
     wins.axhline(0.5, color="gray", linewidth=0.8, label="50 % (a tie)")
     wins.set_ylabel("win rate against ERM (test windows)")
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         runs = [[r["perplexity"], *r["gaussian"]] for r in language["runs"][method]]
         _band(perplexity, gammas, runs, method, style)
         losses = [r["layer_losses"] for r in language["runs"][method]]

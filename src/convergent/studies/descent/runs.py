@@ -37,9 +37,9 @@ from convergent.studies.descent.measures import (
     noisy_pairs,
     robustness,
 )
-from convergent.studies.descent.models import denoiser, text_model, train_model
+from convergent.studies.descent.models import denoiser, train_model
 from convergent.studies.engine import Unit, training_key
-from convergent.studies.framework import correct_per_example, rt_sentences
+from convergent.studies.framework import correct_per_example, minilm_classifier, rt_sentences
 from convergent.train import evaluate
 
 EMBEDDING_SHIFTS = ("gaussian", "uniform", "discrete")  # the rest shift the text itself
@@ -197,7 +197,7 @@ def text_unit(
         config.validation_examples,
         config.test_examples,
     )
-    model = text_model(seed, config.text_layers)
+    model = minilm_classifier(seed, config.text_layers)  # a fresh mean-pooled 2-class head
     record, report_alpha = _trained(config, method, point, seed, "text", model, data.train, final)
     if record is None:
         if not final:

@@ -117,6 +117,16 @@ def _language(config: Config, cache: UnitCache, log: Log, criterion: str) -> dic
     }
 
 
+def _acting_criterion(score: str, tolerance: float, clean: str) -> str:
+    """The denoiser's rule in words (part (c)'s too), for the tuning record."""
+    return (
+        f"{score}, among the method's points where its constraints act (largest lambda >= "
+        f"{acting.MULTIPLIER_FLOOR:g}, active in >= {100 * acting.ACTIVE_SHARE_FLOOR:g} % of the "
+        f"steps; every point when none does) within {100 * tolerance:g} % of the best such "
+        f"{clean} (n/a: outside)"
+    )
+
+
 class DescentStudy:
     """The ``descent`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
 
@@ -161,12 +171,11 @@ class DescentStudy:
             functools.partial(part_unit, config, "video"),
             denoising_score,
             False,
-            f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
-            "the method's points where its constraints act (largest lambda >= "
-            f"{acting.MULTIPLIER_FLOOR:g}, active in >= {100 * acting.ACTIVE_SHARE_FLOOR:g} % "
-            "of the steps; every point when none does) within "
-            f"{100 * config.clean_tolerance:g} % of the best such RMSE at the training noise "
-            "(n/a: outside)",
+            _acting_criterion(
+                f"validation RMSE at {config.selection_multiple:g}x the training noise",
+                config.clean_tolerance,
+                "RMSE at the training noise",
+            ),
             lambda line: log(f"(b) {line}"),
             inherit=True,
         )
@@ -175,12 +184,12 @@ class DescentStudy:
                 config,
                 cache,
                 lambda line: log(f"(c) {line}"),
-                "validation perplexity under Gaussian embedding noise (gamma "
-                f"{config.language.selection_gamma:g}), among the method's points where its "
-                f"constraints act (largest lambda >= {acting.MULTIPLIER_FLOOR:g}, active in >= "
-                f"{100 * acting.ACTIVE_SHARE_FLOOR:g} % of the steps; every point when none "
-                f"does) within {100 * config.clean_tolerance:g} % of the best such clean "
-                "validation perplexity (n/a: outside)",
+                _acting_criterion(
+                    "validation perplexity under Gaussian embedding noise (gamma "
+                    f"{config.language.selection_gamma:g})",
+                    config.clean_tolerance,
+                    "clean validation perplexity",
+                ),
             )
             if config.run_language
             else None

@@ -21,8 +21,8 @@ from convergent.losses import next_token_labels
 from convergent.models import Transformer, TransformerConfig
 from convergent.studies.descent import Config, claims_from_results, run_language_pilot, summary
 from convergent.studies.descent import language as descent_language
-from convergent.studies.descent.claims import language_claims
 from convergent.studies.descent.config import LanguageConfig
+from convergent.studies.descent.language_claims import language_claims
 from convergent.studies.descent.measures import sequence_losses, sequence_wins
 from convergent.studies.descent.pilot import expected_half_width
 from convergent.studies.descent.report import draw_language, language_tables

@@ -16,8 +16,8 @@ the selected points from every final seed and scores them once on test; every co
 records its multipliers and slacks over training, the manipulation check of every claim.
 Modules: ``config`` (settings, grids, modes), ``study`` (the run), ``runs`` and
 ``language`` (the units of parts (a), (b) and (c)), ``models``, ``measures``, ``selection``,
-``checks`` (the claims' keys and shared checks), ``claims``, ``report``, ``summary``,
-``language_summary``, ``wording`` and ``brief`` (the words), ``pilot`` (validation only).
+``checks`` (the claims' keys and shared parts), ``claims``, ``language_claims``, ``report``,
+``summary``, ``language_summary``, ``wording`` and ``brief`` (the words), ``pilot``.
 Run with ``convergent reproduce descent --quick`` (or ``--smoke``, ``--full``; ``--pilot``).
 """
 

@@ -21,7 +21,18 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.engine import CheckSpec
-from convergent.studies.framework import Check, Claim, at_least, at_most, claim_from_seeds
+from convergent.studies.framework import (
+    Check,
+    Claim,
+    CrossedInterval,
+    Threshold,
+    at_least,
+    at_most,
+    claim_from_seeds,
+    crossed_interval,
+    margin_resolution,
+    with_crossed,
+)
 
 # Summaries, reports and history find a claim by its key, never by its wording.
 CLEAN_PAPER_KEY = "descent.text_clean_within_paper_margin"
@@ -194,3 +205,40 @@ def numbers_text(values: Sequence[float]) -> str:
 
 def points_text(values: Sequence[float]) -> str:
     return ", ".join(f"{100 * value:.1f}" for value in values)
+
+
+CROSSED_METHOD = (
+    "95 % interval over test {} and seeds together (two-way crossed random effects on the "
+    "per-{} {}, Satterthwaite degrees of freedom)"
+)
+
+
+def crossed_of(table: Sequence[Sequence[float]]) -> CrossedInterval | None:
+    return crossed_interval(table) if len(table) > 1 else None
+
+
+def crossed_claim(
+    statement: str,
+    per_seed: Sequence[float],
+    table: Sequence[Sequence[float]],
+    threshold: Threshold,
+    margin: float,
+    method: str,
+    evidence: Any,
+    **fields: Any,
+) -> Claim:
+    """A paired claim with the two-way interval over ``table``'s rows (seeds) and columns (test
+    sentences or windows) where there is one (:func:`crossed_of`); ``evidence(found)`` the
+    evidence given the margin's resolution."""
+    crossed = crossed_of(table)
+    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
+    claim = claim_from_seeds(
+        statement,
+        per_seed,
+        threshold,
+        evidence=evidence(found),
+        paired=True,
+        extra={"resolution": found},
+        **fields,
+    )
+    return with_crossed(claim, crossed, method)

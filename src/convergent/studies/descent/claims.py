@@ -49,13 +49,13 @@ from typing import Any
 from convergent.studies.descent.checks import (
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
-    LANGUAGE_CLEAN_KEY,
-    LANGUAGE_MONOTONE_KEY,
-    LANGUAGE_NOISE_KEY,
+    CROSSED_METHOD,
     TEXT_MONOTONE_KEY,
     VIDEO_MONOTONE_KEY,
     VIDEO_NOISE_KEY,
     Record,
+    crossed_claim,
+    crossed_of,
     exercised,
     mean_of,
     monotone_claim,
@@ -64,26 +64,17 @@ from convergent.studies.descent.checks import (
     points_text,
     robustness_key,
 )
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
-from convergent.studies.descent.measures import sequence_wins
+from convergent.studies.descent.language_claims import language_claims
 from convergent.studies.descent.selection import revised_selection
-from convergent.studies.engine import CheckSpec
 from convergent.studies.framework import (
     Check,
     Claim,
-    CrossedInterval,
-    Threshold,
     as_exploratory,
     at_least,
-    at_most,
     check_design,
     claim_from_seeds,
-    crossed_interval,
     family_tested,
-    margin_resolution,
     mark_differences,
-    with_crossed,
-    within,
 )
 
 DESIGN = 3
@@ -93,24 +84,6 @@ CLEAN_MARGIN = 0.01  # accuracy: the constrained model at most 1 point below ERM
 ROBUSTNESS_MARGIN = 0.01  # accuracy (1 point)
 RMSE_MARGIN = 0.01  # relative
 OOD_MULTIPLE = 2.0  # test noise levels at or beyond this multiple of the training level
-WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
-WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
-PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
-ERM_FIT_CHECK = (
-    "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
-)
-ERM_FIT = CheckSpec(
-    ERM_FIT_CHECK,
-    at_most(1.0),  # ERM's clean test perplexity at most its start's
-    "max",
-    note="equally good is only worth saying of fine-tunes that learnt something (a "
-    "constrained model much worse than ERM shows in the win rate itself)",
-    missing="an ERM seed diverged or has no start",
-)
-CROSSED_METHOD = (
-    "95 % interval over test {} and seeds together (two-way crossed random effects on the "
-    "per-{} {}, Satterthwaite degrees of freedom)"
-)
 # What changed in each claim's test since design 2, and why (the report's history table).
 GRID_BUDGET = "grid runs now train as long as the final runs (design 2's grids ran 60 of 150 steps)"
 CLEAN_REVISED = (
@@ -137,37 +110,6 @@ FAMILIES: Mapping[str, str] = {
     "descent.video_": "(b) video denoiser",
     "descent.language_": "(c) language model",
 }
-
-
-def _crossed(table: Sequence[Sequence[float]]) -> CrossedInterval | None:
-    return crossed_interval(table) if len(table) > 1 else None
-
-
-def _crossed_claim(
-    statement: str,
-    per_seed: Sequence[float],
-    table: Sequence[Sequence[float]],
-    threshold: Threshold,
-    margin: float,
-    method: str,
-    evidence: Any,
-    **fields: Any,
-) -> Claim:
-    """A paired claim with the two-way interval over ``table``'s rows (seeds) and columns (test
-    sentences or windows) where there is one (:func:`_crossed`); ``evidence(found)`` the
-    evidence given the margin's resolution."""
-    crossed = _crossed(table)
-    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
-    claim = claim_from_seeds(
-        statement,
-        per_seed,
-        threshold,
-        evidence=evidence(found),
-        paired=True,
-        extra={"resolution": found},
-        **fields,
-    )
-    return with_crossed(claim, crossed, method)
 
 
 def sentence_differences(erm: Sequence[Record], constrained: Sequence[Record]) -> list[list[int]]:
@@ -224,7 +166,7 @@ def clean_claims(
     rows = sentence_differences(erm, constrained)
     over = (
         "95 % interval over test sentences and seeds"
-        if _crossed(rows) is not None
+        if crossed_of(rows) is not None
         else "seed-level interval"
     )
     evidence = (
@@ -236,7 +178,7 @@ def clean_claims(
         (CLEAN_KEY, CLEAN_MARGIN, ""),
     )
     return [
-        _crossed_claim(
+        crossed_claim(
             f"(a) Clean accuracy within {100 * margin:g} point of ERM{source} (here: "
             f"constrained minus ERM at least -{100 * margin:g} point, {over}).",
             clean,
@@ -334,122 +276,6 @@ def video_claims(
             checks,
             VIDEO_REVISED,
             note + (f" {REGIME_SUPERSEDED}" if earlier else ""),
-        ),
-    ]
-
-
-def win_rows(
-    erm: Sequence[Record], constrained: Sequence[Record], level: int | None = None
-) -> list[list[float] | None]:
-    """Per seed, per test window: the constrained model's win mark against ERM (1, 0.5 or 0)
-    from the final runs' per-window losses, clean (``level`` None) or at the Gaussian level of
-    that index; None for a seed without losses (a diverged run)."""
-    key = "sequence_losses" if level is None else "noisy_sequence_losses"
-    rows: list[list[float] | None] = []
-    for e, c in zip(erm, constrained, strict=True):
-        if e.get(key) is None or c.get(key) is None:
-            rows.append(None)
-            continue
-        rows.append(sequence_wins(*(r[key] if level is None else r[key][level] for r in (e, c))))
-    return rows
-
-
-def _win_resolution(found: Mapping[str, Any]) -> str:
-    half, margin = found["half_width"], found["margin"]
-    if not (math.isfinite(half) and found["sentences"]):
-        return f" Resolution of the {100 * margin:g}-point margin: n/a (fewer than 2 seeds)."
-    return (
-        f" Resolution: the interval's half-width is {100 * half:.1f} points over "
-        f"{found['sentences']:,} test windows and seeds (seed-level alone "
-        f"{100 * found['seed_half_width']:.1f}) against the {100 * margin:g}-point margin: "
-        f"{'resolvable' if found['resolvable'] else 'unresolvable'} at this size."
-    )
-
-
-def _win_claim(
-    key: str,
-    statement: str,
-    rows: Sequence[list[float] | None],
-    threshold: Threshold,
-    margin: float,
-    checks: Sequence[Check],
-    perplexities: str,
-) -> Claim:
-    per_seed = [statistics.fmean(row) if row else math.nan for row in rows]
-    return _crossed_claim(
-        statement,
-        per_seed,
-        [row for row in rows if row],
-        threshold,
-        margin,
-        CROSSED_METHOD.format("windows", "window", "win marks"),
-        lambda found: (
-            f"win rate per seed {points_text(per_seed)} %; {perplexities}." + _win_resolution(found)
-        ),
-        key=key,
-        unit="win rate (share of test windows where the constrained model's loss is lower "
-        "than ERM's, ties half)",
-        checks=checks,
-    )
-
-
-def language_claims(language: Mapping[str, Any]) -> list[Claim]:
-    """Part (c): the clean and the noisy win rate against ERM, and monotone per-layer losses."""
-    erm, constrained = paired_runs(language["runs"])
-    checks = exercised(constrained, "language")
-    level = [float(g) for g in language["gammas"]].index(LANGUAGE_CLAIM_GAMMA)
-    ratios = [
-        float(r["perplexity"]) / float(r["start_perplexity"])
-        for r in erm
-        if r.get("start_perplexity") is not None
-    ]
-    fits = ERM_FIT.check(ratios if len(ratios) == len(erm) else [])
-
-    def shown(index: int | None) -> str:
-        mean = {
-            name: statistics.fmean(
-                r["perplexity"] if index is None else r["gaussian"][index] for r in records
-            )
-            for name, records in (("constrained", constrained), ("ERM", erm))
-        }
-        start = f", start {mean_of(erm, 'start_perplexity'):.2f}" if index is None else ""
-        return (
-            f"test perplexity constrained {mean['constrained']:.2f}, ERM {mean['ERM']:.2f}{start}"
-        )
-
-    window = "the share of test windows on which its loss is lower than ERM's{}, ties half"
-    interval = "95 % interval over test windows and seeds"
-    noise = f" under noise of RMS {LANGUAGE_CLAIM_GAMMA:g}x the embedding RMS"
-    return [
-        _win_claim(
-            LANGUAGE_CLEAN_KEY,
-            "(c) Without noise the descent-constrained fine-tune is judged as good as the "
-            f"unconstrained one, a 50 % win rate (here: {window.format('')}, within "
-            f"{100 * (0.5 - WIN_CLEAN_MARGIN):g}-{100 * (0.5 + WIN_CLEAN_MARGIN):g} %, {interval}).",
-            win_rows(erm, constrained),
-            within(0.5 - WIN_CLEAN_MARGIN, 0.5 + WIN_CLEAN_MARGIN),
-            WIN_CLEAN_MARGIN,
-            [*checks, fits],
-            shown(None),
-        ),
-        _win_claim(
-            LANGUAGE_NOISE_KEY,
-            f"(c) Under Gaussian embedding noise (gamma {LANGUAGE_CLAIM_GAMMA:g}) the "
-            "descent-constrained fine-tune beats the unconstrained one, a "
-            f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: {window.format(noise)}, at least "
-            f"{100 * (0.5 + WIN_NOISE_MARGIN):g} %, {interval}).",
-            win_rows(erm, constrained, level),
-            at_least(0.5 + WIN_NOISE_MARGIN),
-            WIN_NOISE_MARGIN,
-            checks,
-            shown(level),
-        ),
-        monotone_claim(
-            language["runs"],
-            "(c)",
-            LANGUAGE_MONOTONE_KEY,
-            "cross-entropy through the LM head",
-            checks,
         ),
     ]
 

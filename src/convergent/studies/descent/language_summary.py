@@ -13,8 +13,8 @@ from convergent.studies.descent.checks import (
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
 )
-from convergent.studies.descent.claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
 from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
+from convergent.studies.descent.language_claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
 from convergent.studies.descent.wording import Claim, binding, check_named, percent, strength
 from convergent.studies.framework import Sentence, claims_by_key, verdicts_of
 

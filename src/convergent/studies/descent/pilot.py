@@ -47,9 +47,9 @@ from scipy import stats
 
 from convergent.io import write_text_atomically
 from convergent.studies.descent.checks import MONOTONE_TOLERANCE, largest_relative_increase
-from convergent.studies.descent.claims import WIN_CLEAN_MARGIN, WIN_NOISE_MARGIN
 from convergent.studies.descent.config import Config
 from convergent.studies.descent.language import fine_tunes, pretraining, validation_data
+from convergent.studies.descent.language_claims import WIN_CLEAN_MARGIN, WIN_NOISE_MARGIN
 from convergent.studies.descent.measures import sequence_wins
 from convergent.studies.descent.runs import video_unit
 from convergent.studies.descent.selection import denoising_score, language_score

@@ -9,8 +9,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from convergent.studies.descent.claims import win_rows
 from convergent.studies.descent.config import METHODS
+from convergent.studies.descent.language_claims import win_rows
 
 XLABELS = {
     "gaussian": "gamma (x embedding RMS)",

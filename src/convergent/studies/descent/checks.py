@@ -1,7 +1,8 @@
 """What the ``descent`` study's three parts share in their claims: the claims' keys, the
 manipulation checks (the multipliers grew and were active, in every seed) as records, and the
 claim that per-layer losses fall monotonically where ERM's do not, with its check that ERM's
-have bumps.
+have bumps, and the builder of a claim whose interval spans test examples and seeds together
+(:func:`crossed_claim`: part (a)'s clean claims, part (c)'s win rates).
 
 Thresholds, written down before the run: the largest multiplier during training at least 0.1
 and some constraint active (lambda_l > 0) in at least 20 % of the training steps, in every
@@ -16,7 +17,7 @@ import dataclasses
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convergent.diagnostics import acting
@@ -207,6 +208,7 @@ def points_text(values: Sequence[float]) -> str:
     return ", ".join(f"{100 * value:.1f}" for value in values)
 
 
+# The two-way interval's description: what a test example is (plural, singular) and its marks.
 CROSSED_METHOD = (
     "95 % interval over test {} and seeds together (two-way crossed random effects on the "
     "per-{} {}, Satterthwaite degrees of freedom)"
@@ -214,6 +216,7 @@ CROSSED_METHOD = (
 
 
 def crossed_of(table: Sequence[Sequence[float]]) -> CrossedInterval | None:
+    """The two-way interval of a seeds x examples table; None below 2 seeds or 2 examples."""
     return crossed_interval(table) if len(table) > 1 else None
 
 
@@ -224,7 +227,7 @@ def crossed_claim(
     threshold: Threshold,
     margin: float,
     method: str,
-    evidence: Any,
+    evidence: Callable[[Mapping[str, Any]], str],
     **fields: Any,
 ) -> Claim:
     """A paired claim with the two-way interval over ``table``'s rows (seeds) and columns (test

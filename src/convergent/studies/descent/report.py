@@ -44,8 +44,12 @@ def _fmt(values: list[float], digits: int = 4) -> str:
     return f"{statistics.fmean(values):.{digits}f}{spread}"
 
 
-def _selected(point: dict[str, Any]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in point.items())
+def _selected(points: dict[str, dict[str, Any]]) -> str:
+    """Each method's selected point: ``erm: lr_scale 1.0, weight_decay 0.01, constrained: ...``."""
+    return ", ".join(
+        f"{method}: " + ", ".join(f"{key} {value}" for key, value in point.items())
+        for method, point in points.items()
+    )
 
 
 def _grid_rows(part: dict[str, Any], scores: dict[str, str]) -> list[dict[str, Any]]:
@@ -191,11 +195,8 @@ def _constraint_rows(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, An
 def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
     """What ran, how it was selected, and what the budget forced."""
     text, video = data["text"], data["video"]
-    model = (
-        "MiniLM-L6"
-        if config.text_layers is None
-        else (f"MiniLM-L6 cut to {config.text_layers} layers")
-    )
+    layers = config.text_layers
+    model = "MiniLM-L6" if layers is None else f"MiniLM-L6 cut to {layers} layers"
     notes = [
         f"(a) {model}, mean-pooled linear head shared by every layer, on rt-sentences "
         f"(max_length {config.max_length}); final runs: {config.text_steps} AdamW steps of "
@@ -207,8 +208,7 @@ def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
         f"{list(config.constrained_alphas)} at ERM's selected lr and weight decay, dual lr "
         f"{config.dual_lr:g} every step; ERM over lr in {list(config.erm_lrs)} (video: the same "
         f"multiples of {config.video_lr:g}) x weight decay {list(config.erm_weight_decays)}. "
-        f"Selected: (a) {', '.join(f'{m}: {_selected(p)}' for m, p in text['selected'].items())}"
-        f"; (b) {', '.join(f'{m}: {_selected(p)}' for m, p in video['selected'].items())}.",
+        f"Selected: (a) {_selected(text['selected'])}; (b) {_selected(video['selected'])}.",
         "Shifts: Gaussian and uniform embedding noise have RMS gamma x the RMS of the "
         "word-embedding matrix; discrete replaces a token's embedding by a random token's with "
         "probability gamma (special tokens never perturbed); typos edit each letter with "
@@ -249,7 +249,6 @@ def _language_notes(config: Any, language: dict[str, Any]) -> list[str]:
             ("test", spec.test_windows),
         )
     )
-    selected = ", ".join(f"{m}: {_selected(p)}" for m, p in language["selected"].items())
     return [
         f"(c) A {spec.layers}-layer pre-norm causal decoder (d_model {spec.width}, {spec.heads} "
         f"heads, LM head tied to the token embedding; {pretraining['vocab_size']:,} WordPiece "
@@ -267,7 +266,7 @@ def _language_notes(config: Any, language: dict[str, Any]) -> list[str]:
         f"{list(spec.lrs)} x alpha {list(spec.alphas)} x c {list(spec.costs)} (None: hard; "
         f"weight decay {spec.weight_decay:g}). Selection: validation perplexity under Gaussian "
         f"embedding noise at gamma {spec.selection_gamma:g}, by the denoiser's rule. Selected: "
-        f"{selected}. The win rate is the share of test windows on which the constrained "
+        f"{_selected(language['selected'])}. The win rate is the share of test windows on which the constrained "
         "model's mean next-token loss is lower than ERM's (ties count half), under the same "
         "noise draws for both.",
     ]

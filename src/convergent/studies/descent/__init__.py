@@ -14,16 +14,11 @@ Ribeiro, 2026, "A Constrained Optimization Perspective of Unrolled Transformers"
 Every part selects each method's point on its declared grid (validation only), then trains
 the selected points from every final seed and scores them once on test; every constrained run
 records its multipliers and slacks over training, the manipulation check of every claim.
-Modules: ``config`` (settings, grids, modes, the selection rules), ``study`` (its parts:
-selection and final runs, for the framework's run), ``runs`` (one unit of parts (a) and (b):
-data, training, measuring), ``language`` (part (c)'s data, pretraining and fine-tuning units),
-``models``, ``measures`` (also the clean claim's intervals over sentences and seeds, and the
-win marks), ``keys`` (each claim's key), ``claims`` and ``language_claims`` (the current
-design's scorer; part (c) in the latter), ``report``, ``summary`` and ``language_summary`` (the
-plain sentences opening the report; part (c) in the latter), ``wording`` (the words summary and
-``brief`` share) and ``pilot`` (the denoiser-depth pilot and part (c)'s pilot, validation
-only). Run with ``convergent reproduce descent --quick`` (or
-``--smoke``, ``--full``; ``--pilot`` for both pilots).
+Modules: ``config`` (settings, grids, modes), ``study`` (the run), ``runs`` and
+``language`` (the units of parts (a), (b) and (c)), ``models``, ``measures``, ``selection``,
+``checks`` (the claims' keys and shared parts), ``claims``, ``language_claims``, ``report``,
+``summary``, ``language_summary``, ``wording`` and ``brief`` (the words), ``pilot``.
+Run with ``convergent reproduce descent --quick`` (or ``--smoke``, ``--full``; ``--pilot``).
 """
 
 from __future__ import annotations

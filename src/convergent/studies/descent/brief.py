@@ -7,20 +7,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convergent.studies.descent.checks import ACTIVE_CHECK, BUMP_CHECK, PEAK_CHECK
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    ACTIVE_CHECK,
+    BUMP_CHECK,
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
+    PEAK_CHECK,
     TEXT_MONOTONE_KEY,
     TEXT_TUNING,
     VIDEO_MONOTONE_KEY,
     VIDEO_NOISE_KEY,
-    robustness_key,
 )
-from convergent.studies.descent.wording import SHIFTS, strength
+from convergent.studies.descent.wording import shift_labels, strength
 from convergent.studies.framework import (
     Advice,
     Sentence,
@@ -45,16 +46,16 @@ REASONS = {
 }
 
 
-def _shift_keys(payload: Mapping[str, Any]) -> dict[str, str]:
-    """Each perturbation kind's claim key, in the data's order."""
-    return {kind: robustness_key(kind) for kind in payload["data"]["text"]["levels"]}
+def _helped(payload: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The robustness claims' verdicts by key, and the shifts under which they reproduced."""
+    labels = shift_labels(payload)
+    verdicts = verdicts_of(payload, labels)
+    return verdicts, [label for key, label in labels.items() if verdicts[key] == "reproduced"]
 
 
 def _robustness(payload: Mapping[str, Any]) -> Sentence:
-    kinds = _shift_keys(payload)
-    verdicts = verdicts_of(payload, list(kinds.values()))
+    verdicts, helped = _helped(payload)
     words = verdict_words(list(verdicts.values()))
-    helped = [SHIFTS.get(k, k) for k, key in kinds.items() if verdicts[key] == "reproduced"]
     held = set(verdicts.values())
     if helped:
         text = (
@@ -129,9 +130,7 @@ def brief(payload: Mapping[str, Any]) -> list[Sentence]:
 
 def advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The study's row of the "What to use" table."""
-    kinds = _shift_keys(payload)
-    verdicts = verdicts_of(payload, list(kinds.values()))
-    helped = [SHIFTS.get(k, k) for k, key in kinds.items() if verdicts[key] == "reproduced"]
+    verdicts, helped = _helped(payload)
     when = (
         f"you expect {listed(helped)} at test time (text classifiers)"
         if helped
@@ -139,13 +138,11 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
     )
     # The advice rests on the shifts that helped, or (advising against) on those that did not.
     rests_on = [
-        key
-        for key in kinds.values()
-        if verdicts[key] == ("reproduced" if helped else "not reproduced")
+        key for key, v in verdicts.items() if v == ("reproduced" if helped else "not reproduced")
     ]
     text = payload["data"]["text"]["selected"]["constrained"]
     setting = f"text: {strength(text)}; {payload['config']['text_steps']} training steps"
-    keys = [key for keys in (kinds.values(), (CLEAN_PAPER_KEY, CLEAN_KEY)) for key in keys]
+    keys = [*verdicts, CLEAN_PAPER_KEY, CLEAN_KEY]
     others = [key for group in GROUPS.values() for key in group]
     every = [key for key in [*keys, *others] if key in claims_by_key(payload)]
     open_parts = []

@@ -1,6 +1,8 @@
-"""What the ``descent`` study's three parts share in their claims: the manipulation checks
-(the multipliers grew and were active, in every seed) and the claim that per-layer losses fall
-monotonically where ERM's do not, with its check that ERM's have bumps.
+"""What the ``descent`` study's three parts share in their claims: the claims' keys, the
+manipulation checks (the multipliers grew and were active, in every seed) as records, and the
+claim that per-layer losses fall monotonically where ERM's do not, with its check that ERM's
+have bumps, and the builder of a claim whose interval spans test examples and seeds together
+(:func:`crossed_claim`: part (a)'s clean claims, part (c)'s win rates).
 
 Thresholds, written down before the run: the largest multiplier during training at least 0.1
 and some constraint active (lambda_l > 0) in at least 20 % of the training steps, in every
@@ -11,63 +13,109 @@ larger bumps in at least half of the ERM seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convergent.diagnostics import acting
+from convergent.studies.engine import CheckSpec
 from convergent.studies.framework import (
     Check,
     Claim,
+    CrossedInterval,
+    Threshold,
     at_least,
     at_most,
     claim_from_seeds,
-    not_measured,
+    crossed_interval,
+    margin_resolution,
+    with_crossed,
 )
 
+# Summaries, reports and history find a claim by its key, never by its wording.
+CLEAN_PAPER_KEY = "descent.text_clean_within_paper_margin"
+CLEAN_KEY = "descent.text_clean_within_1_point"
+TEXT_MONOTONE_KEY = "descent.text_layers_monotone"
+VIDEO_NOISE_KEY = "descent.video_lower_rmse_beyond_training_noise"
+VIDEO_MONOTONE_KEY = "descent.video_layers_monotone"
+LANGUAGE_CLEAN_KEY = "descent.language_clean_win_rate_even"
+LANGUAGE_NOISE_KEY = "descent.language_noisy_win_rate_above_half"
+LANGUAGE_MONOTONE_KEY = "descent.language_layers_monotone"
+# The parts' grid searches, as `results.json`'s ``tuning`` names them.
+TEXT_TUNING = "(a) MiniLM on rt-sentences, selection seed"
+VIDEO_TUNING = "(b) street-video denoiser, selection seed"
+LANGUAGE_TUNING = "(c) Austen language model, selection seed"
+
+
+def robustness_key(kind: str) -> str:
+    """The key of part (a)'s claim under perturbation ``kind`` (a key of ``data.text.levels``)."""
+    return f"descent.text_robust_to_{kind}"
+
+
 MONOTONE_TOLERANCE = 0.01  # a bump: a layer's loss more than 1 % above the previous layer's
-# Manipulation checks.
-MULTIPLIER_FLOOR = acting.MULTIPLIER_FLOOR
-ACTIVE_SHARE_FLOOR = acting.ACTIVE_SHARE_FLOOR
 BUMP_SHARE_FLOOR = 0.5
 # How each check's name starts: summaries and briefs find a check by it (stored results carry
 # no other handle on a check).
 PEAK_CHECK = "largest multiplier"
 ACTIVE_CHECK = "share of training steps"
 BUMP_CHECK = "share of ERM seeds"
-
-MULTIPLIER_REASON = (
-    "below 0.1 the constraint terms weigh less than a tenth of the objective f_L in the "
-    "Lagrangian, so the run is ERM in all but name"
+# ``{part}`` in a name is the part's label.
+PEAK = CheckSpec(
+    f"{PEAK_CHECK} lambda_l during training, {{part}} (max over layers and steps; smallest "
+    "over seeds)",
+    at_least(acting.MULTIPLIER_FLOOR),
+    "min",
+    note="below 0.1 the constraint terms weigh less than a tenth of the objective f_L in the "
+    "Lagrangian, so the run is ERM in all but name",
+    missing="a seed recorded no multiplier during training (a diverged run)",
+    finite="kept",
 )
-BUMP_REASON = (
-    "if ERM's per-layer losses are monotone too, the setting cannot show the claimed contrast"
+ACTIVE = CheckSpec(
+    f"{ACTIVE_CHECK} with an active constraint (some lambda_l > 0), {{part}} (smallest over seeds)",
+    at_least(acting.ACTIVE_SHARE_FLOOR),
+    "min",
+    note="a constraint that is active in few steps barely changes the training",
+    missing="",
+    finite="kept",
+)
+BUMPS = CheckSpec(
+    f"{BUMP_CHECK} whose per-layer test loss rises more than {100 * MONOTONE_TOLERANCE:g} % "
+    "from one layer to the next, {part}",
+    at_least(BUMP_SHARE_FLOOR),
+    "min",
+    note="if ERM's per-layer losses are monotone too, the setting cannot show the claimed contrast",
+    missing="",
+    finite="kept",
 )
 
 Record = dict[str, Any]
 
 
-def constraints_acted(constrained: Sequence[Record], part: str) -> Check:
-    """The check that the multipliers grew enough to change the objective, in every seed.
+def _named(spec: CheckSpec, part: str) -> CheckSpec:
+    return dataclasses.replace(spec, name=spec.name.format(part=part))
 
-    Args:
-        constrained: the constrained runs' records of one part.
-        part: ``"text"`` or ``"video"``, for the check's name.
-    """
-    name = (
-        f"{PEAK_CHECK} lambda_l during training, {part} (max over layers and steps; "
-        "smallest over seeds)"
-    )
-    required = at_least(MULTIPLIER_FLOOR)
+
+def _smallest(values: Sequence[Any]) -> list[float]:
+    """The smallest of ``values``, alone, or nothing where a seed recorded none."""
+    return [min(map(float, values))] if values and None not in values else []
+
+
+def constraints_acted(constrained: Sequence[Record], part: str) -> Check:
+    """The check that the multipliers grew enough to change the objective, in every seed."""
     maxima = [record.get("multiplier_max") for record in constrained]
-    measured = [float(value) for value in maxima if value is not None]
-    if maxima and len(measured) == len(maxima):
-        return Check(name, min(measured), required, note=MULTIPLIER_REASON)
-    return not_measured(
-        name, required, "a seed recorded no multiplier during training (a diverged run)"
-    )
+    return _named(PEAK, part).check(_smallest(maxima))
+
+
+def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
+    """The manipulation checks of a part: the multipliers grew, and they were active."""
+    active = [record.get("multiplier_active_share") for record in constrained]
+    return [
+        constraints_acted(constrained, part),
+        _named(ACTIVE, part).check(_smallest(active) or [math.nan]),
+    ]
 
 
 def largest_relative_increase(losses: Sequence[float]) -> float:
@@ -76,33 +124,11 @@ def largest_relative_increase(losses: Sequence[float]) -> float:
     return max(after / before - 1 for before, after in itertools.pairwise(losses))
 
 
-def exercised(constrained: Sequence[Record], part: str) -> list[Check]:
-    """The manipulation checks of a part: the multipliers grew, and they were active."""
-    active = [r.get("multiplier_active_share") for r in constrained]
-    measured = [float(a) for a in active if a is not None]
-    return [
-        constraints_acted(constrained, part),
-        Check(
-            f"{ACTIVE_CHECK} with an active constraint (some lambda_l > 0), {part} "
-            "(smallest over seeds)",
-            min(measured) if measured and len(measured) == len(active) else math.nan,
-            at_least(ACTIVE_SHARE_FLOOR),
-            note="a constraint that is active in few steps barely changes the training",
-        ),
-    ]
-
-
 def _bumps_check(erm: Sequence[Record], part: str) -> Check:
     rises = [largest_relative_increase(r["layer_losses"]) for r in erm]
     finite = [rise for rise in rises if math.isfinite(rise)]
     share = sum(rise > MONOTONE_TOLERANCE for rise in finite) / len(finite) if finite else math.nan
-    return Check(
-        f"{BUMP_CHECK} whose per-layer test loss rises more than "
-        f"{100 * MONOTONE_TOLERANCE:g} % from one layer to the next, {part}",
-        share,
-        at_least(BUMP_SHARE_FLOOR),
-        note=BUMP_REASON,
-    )
+    return _named(BUMPS, part).check([share])
 
 
 def _change_spread(erm: Sequence[Record]) -> str:
@@ -125,7 +151,7 @@ def paired_runs(runs: Mapping[str, list[Record]]) -> tuple[list[Record], list[Re
     return [e for e, _ in pairs], [c for _, c in pairs]
 
 
-def _summary(records: Sequence[Record]) -> str:
+def _constraints(records: Sequence[Record]) -> str:
     """Largest lambda, active share and constraints satisfied on train and test, per seed."""
 
     def shown(key: str) -> str:
@@ -165,7 +191,7 @@ def monotone_claim(
         checks=[*checks, _bumps_check(erm, part)],
         evidence=f"largest relative rise per seed: constrained {numbers_text(rises)}, ERM "
         f"{numbers_text(erm_rises)}; across-seed spread of ERM's layer-to-layer changes: "
-        f"{_change_spread(erm)}. Constrained: {_summary(constrained)}.{note}",
+        f"{_change_spread(erm)}. Constrained: {_constraints(constrained)}.{note}",
         revised=revised,
     )
 
@@ -180,3 +206,42 @@ def numbers_text(values: Sequence[float]) -> str:
 
 def points_text(values: Sequence[float]) -> str:
     return ", ".join(f"{100 * value:.1f}" for value in values)
+
+
+# The two-way interval's description: what a test example is (plural, singular) and its marks.
+CROSSED_METHOD = (
+    "95 % interval over test {} and seeds together (two-way crossed random effects on the "
+    "per-{} {}, Satterthwaite degrees of freedom)"
+)
+
+
+def crossed_of(table: Sequence[Sequence[float]]) -> CrossedInterval | None:
+    """The two-way interval of a seeds x examples table; None below 2 seeds or 2 examples."""
+    return crossed_interval(table) if len(table) > 1 else None
+
+
+def crossed_claim(
+    statement: str,
+    per_seed: Sequence[float],
+    table: Sequence[Sequence[float]],
+    threshold: Threshold,
+    margin: float,
+    method: str,
+    evidence: Callable[[Mapping[str, Any]], str],
+    **fields: Any,
+) -> Claim:
+    """A paired claim with the two-way interval over ``table``'s rows (seeds) and columns (test
+    sentences or windows) where there is one (:func:`crossed_of`); ``evidence(found)`` the
+    evidence given the margin's resolution."""
+    crossed = crossed_of(table)
+    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
+    claim = claim_from_seeds(
+        statement,
+        per_seed,
+        threshold,
+        evidence=evidence(found),
+        paired=True,
+        extra={"resolution": found},
+        **fields,
+    )
+    return with_crossed(claim, crossed, method)

@@ -43,6 +43,25 @@ METHODS = ("erm", "constrained")
 LANGUAGE_CLAIM_GAMMA = 1.5
 
 
+def _check_grids(
+    alphas: tuple[float, ...],
+    costs: tuple[float | None, ...],
+    grids: Mapping[str, Mapping[str, tuple[Any, ...]]],
+    part: str,
+    cost_name: str,
+) -> None:
+    """Every alpha in [0, 1), every cost positive (or None: hard), grids of equal size."""
+    for alpha in alphas:
+        if not 0.0 <= alpha < 1.0:
+            raise ValueError(f"every {part}alpha must be in [0, 1), got {alpha}")
+    for cost in costs:
+        if cost is not None and not cost > 0:
+            raise ValueError(f"every {cost_name} must be > 0 or None (hard), got {cost}")
+    sizes = {name: len(grid_points(axes)) for name, axes in grids.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"both {part}grids must have the same number of points, got {sizes}")
+
+
 @dataclass(frozen=True)
 class LanguageConfig:
     """Part (c): a GPT-style causal LM pretrained on Jane Austen, then fine-tuned by ERM and by
@@ -97,17 +116,7 @@ class LanguageConfig:
     token_fraction: float | None = 0.25
 
     def __post_init__(self) -> None:
-        for alpha in self.alphas:
-            if not 0.0 <= alpha < 1.0:
-                raise ValueError(f"every language alpha must be in [0, 1), got {alpha}")
-        for cost in self.costs:
-            if cost is not None and not cost > 0:
-                raise ValueError(f"every language cost must be > 0 or None (hard), got {cost}")
-        sizes = {name: len(grid_points(axes)) for name, axes in self.grids().items()}
-        if len(set(sizes.values())) != 1:
-            raise ValueError(
-                f"both language grids must have the same number of points, got {sizes}"
-            )
+        _check_grids(self.alphas, self.costs, self.grids(), "language ", "language cost")
         if LANGUAGE_CLAIM_GAMMA not in self.gammas:
             raise ValueError(
                 f"the language gammas {self.gammas} must include {LANGUAGE_CLAIM_GAMMA}, the "
@@ -240,15 +249,9 @@ class Config:
                 f"selection_seed {self.selection_seed} is also a final seed; they must differ so"
                 " that the test split scores runs the selection never saw"
             )
-        for alpha in self.constrained_alphas:
-            if not 0.0 <= alpha < 1.0:
-                raise ValueError(f"every alpha must be in [0, 1), got {alpha}")
-        for cost in self.constrained_costs:
-            if cost is not None and not cost > 0:
-                raise ValueError(f"every resilient cost must be > 0 or None (hard), got {cost}")
-        sizes = {name: len(grid_points(axes)) for name, axes in self.grids().items()}
-        if len(set(sizes.values())) != 1:
-            raise ValueError(f"both grids must have the same number of points, got {sizes}")
+        _check_grids(
+            self.constrained_alphas, self.constrained_costs, self.grids(), "", "resilient cost"
+        )
         if self.selection_multiple not in self.noise_multiples:
             raise ValueError(
                 f"selection_multiple {self.selection_multiple} must be one of the noise "
@@ -265,6 +268,17 @@ class Config:
                 "resilient_cost": self.constrained_costs,
                 "alpha": self.constrained_alphas,
             },
+        }
+
+    def text_levels(self) -> dict[str, tuple[float, ...]]:
+        """Each test shift of part (a) (embedding perturbations, then text shifts) and its
+        levels."""
+        return {
+            "gaussian": self.additive_gammas,
+            "uniform": self.additive_gammas,
+            "discrete": self.discrete_gammas,
+            "typos": self.typo_rates,
+            "word_dropout": self.dropout_rates,
         }
 
     def erm_lr_scales(self) -> tuple[float, ...]:
@@ -359,11 +373,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "test_examples": 64,
         "text_steps": 6,
         "text_grid_steps": 6,
-        "text_batch_size": 16,
-        "additive_gammas": (1.0,),
-        "discrete_gammas": (0.2,),
-        "typo_rates": (0.1,),
-        "dropout_rates": (0.2,),
         "video_frames": 12,
         "train_crops": 256,
         "validation_crops": 64,

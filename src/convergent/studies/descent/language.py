@@ -30,13 +30,11 @@ from convergent.data import DictDataset, load_splits, minilm_path, perturbed_emb
 from convergent.losses import IGNORE_INDEX, next_token_labels
 from convergent.studies.descent.config import Config, LanguageConfig
 from convergent.studies.descent.measures import (
-    dual_trajectory,
     layer_report,
-    multiplier_activity,
     sequence_losses,
 )
 from convergent.studies.descent.models import language_model, train_model
-from convergent.studies.descent.runs import LAYER_SCORES, diverged_record
+from convergent.studies.descent.runs import LAYER_SCORES, diverged_record, training_fields
 from convergent.studies.engine import Unit, training_key
 from convergent.studies.framework import tensors_digest
 from convergent.train import evaluate, fit, warmup_schedule
@@ -347,13 +345,7 @@ def language_unit(
             "sequence_losses": None,
             "noisy_sequence_losses": None,
         }
-    record: dict[str, Any] = {
-        "seed": seed,
-        "train_loss": training["train_loss"],
-        "multipliers": training["multipliers"],
-        **multiplier_activity(training["history"]),
-        "trajectory": dual_trajectory(training["history"]),
-    }
+    record = training_fields(seed, training)
     alpha = options["alpha"] if method == "constrained" else max(spec.alphas)
     validation = validation_data(spec)
     probe = data.finetune.subset(

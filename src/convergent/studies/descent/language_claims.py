@@ -1,20 +1,6 @@
-"""The ``descent`` study's part (c) claims, scored from a ``results.json`` payload alone.
-
-Part (c), the language model, joined design 3 before any of its numbers (a payload without
-``data["language"]``, design 2's or one with ``run_language`` off, has no part (c) claims).
-Its effect is the paper's pairwise judgement in our terms: the win rate, the share of test
-windows on which the constrained model's loss is lower than ERM's (ties count half), over the
-crossed interval of test windows and seeds (the clean claims' model, on the win marks).
-
-- without noise, the win rate within 50 % +- 5 points (the paper: 50 %), two-sided; with the
-  check that the baseline fits (ERM's fine-tune improved on its start, so that "equally good"
-  is said of models that learnt something);
-- under Gaussian embedding noise at gamma 1.5, the win rate at least 55 % (the paper: 69.93 %);
-- per-layer losses through the LM head monotone where ERM's are not, as in part (a).
-
-Each win-rate claim's evidence states its resolution (the interval's half-width against the
-5-point margin); the expected half-width at 783 test windows and 5 seeds is 1.6 to 3.5 points
-before seed-to-seed variance (config.py has the arithmetic, and the pilot a measured value).
+"""The ``descent`` study's part (c) claims, the language model's win rates and per-layer
+losses (their definitions: :mod:`~convergent.studies.descent.claims`). A payload without
+``data["language"]`` (design 2's, or one with ``run_language`` off) has no part (c) claims.
 """
 
 from __future__ import annotations
@@ -25,7 +11,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from convergent.studies.descent.checks import (
+    CROSSED_METHOD,
+    LANGUAGE_CLEAN_KEY,
+    LANGUAGE_MONOTONE_KEY,
+    LANGUAGE_NOISE_KEY,
     Record,
+    crossed_claim,
     exercised,
     mean_of,
     monotone_claim,
@@ -33,35 +24,23 @@ from convergent.studies.descent.checks import (
     points_text,
 )
 from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
-from convergent.studies.descent.keys import (
-    LANGUAGE_CLEAN_KEY,
-    LANGUAGE_MONOTONE_KEY,
-    LANGUAGE_NOISE_KEY,
-)
 from convergent.studies.descent.measures import sequence_wins
-from convergent.studies.framework import (
-    Check,
-    Claim,
-    at_least,
-    at_most,
-    claim_from_seeds,
-    crossed_interval,
-    margin_resolution,
-    not_measured,
-    with_crossed,
-    within,
-)
+from convergent.studies.engine import CheckSpec
+from convergent.studies.framework import Check, Claim, Threshold, at_least, at_most, within
 
 WIN_CLEAN_MARGIN = 0.05  # part (c): the clean win rate within 50 % +- 5 points
 WIN_NOISE_MARGIN = 0.05  # part (c): the noisy win rate at least 55 %
 PAPER_NOISY_WIN = 0.6993  # the paper's AlpacaEval win rate at gamma 1.5
-ERM_FIT_LIMIT = 1.0  # ERM's clean test perplexity at most its start's
 ERM_FIT_CHECK = (
     "ERM's clean test perplexity over the shared starting checkpoint's (largest over seeds)"
 )
-WIN_METHOD = (
-    "95 % interval over test windows and seeds together (two-way crossed random effects on the "
-    "per-window win marks, Satterthwaite degrees of freedom)"
+ERM_FIT = CheckSpec(
+    ERM_FIT_CHECK,
+    at_most(1.0),  # ERM's clean test perplexity at most its start's
+    "max",
+    note="equally good is only worth saying of fine-tunes that learnt something (a "
+    "constrained model much worse than ERM shows in the win rate itself)",
+    missing="an ERM seed diverged or has no start",
 )
 
 
@@ -71,9 +50,9 @@ def win_rows(
     """Per seed, per test window: the constrained model's win mark against ERM (1, 0.5 or 0)
     from the final runs' per-window losses, clean (``level`` None) or at the Gaussian level of
     that index; None for a seed without losses (a diverged run)."""
+    key = "sequence_losses" if level is None else "noisy_sequence_losses"
     rows: list[list[float] | None] = []
     for e, c in zip(erm, constrained, strict=True):
-        key = "sequence_losses" if level is None else "noisy_sequence_losses"
         if e.get(key) is None or c.get(key) is None:
             rows.append(None)
             continue
@@ -81,21 +60,15 @@ def win_rows(
     return rows
 
 
-def _erm_fits(erm: Sequence[Record]) -> Check:
-    name = ERM_FIT_CHECK
-    ratios = [
-        float(r["perplexity"]) / float(r["start_perplexity"])
-        for r in erm
-        if r.get("start_perplexity") is not None
-    ]
-    if not ratios or len(ratios) != len(erm) or not all(map(math.isfinite, ratios)):
-        return not_measured(name, at_most(ERM_FIT_LIMIT), "an ERM seed diverged or has no start")
-    return Check(
-        name,
-        max(ratios),
-        at_most(ERM_FIT_LIMIT),
-        note="equally good is only worth saying of fine-tunes that learnt something (a "
-        "constrained model much worse than ERM shows in the win rate itself)",
+def _win_resolution(found: Mapping[str, Any]) -> str:
+    half, margin = found["half_width"], found["margin"]
+    if not (math.isfinite(half) and found["sentences"]):
+        return f" Resolution of the {100 * margin:g}-point margin: n/a (fewer than 2 seeds)."
+    return (
+        f" Resolution: the interval's half-width is {100 * half:.1f} points over "
+        f"{found['sentences']:,} test windows and seeds (seed-level alone "
+        f"{100 * found['seed_half_width']:.1f}) against the {100 * margin:g}-point margin: "
+        f"{'resolvable' if found['resolvable'] else 'unresolvable'} at this size."
     )
 
 
@@ -103,37 +76,27 @@ def _win_claim(
     key: str,
     statement: str,
     rows: Sequence[list[float] | None],
-    threshold: Any,
+    threshold: Threshold,
     margin: float,
     checks: Sequence[Check],
     perplexities: str,
 ) -> Claim:
     per_seed = [statistics.fmean(row) if row else math.nan for row in rows]
-    table = [row for row in rows if row]
-    crossed = crossed_interval(table) if len(table) > 1 else None
-    found = margin_resolution(per_seed, crossed, len(table[0]) if table else None, margin)
-    half = found["half_width"]
-    resolution = (
-        f" Resolution: the interval's half-width is {100 * half:.1f} points over "
-        f"{found['sentences']:,} test windows and seeds (seed-level alone "
-        f"{100 * found['seed_half_width']:.1f}) against the {100 * margin:g}-point margin: "
-        f"{'resolvable' if found['resolvable'] else 'unresolvable'} at this size."
-        if math.isfinite(half) and found["sentences"]
-        else f" Resolution of the {100 * margin:g}-point margin: n/a (fewer than 2 seeds)."
-    )
-    claim = claim_from_seeds(
+    return crossed_claim(
         statement,
         per_seed,
+        [row for row in rows if row],
         threshold,
+        margin,
+        CROSSED_METHOD.format("windows", "window", "win marks"),
+        lambda found: (
+            f"win rate per seed {points_text(per_seed)} %; {perplexities}." + _win_resolution(found)
+        ),
         key=key,
         unit="win rate (share of test windows where the constrained model's loss is lower "
         "than ERM's, ties half)",
         checks=checks,
-        evidence=f"win rate per seed {points_text(per_seed)} %; {perplexities}.{resolution}",
-        paired=True,
-        extra={"resolution": found},
     )
-    return with_crossed(claim, crossed, WIN_METHOD)
 
 
 def language_claims(language: Mapping[str, Any]) -> list[Claim]:
@@ -141,20 +104,28 @@ def language_claims(language: Mapping[str, Any]) -> list[Claim]:
     erm, constrained = paired_runs(language["runs"])
     checks = exercised(constrained, "language")
     level = [float(g) for g in language["gammas"]].index(LANGUAGE_CLAIM_GAMMA)
-
-    def perplexity(records: Sequence[Record], index: int | None) -> float:
-        values = [r["perplexity"] if index is None else r["gaussian"][index] for r in records]
-        return statistics.fmean(values)
+    ratios = [
+        float(r["perplexity"]) / float(r["start_perplexity"])
+        for r in erm
+        if r.get("start_perplexity") is not None
+    ]
+    fits = ERM_FIT.check(ratios if len(ratios) == len(erm) else [])
 
     def shown(index: int | None) -> str:
+        mean = {
+            name: statistics.fmean(
+                r["perplexity"] if index is None else r["gaussian"][index] for r in records
+            )
+            for name, records in (("constrained", constrained), ("ERM", erm))
+        }
+        start = f", start {mean_of(erm, 'start_perplexity'):.2f}" if index is None else ""
         return (
-            f"test perplexity constrained {perplexity(constrained, index):.2f}, ERM "
-            f"{perplexity(erm, index):.2f}"
-            + (f", start {mean_of(erm, 'start_perplexity'):.2f}" if index is None else "")
+            f"test perplexity constrained {mean['constrained']:.2f}, ERM {mean['ERM']:.2f}{start}"
         )
 
     window = "the share of test windows on which its loss is lower than ERM's{}, ties half"
     interval = "95 % interval over test windows and seeds"
+    noise = f" under noise of RMS {LANGUAGE_CLAIM_GAMMA:g}x the embedding RMS"
     return [
         _win_claim(
             LANGUAGE_CLEAN_KEY,
@@ -164,16 +135,14 @@ def language_claims(language: Mapping[str, Any]) -> list[Claim]:
             win_rows(erm, constrained),
             within(0.5 - WIN_CLEAN_MARGIN, 0.5 + WIN_CLEAN_MARGIN),
             WIN_CLEAN_MARGIN,
-            [*checks, _erm_fits(erm)],
+            [*checks, fits],
             shown(None),
         ),
         _win_claim(
             LANGUAGE_NOISE_KEY,
             f"(c) Under Gaussian embedding noise (gamma {LANGUAGE_CLAIM_GAMMA:g}) the "
             "descent-constrained fine-tune beats the unconstrained one, a "
-            f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: "
-            f"{window.format(f' under noise of RMS {LANGUAGE_CLAIM_GAMMA:g}x the embedding RMS')}"
-            ", at least "
+            f"{100 * PAPER_NOISY_WIN:.2f} % win rate (here: {window.format(noise)}, at least "
             f"{100 * (0.5 + WIN_NOISE_MARGIN):g} %, {interval}).",
             win_rows(erm, constrained, level),
             at_least(0.5 + WIN_NOISE_MARGIN),

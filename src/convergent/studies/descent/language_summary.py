@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.checks import BUMP_CHECK
-from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    BUMP_CHECK,
     LANGUAGE_CLEAN_KEY,
     LANGUAGE_MONOTONE_KEY,
     LANGUAGE_NOISE_KEY,
 )
+from convergent.studies.descent.config import LANGUAGE_CLAIM_GAMMA
 from convergent.studies.descent.language_claims import ERM_FIT_CHECK, PAPER_NOISY_WIN
 from convergent.studies.descent.wording import Claim, binding, check_named, percent, strength
 from convergent.studies.framework import Sentence, claims_by_key, verdicts_of
@@ -47,6 +47,16 @@ LANGUAGE_LAYERS = {
 }
 
 
+# What part (c) advises where its noisy win rate did not reproduce, by that claim's verdict.
+NOISE_ADVICE = {
+    "not reproduced": "; at this scale the constraints' win rate under embedding noise stayed "
+    "below the test's {floor}, so plain fine-tuning remains the simpler choice",
+    "inconclusive": "; whether the constraints make a fine-tuned language model more robust to "
+    "embedding noise stays open at this scale",
+    "untested": "",
+}
+
+
 def _language_advice(
     noise: str, clean: str, clean_effect: float | None, margin: str, floor: str
 ) -> str:
@@ -66,17 +76,7 @@ def _language_advice(
                 "only where inputs are noisy"
             )
         return "; where inputs are noisy, constrained fine-tuning is worth trying"
-    if noise == "not reproduced":
-        return (
-            f"; at this scale the constraints' win rate under embedding noise stayed below the "
-            f"test's {floor}, so plain fine-tuning remains the simpler choice"
-        )
-    if noise == "inconclusive":
-        return (
-            "; whether the constraints make a fine-tuned language model more robust to "
-            "embedding noise stays open at this scale"
-        )
-    return ""
+    return NOISE_ADVICE[noise].format(floor=floor)
 
 
 def _share(claim: Claim) -> str:

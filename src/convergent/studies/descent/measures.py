@@ -4,18 +4,11 @@ How hard the constraints pushed during training (:func:`multiplier_activity`,
 :func:`dual_trajectory`: the manipulation check of every claim), the per-layer losses and
 which descent constraints hold (:func:`layer_report`), accuracy under token-embedding
 perturbations (:func:`robustness`) and denoising RMSE at several noise levels
-(:func:`denoising_rmse`), and which test sentences a classifier gets right
-(:func:`correct_per_example`, for the clean claim's paired test), a language model's loss on
+(:func:`denoising_rmse`), a language model's loss on
 each test sequence (:func:`sequence_losses`) and the pairwise win marks of two models
 (:func:`sequence_wins`, part (c)'s analogue of AlpacaEval's judgement). Every perturbation is
 drawn from a fixed seed, so ERM and the constrained model see the same draws (paired
 comparison).
-
-How finely the clean-accuracy claim can be resolved (:func:`crossed_interval`,
-:func:`seed_half_width`, :func:`seeds_to_resolve`, :func:`margin_resolution`) and which test
-sentences a classifier gets right (:func:`correct_per_example`) live in
-:mod:`convergent.studies.framework.crossed`, which the sparsity study's part (c) shares;
-they are imported here under their old names.
 """
 
 from __future__ import annotations

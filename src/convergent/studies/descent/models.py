@@ -11,14 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from convergent.models import HFEncoder, Transformer, TransformerConfig
-from convergent.studies.framework import minilm_classifier
+from convergent.models import Transformer, TransformerConfig
 from convergent.train import ErmStep, descent_step, fit, seed_everything, warmup_schedule
-
-
-def text_model(seed: int, layers: int | None) -> HFEncoder:
-    """MiniLM-L6 (or its first ``layers`` layers) with a fresh mean-pooled 2-class head."""
-    return minilm_classifier(seed, layers)
 
 
 def denoiser(seed: int, patch: int, tokens: int, d_model: int, layers: int) -> Transformer:

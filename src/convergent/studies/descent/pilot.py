@@ -28,12 +28,7 @@ at 8 layers and 1.5 times that at 12 (`run_depth_pilot`).
 (`run_pilot`), writing ``OUT/descent-pilot/pilot.json``.
 
 Part (c) has a pilot of its own (:func:`run_language_pilot`, ERM only, validation windows
-only, seeds 30-32): it reports, and changes nothing, whether ERM's per-layer losses through
-the LM head are already monotone, whether ERM's fine-tune improves on its start, and the
-seed-to-seed spread of a win rate whose truth is 50 % (ERM against ERM), from which it states
-the win-rate claims' expected half-width. Cost: the pretraining and 10 ERM fine-tunes, about
-1.5 CPU-hours. Run it with ``run_language_pilot(OUT / "descent-language-pilot")``; it writes
-``language_pilot.json`` there.
+only, seeds 30-32), which reports and changes nothing.
 """
 
 from __future__ import annotations
@@ -79,9 +74,13 @@ PILOT_UNIT_DESIGN = 1
 def pilot_config(layers: int, base: Config | None = None, workers: int = 2) -> Config:
     """``base`` (the full mode's config by default) with ``layers`` denoiser layers, the
     first pilot seed as its selection seed and the others as its seeds."""
+    return dataclasses.replace(_at_pilot_seeds(base, workers), denoiser_layers=layers)
+
+
+def _at_pilot_seeds(base: Config | None, workers: int) -> Config:
+    """``base`` (the full mode's config by default) selecting and training on the pilot seeds."""
     return dataclasses.replace(
         base or Config.for_mode("full"),
-        denoiser_layers=layers,
         selection_seed=PILOT_SEEDS[0],
         seeds=PILOT_SEEDS[1:],
         workers=workers,
@@ -274,18 +273,10 @@ def run_language_pilot(
       half-width of the win rate's interval at the study's seed count and test size
       (:func:`expected_half_width`), against the claims' 5-point margins.
 
-    Args:
-        out_dir: where its units and its JSON go.
-        workers: processes running units side by side.
-        log: called with progress lines.
-        base: the config whose part (c) the pilot runs (the full mode's by default).
+    Cost: the pretraining and 10 ERM fine-tunes, about 1.5 CPU-hours. The arguments are
+    `run_depth_pilot`'s.
     """
-    config = dataclasses.replace(
-        base or Config.for_mode("full"),
-        selection_seed=PILOT_SEEDS[0],
-        seeds=PILOT_SEEDS[1:],
-        workers=workers,
-    )
+    config = _at_pilot_seeds(base, workers)
     spec, folder = config.language, Path(out_dir)
     cache = UnitCache(
         folder / "units",

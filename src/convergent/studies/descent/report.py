@@ -33,47 +33,44 @@ REGIME_PILOT = (
     "descent-pilot/pilot.json)."
 )
 GRID_AXES = ("lr_scale", "lr", "weight_decay", "resilient_cost", "alpha")
-KINDS = ("gaussian", "uniform", "discrete", "typos", "word_dropout")
 
 
-def _spread(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+STYLES = dict(zip(METHODS, ("o--", "s-"), strict=True))  # each method's line in every figure
 
 
 def _fmt(values: list[float], digits: int = 4) -> str:
-    mean, std = _spread(values)
-    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+    """The mean of ``values`` and, over two or more, their SD."""
+    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.{digits}f}{spread}"
 
 
-def _selected(point: dict[str, Any]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in point.items())
+def _selected(points: dict[str, dict[str, Any]]) -> str:
+    """Each method's selected point: ``erm: lr_scale 1.0, weight_decay 0.01, constrained: ...``."""
+    return ", ".join(
+        f"{method}: " + ", ".join(f"{key} {value}" for key, value in point.items())
+        for method, point in points.items()
+    )
 
 
 def _grid_rows(part: dict[str, Any], scores: dict[str, str]) -> list[dict[str, Any]]:
-    axes = list(
-        dict.fromkeys(
-            key for entries in part["selection"].values() for key in entries[0] if key in GRID_AXES
-        )
-    )
+    selection = part["selection"]
+    axes = [*dict.fromkeys(k for runs in selection.values() for k in runs[0] if k in GRID_AXES)]
     rows = []
-    for method, entries in part["selection"].items():
+    for method, entries in selection.items():
+        chosen = part["selected"][method]
         for entry in entries:
             point = {axis: entry.get(axis, "") for axis in axes}
+            if method == "constrained" and point.get("resilient_cost", "") is None:
+                point["resilient_cost"] = "hard"
             rows.append(
                 {
                     "method": method,
-                    **{
-                        axis: "hard"
-                        if axis == "resilient_cost" and value is None and method == "constrained"
-                        else value
-                        for axis, value in point.items()
-                    },
+                    **point,
                     **{label: entry[key] for key, label in scores.items()},
                     "largest lambda": entry.get("multiplier_max"),
                     "share active": entry.get("multiplier_active_share"),
                     "selected": "yes"
-                    if {a: entry.get(a) for a in axes if a in part["selected"][method]}
-                    == part["selected"][method]
+                    if {a: entry.get(a) for a in axes if a in chosen} == chosen
                     else "",
                 }
             )
@@ -198,11 +195,8 @@ def _constraint_rows(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, An
 def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
     """What ran, how it was selected, and what the budget forced."""
     text, video = data["text"], data["video"]
-    model = (
-        "MiniLM-L6"
-        if config.text_layers is None
-        else (f"MiniLM-L6 cut to {config.text_layers} layers")
-    )
+    layers = config.text_layers
+    model = "MiniLM-L6" if layers is None else f"MiniLM-L6 cut to {layers} layers"
     notes = [
         f"(a) {model}, mean-pooled linear head shared by every layer, on rt-sentences "
         f"(max_length {config.max_length}); final runs: {config.text_steps} AdamW steps of "
@@ -214,8 +208,7 @@ def study_notes(config: Any, data: dict[str, Any]) -> list[str]:
         f"{list(config.constrained_alphas)} at ERM's selected lr and weight decay, dual lr "
         f"{config.dual_lr:g} every step; ERM over lr in {list(config.erm_lrs)} (video: the same "
         f"multiples of {config.video_lr:g}) x weight decay {list(config.erm_weight_decays)}. "
-        f"Selected: (a) {', '.join(f'{m}: {_selected(p)}' for m, p in text['selected'].items())}"
-        f"; (b) {', '.join(f'{m}: {_selected(p)}' for m, p in video['selected'].items())}.",
+        f"Selected: (a) {_selected(text['selected'])}; (b) {_selected(video['selected'])}.",
         "Shifts: Gaussian and uniform embedding noise have RMS gamma x the RMS of the "
         "word-embedding matrix; discrete replaces a token's embedding by a random token's with "
         "probability gamma (special tokens never perturbed); typos edit each letter with "
@@ -256,7 +249,6 @@ def _language_notes(config: Any, language: dict[str, Any]) -> list[str]:
             ("test", spec.test_windows),
         )
     )
-    selected = ", ".join(f"{m}: {_selected(p)}" for m, p in language["selected"].items())
     return [
         f"(c) A {spec.layers}-layer pre-norm causal decoder (d_model {spec.width}, {spec.heads} "
         f"heads, LM head tied to the token embedding; {pretraining['vocab_size']:,} WordPiece "
@@ -274,7 +266,7 @@ def _language_notes(config: Any, language: dict[str, Any]) -> list[str]:
         f"{list(spec.lrs)} x alpha {list(spec.alphas)} x c {list(spec.costs)} (None: hard; "
         f"weight decay {spec.weight_decay:g}). Selection: validation perplexity under Gaussian "
         f"embedding noise at gamma {spec.selection_gamma:g}, by the denoiser's rule. Selected: "
-        f"{selected}. The win rate is the share of test windows on which the constrained "
+        f"{_selected(language['selected'])}. The win rate is the share of test windows on which the constrained "
         "model's mean next-token loss is lower than ERM's (ties count half), under the same "
         "noise draws for both.",
     ]
@@ -312,9 +304,9 @@ def draw_figures(
     slacks over training, as PNG files in ``out``; returns their names."""
     names = []
     figure = Figure(figsize=(19, 3.6))
-    for axis, kind in zip(figure.subplots(1, len(KINDS)), KINDS, strict=True):
+    for axis, kind in zip(figure.subplots(1, len(XLABELS)), XLABELS, strict=True):
         gammas = [0.0, *text["levels"][kind]]
-        for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+        for method, style in STYLES.items():
             runs = [[r["clean"], *r[kind]] for r in text["runs"][method]]
             _band(axis, gammas, runs, method, style)
         axis.set_title(f"{kind} perturbation")
@@ -325,7 +317,7 @@ def draw_figures(
 
     figure = Figure(figsize=(11, 3.8))
     text_axis, video_axis = figure.subplots(1, 2)
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         runs = [r["layer_losses"] for r in text["runs"][method]]
         _band(text_axis, list(range(len(runs[0]))), runs, method, style)
         runs = [r["layer_losses"] for r in video["runs"][method]]
@@ -343,7 +335,7 @@ def draw_figures(
     figure = Figure(figsize=(5.5, 3.8))
     axis = figure.subplots()
     multiples = list(noise_multiples)
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         _band(axis, multiples, [r["rmse"] for r in video["runs"][method]], method, style)
     axis.plot(multiples, video["sigmas"], ":", color="gray", label="noisy input")
     axis.axvline(1.0, color="gray", linewidth=0.8)
@@ -394,7 +386,7 @@ def draw_language(language: dict[str, Any], out: Path) -> str:
         )
     wins.axhline(0.5, color="gray", linewidth=0.8, label="50 % (a tie)")
     wins.set_ylabel("win rate against ERM (test windows)")
-    for method, style in zip(METHODS, ("o--", "s-"), strict=True):
+    for method, style in STYLES.items():
         runs = [[r["perplexity"], *r["gaussian"]] for r in language["runs"][method]]
         _band(perplexity, gammas, runs, method, style)
         losses = [r["layer_losses"] for r in language["runs"][method]]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,13 @@ from convergent.studies.descent.measures import (
     noisy_pairs,
     robustness,
 )
-from convergent.studies.descent.models import denoiser, text_model, train_model
+from convergent.studies.descent.models import denoiser, train_model
 from convergent.studies.engine import Unit, training_key
-from convergent.studies.framework import correct_per_example, rt_sentences
+from convergent.studies.framework import correct_per_example, minilm_classifier, rt_sentences
 from convergent.train import evaluate
 
+EMBEDDING_SHIFTS = ("gaussian", "uniform", "discrete")  # the rest shift the text itself
+TASKS = {"text": "classification", "video": "regression"}
 TRAIN_PROBE = 1024  # training examples scored for "constraints satisfied on train"
 SELECTION_NOISE_SEED = 500  # the validation noise draw of the text selection score
 
@@ -105,33 +107,9 @@ def text_shift_accuracies(
     return accuracies
 
 
-def _training_record(
-    config: Config,
-    method: str,
-    point: dict[str, Any],
-    seed: int,
-    part: str,
-    model: torch.nn.Module,
-    train: Any,
-    steps: int,
-    batch_size: int,
-) -> dict[str, Any] | None:
-    options = config.options(method, point, part)
-    try:
-        training = train_model(
-            model,
-            method,
-            train,
-            task="classification" if part == "text" else "regression",
-            steps=steps,
-            batch_size=batch_size,
-            seed=seed,
-            dual_lr=config.dual_lr,
-            progress=False,
-            **options,  # lr, weight decay, alpha, resilient cost
-        )
-    except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
-        return None
+def training_fields(seed: int, training: Mapping[str, Any]) -> dict[str, Any]:
+    """What every unit records of its training (``train_model``'s result): the loss, the final
+    multipliers, how hard they pushed and their trajectory."""
     return {
         "seed": seed,
         "train_loss": training["train_loss"],
@@ -139,6 +117,44 @@ def _training_record(
         **multiplier_activity(training["history"]),
         "trajectory": dual_trajectory(training["history"]),
     }
+
+
+def _trained(
+    config: Config,
+    method: str,
+    point: dict[str, Any],
+    seed: int,
+    part: str,
+    model: torch.nn.Module,
+    train: Any,
+    final: bool,
+) -> tuple[dict[str, Any] | None, float]:
+    """``model`` trained on ``train``: its record with the share of constraints satisfied on
+    train (None where it diverged) and the alpha its layer reports use (ERM: the largest)."""
+    options = config.options(method, point, part)
+    task = TASKS[part]
+    steps = getattr(config, f"{part}_steps" if final else f"{part}_grid_steps")
+    try:
+        training = train_model(
+            model,
+            method,
+            train,
+            task=task,
+            steps=steps,
+            batch_size=getattr(config, f"{part}_batch_size"),
+            seed=seed,
+            dual_lr=config.dual_lr,
+            progress=False,
+            **options,  # lr, weight decay, alpha, resilient cost
+        )
+    except FloatingPointError:  # the loss or a gradient turned NaN: a diverged point
+        return None, math.nan
+    alpha = options["alpha"] if method == "constrained" else max(config.constrained_alphas)
+    report = layer_report(model, _probe(train), task, alpha)
+    return {
+        **training_fields(seed, training),
+        "train_fraction_satisfied": report["fraction_satisfied"],
+    }, alpha
 
 
 # What a diverged run scores: NaN, so that selection skips it and the claims drop its seed.
@@ -181,11 +197,8 @@ def text_unit(
         config.validation_examples,
         config.test_examples,
     )
-    model = text_model(seed, config.text_layers)
-    steps = config.text_steps if final else config.text_grid_steps
-    record = _training_record(
-        config, method, point, seed, "text", model, data.train, steps, config.text_batch_size
-    )
+    model = minilm_classifier(seed, config.text_layers)  # a fresh mean-pooled 2-class head
+    record, report_alpha = _trained(config, method, point, seed, "text", model, data.train, final)
     if record is None:
         if not final:
             return diverged_record(seed, TEXT_SELECTION_SCORES)
@@ -193,17 +206,9 @@ def text_unit(
             seed,
             TEXT_SCORES,
             layer_losses=model.num_layers + 1,
-            gaussian=len(config.additive_gammas),
-            uniform=len(config.additive_gammas),
-            discrete=len(config.discrete_gammas),
-            typos=len(config.typo_rates),
-            word_dropout=len(config.dropout_rates),
+            **{kind: len(levels) for kind, levels in config.text_levels().items()},
         )
         return {**diverged, "clean_correct": None}  # no sentence scored
-    alpha = config.options(method, point, "text")["alpha"]
-    report_alpha = alpha if method == "constrained" else max(config.constrained_alphas)
-    train_report = layer_report(model, _probe(data.train), "classification", report_alpha)
-    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
     if not final:
         noisy = robustness(
             model,
@@ -216,11 +221,7 @@ def text_unit(
         record["validation_robust"] = noisy["gaussian"][0]
         record.update(layer_report(model, data.validation, "classification", report_alpha))
         return record
-    levels = {
-        "gaussian": config.additive_gammas,
-        "uniform": config.additive_gammas,
-        "discrete": config.discrete_gammas,
-    }
+    levels = {kind: config.text_levels()[kind] for kind in EMBEDDING_SHIFTS}
     record.update(robustness(model, data.test, levels, data.special_ids, seed=1000))
     record["clean_correct"] = correct_per_example(model, data.test)
     record["typos"] = text_shift_accuracies(
@@ -321,10 +322,7 @@ def video_unit(
     )
     tokens = (config.crop // config.patch) ** 2
     model = denoiser(seed, config.patch, tokens, config.denoiser_width, config.denoiser_layers)
-    steps = config.video_steps if final else config.video_grid_steps
-    record = _training_record(
-        config, method, point, seed, "video", model, train, steps, config.video_batch_size
-    )
+    record, report_alpha = _trained(config, method, point, seed, "video", model, train, final)
     if record is None:
         if not final:
             return diverged_record(seed, VIDEO_SELECTION_SCORES)
@@ -334,10 +332,6 @@ def video_unit(
             layer_losses=config.denoiser_layers + 1,
             rmse=len(config.noise_multiples),
         )
-    alpha = config.options(method, point, "video")["alpha"]
-    report_alpha = alpha if method == "constrained" else max(config.constrained_alphas)
-    train_report = layer_report(model, _probe(train), "regression", report_alpha)
-    record["train_fraction_satisfied"] = train_report["fraction_satisfied"]
     if not final:
         sigmas = [config.train_noise, config.selection_multiple * config.train_noise]
         at_training, at_selection = denoising_rmse(model, validation_clean, sigmas, 2200)

@@ -42,22 +42,17 @@ def constraints_act(unit: Unit) -> bool:
 
 
 def denoising_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
-    """The video selection score (lower is better): validation RMSE at the selection noise.
-
-    NaN (never selected) for a unit outside the pool or above the ceiling. The pool is the
-    units whose constraints act (:func:`constraints_act`), or every unit when none does; the
-    ceiling is (1 + ``tolerance``) x the pool's best RMSE at the training noise (one method's
-    grid)."""
+    """The video selection score (lower is better): validation RMSE at the selection noise;
+    NaN (never selected) outside the pool (:func:`constraints_act`, or every unit when none
+    does) or above (1 + ``tolerance``) x the pool's best RMSE at the training noise."""
     return _acting_floor(
         units, tolerance, "validation_rmse_train_noise", "validation_rmse_selection"
     )
 
 
 def language_score(units: Sequence[Unit], tolerance: float) -> Callable[[Unit], float]:
-    """Part (c)'s selection score (lower is better): validation perplexity under Gaussian
-    embedding noise, by the denoiser's rule: NaN outside the pool (the units whose constraints
-    act, or every unit when none does) or above (1 + ``tolerance``) x the pool's best clean
-    validation perplexity (one method's grid)."""
+    """Part (c)'s selection score: validation perplexity under Gaussian embedding noise, by
+    the denoiser's rule on clean validation perplexity (:func:`denoising_score`)."""
     return _acting_floor(units, tolerance, "validation_perplexity", "validation_noisy_perplexity")
 
 

@@ -1,17 +1,7 @@
-"""The ``descent`` study's run: every part, each selected on its grids and then trained from
-every final seed.
-
-Each part follows the same protocol (:mod:`convergent.studies.descent.config`): both methods'
-declared grids (the same size) are trained with the selection seed and scored on validation;
-one rule selects each method's point (the best score under a validation shift among the
-points whose clean score is within a tolerance of the method's best clean one; on the
-denoiser, among the points where the constraints act, when any does:
-:func:`~convergent.studies.descent.selection.denoising_score`); the selected
-configurations train from every final seed and are scored once on test. Part (c), the
-language model (``run_language``), first pretrains one shared checkpoint (a unit of its own),
-and both of its methods select their own learning rate: its grids run side by side, each
-selected by :func:`~convergent.studies.descent.selection.language_score`. Every run is a unit in
-``OUT/units`` (resumable); units run in ``workers`` processes.
+"""The ``descent`` study's run: every part selected on its grids on validation (the
+protocol: :mod:`convergent.studies.descent.config`), then trained from every final seed and
+scored once on test; part (c) first pretrains its shared checkpoint (a unit of its own). Every
+run is a unit in ``OUT/units`` (resumable); units run in ``workers`` processes.
 """
 
 from __future__ import annotations
@@ -23,9 +13,9 @@ from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.descent.brief import advice, brief
+from convergent.studies.descent.checks import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
 from convergent.studies.descent.claims import DESIGN, FAMILIES, claims_from_results
 from convergent.studies.descent.config import Config
-from convergent.studies.descent.keys import LANGUAGE_TUNING, TEXT_TUNING, VIDEO_TUNING
 from convergent.studies.descent.language import fine_tunes, pretraining
 from convergent.studies.descent.pilot import PILOT_SEEDS, run_pilot
 from convergent.studies.descent.report import draw_figures, study_notes, study_tables
@@ -127,6 +117,16 @@ def _language(config: Config, cache: UnitCache, log: Log, criterion: str) -> dic
     }
 
 
+def _acting_criterion(score: str, tolerance: float, clean: str) -> str:
+    """The denoiser's rule in words (part (c)'s too), for the tuning record."""
+    return (
+        f"{score}, among the method's points where its constraints act (largest lambda >= "
+        f"{acting.MULTIPLIER_FLOOR:g}, active in >= {100 * acting.ACTIVE_SHARE_FLOOR:g} % of the "
+        f"steps; every point when none does) within {100 * tolerance:g} % of the best such "
+        f"{clean} (n/a: outside)"
+    )
+
+
 class DescentStudy:
     """The ``descent`` study for the framework (:class:`~convergent.studies.framework.Study`)."""
 
@@ -171,12 +171,11 @@ class DescentStudy:
             functools.partial(part_unit, config, "video"),
             denoising_score,
             False,
-            f"validation RMSE at {config.selection_multiple:g}x the training noise, among "
-            "the method's points where its constraints act (largest lambda >= "
-            f"{acting.MULTIPLIER_FLOOR:g}, active in >= {100 * acting.ACTIVE_SHARE_FLOOR:g} % "
-            "of the steps; every point when none does) within "
-            f"{100 * config.clean_tolerance:g} % of the best such RMSE at the training noise "
-            "(n/a: outside)",
+            _acting_criterion(
+                f"validation RMSE at {config.selection_multiple:g}x the training noise",
+                config.clean_tolerance,
+                "RMSE at the training noise",
+            ),
             lambda line: log(f"(b) {line}"),
             inherit=True,
         )
@@ -185,23 +184,17 @@ class DescentStudy:
                 config,
                 cache,
                 lambda line: log(f"(c) {line}"),
-                "validation perplexity under Gaussian embedding noise (gamma "
-                f"{config.language.selection_gamma:g}), among the method's points where its "
-                f"constraints act (largest lambda >= {acting.MULTIPLIER_FLOOR:g}, active in >= "
-                f"{100 * acting.ACTIVE_SHARE_FLOOR:g} % of the steps; every point when none "
-                f"does) within {100 * config.clean_tolerance:g} % of the best such clean "
-                "validation perplexity (n/a: outside)",
+                _acting_criterion(
+                    "validation perplexity under Gaussian embedding noise (gamma "
+                    f"{config.language.selection_gamma:g})",
+                    config.clean_tolerance,
+                    "clean validation perplexity",
+                ),
             )
             if config.run_language
             else None
         )
-        text["levels"] = {
-            "gaussian": config.additive_gammas,
-            "uniform": config.additive_gammas,
-            "discrete": config.discrete_gammas,
-            "typos": config.typo_rates,
-            "word_dropout": config.dropout_rates,
-        }
+        text["levels"] = config.text_levels()
         video["sigmas"] = [m * config.train_noise for m in config.noise_multiples]
         parts = {"text": (text, TEXT_TUNING), "video": (video, VIDEO_TUNING)}
         if language is not None:

@@ -10,23 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from convergent.studies.descent.checks import BUMP_CHECK
-from convergent.studies.descent.keys import (
+from convergent.studies.descent.checks import (
+    BUMP_CHECK,
     CLEAN_KEY,
     CLEAN_PAPER_KEY,
     LANGUAGE_CLEAN_KEY,
     TEXT_MONOTONE_KEY,
     VIDEO_MONOTONE_KEY,
     VIDEO_NOISE_KEY,
-    robustness_key,
 )
 from convergent.studies.descent.language_summary import language_sentence
 from convergent.studies.descent.selection import constraints_act, denoising_score, selected_index
 from convergent.studies.descent.wording import (
-    SHIFTS,
     Claim,
     binding,
     check_named,
+    grouped,
+    shift_labels,
     signed_points,
     strength,
     test_sentences,
@@ -85,16 +85,13 @@ SHIFT_VERDICTS = {
 
 def _robustness(payload: Mapping[str, Any]) -> Sentence:
     claims = claims_by_key(payload)
-    kinds = list(payload["data"]["text"]["levels"])
-    names = [robustness_key(kind) for kind in kinds]
-    verdicts = verdicts_of(payload, names)
+    labels = shift_labels(payload)
+    verdicts = verdicts_of(payload, labels)
     bound, measured = binding(claims[CLEAN_PAPER_KEY])
     selected = strength(payload["data"]["text"]["selected"]["constrained"])
-    effects = [float(claims[name]["effect"]) for name in names]
-    by_verdict: dict[str, list[str]] = {}
-    for kind, name in zip(kinds, names, strict=True):
-        by_verdict.setdefault(verdicts[name], []).append(SHIFTS.get(kind, kind.replace("_", " ")))
-    gain = f"{100 * float(claims[names[0]]['threshold']['value']):g} point"
+    effects = [float(claims[name]["effect"]) for name in labels]
+    by_verdict = grouped(verdicts, labels)
+    gain = f"{100 * float(claims[next(iter(labels))]['threshold']['value']):g} point"
     outcome = "; ".join(
         SHIFT_VERDICTS[v].format(gain=gain, shifts=listed(s)) for v, s in by_verdict.items()
     )
@@ -150,10 +147,9 @@ def _clean(payload: Mapping[str, Any]) -> Sentence:
         CLEAN_KEY: f"a {-100 * claims[CLEAN_KEY]['threshold']['value']:.1g}-point margin",
     }
     verdicts = verdicts_of(payload, margins)
-    by_verdict: dict[str, list[str]] = {}
-    for name, margin in margins.items():
-        by_verdict.setdefault(verdicts[name], []).append(margin)
-    outcome = "; it ".join(CLEAN_VERDICTS[v].format(listed(m)) for v, m in by_verdict.items())
+    outcome = "; it ".join(
+        CLEAN_VERDICTS[v].format(listed(m)) for v, m in grouped(verdicts, margins).items()
+    )
     effect = float(paper["effect"])
     text = (
         f"Clean test accuracy was {abs(100 * effect):.1f} point "
@@ -208,9 +204,7 @@ def _video(payload: Mapping[str, Any]) -> Sentence:
         VIDEO_MONOTONE_KEY: "per-layer losses that fall layer by layer",
     }
     verdicts = verdicts_of(payload, labels)
-    by_verdict: dict[str, list[str]] = {}
-    for name, label in labels.items():
-        by_verdict.setdefault(verdicts[name], []).append(label)
+    by_verdict = grouped(verdicts, labels)
     outcome = "; ".join(
         f"the claim of {found[0]} is {verdict}"
         if len(found) == 1

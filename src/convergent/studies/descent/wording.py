@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from convergent.studies.descent.checks import ACTIVE_CHECK, PEAK_CHECK
+from convergent.studies.descent.checks import ACTIVE_CHECK, PEAK_CHECK, robustness_key
 
 # Each perturbation kind (a key of ``data.text.levels``) in a user's words.
 SHIFTS = {
@@ -25,6 +25,20 @@ MAX_TEST_SIZE = 100_000  # accuracies are read as exact shares of a test set at 
 
 
 Claim = Mapping[str, Any]
+
+
+def grouped(verdicts: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, list[str]]:
+    """The labels of ``labels`` (by claim key) gathered by their claim's verdict, in order."""
+    by_verdict: dict[str, list[str]] = {}
+    for key, label in labels.items():
+        by_verdict.setdefault(verdicts[key], []).append(label)
+    return by_verdict
+
+
+def shift_labels(payload: Mapping[str, Any]) -> dict[str, str]:
+    """Each perturbation kind's claim key and its words, in the data's order."""
+    kinds = payload["data"]["text"]["levels"]
+    return {robustness_key(kind): SHIFTS.get(kind, kind.replace("_", " ")) for kind in kinds}
 
 
 def signed_points(value: float) -> str:

@@ -245,6 +245,19 @@ def test_each_block_left_hands_the_freed_memory_back(llama_folder, tmp_path, mon
     assert trims == [0] * 9
 
 
+def test_a_streamed_run_maps_its_large_allocations(llama_folder, tmp_path, monkeypatch):
+    # glibc's dynamic mmap threshold kept freed blocks in its heaps: the streamed peak grew with
+    # the number of blocks (623 -> 730 MiB from 2 to 8 blocks at d_model 1536; 552 -> 550 with
+    # a fixed 1 MiB threshold: benchmarks/README.md). M_MMAP_THRESHOLD is -3 in glibc's malloc.h.
+    import convergent.models.streamed as streamed_module
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(streamed_module, "_mallopt", lambda: lambda *a: calls.append(a))
+    prune_hf_folder(llama_folder, (0.5,), method="magnitude", save_to=tmp_path / "out",
+                    low_memory=True, **OPTIONS)  # fmt: skip
+    assert calls == [(-3, 1024 * 1024)]
+
+
 def test_a_bfloat16_folder_streams_in_its_own_dtype_as_in_memory(bfloat16_llama_folder, tmp_path):
     # no dtype given: both paths take the folder's own (bfloat16), the statistics float64
     in_memory = prune_hf_folder(bfloat16_llama_folder, (0.5,), method="sparsegpt",

@@ -36,7 +36,12 @@ from convergent.commands.prune_request import (
 from convergent.commands.pruned_folder import NOT_BENCHED_STREAMED, size_summary
 from convergent.commands.pruning_report import write_pruning_report
 from convergent.commands.sentence_embeddings import SENTENCE_EMBEDDING
-from convergent.models.streamed import DenseShards, SafetensorsReader, StreamedBlocks
+from convergent.models.streamed import (
+    DenseShards,
+    SafetensorsReader,
+    StreamedBlocks,
+    map_large_allocations,
+)
 from convergent.sparse import PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
 from convergent.sparse.calibration import find_blocks
@@ -62,6 +67,7 @@ def prune_hf_folder_streamed(path: str | Path, request: PruneRequest) -> dict[st
         ``low_memory`` set.
     """
     check_streamable(request)
+    map_large_allocations()  # freed blocks go back to the system, not to glibc's heaps
     save_to = Path(str(request.save_to))
     spec, method = request.mask_spec, request.method
     seed, max_length = request.seed, request.max_length

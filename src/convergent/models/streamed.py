@@ -261,6 +261,32 @@ def release_freed_memory() -> None:
         trim(0)
 
 
+# glibc's M_MMAP_THRESHOLD (malloc.h) and the size above which a streamed run's allocations
+# get their own mappings (benchmarks/README.md: 1 MiB kept the peak flat from 2 to 8 blocks).
+M_MMAP_THRESHOLD = -3
+STREAMED_MMAP_THRESHOLD = 1 << 20
+
+
+def map_large_allocations() -> None:
+    """Give every C allocation above `STREAMED_MMAP_THRESHOLD` its own memory mapping, which is
+    returned to the system when freed (glibc's ``mallopt(M_MMAP_THRESHOLD, ...)``; nothing
+    elsewhere). By default glibc raises that threshold to the size of each large block freed,
+    up to 32 MiB, and later tensors of that size come from its heaps and stay resident: a
+    streamed run's peak grew with the number of blocks. The setting is the process's from then
+    on (a fixed threshold; large temporaries are mapped afresh, which costs some time)."""
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, STREAMED_MMAP_THRESHOLD)
+
+
+@functools.cache
+def _mallopt() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 @functools.cache
 def _malloc_trim() -> Any:
     try:

@@ -29,19 +29,11 @@ from torch import nn
 
 from convergent.optim import Langevin
 from convergent.regularize import Penalty, penalty
-from convergent.studies.framework import (
-    Check,
-    Claim,
-    at_most,
-    claim_from_seeds,
-    format_number,
-    not_measured,
-)
+from convergent.studies.framework import Check, at_most, format_number, not_measured
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Experiment,
     Record,
-    bound_of,
     largest,
     mean,
     saturation_ceiling,
@@ -155,45 +147,6 @@ def null_criterion_check(
         f"run from an unbounded one; mean {format_number(mean(values))}"
     )
     return Check(NULL_CRITERION_CHECK, largest(values), at_most(tolerance), note)
-
-
-def joint_bounded_claim(
-    experiment: Experiment, temperature: str, tolerance: float, checks: Sequence[Check], key: str
-) -> Claim:
-    """Claim 1: per seed, the largest over log and power of `joint_excess`, at most
-    ``tolerance``; the chains' statistic and the per-matrix peaks go in the evidence."""
-    penalties = experiment.penalties(temperature)
-    statistics: list[list[float]] = []
-    parts = []
-    for p in penalties:
-        records = experiment.records(temperature, p)
-        runs = [joint_excess(r) for r in records]
-        nulls = [joint_excess(run["null"][p]) for run in experiment.runs]
-        peaks = [
-            largest(list(bound_of(r).peak.values()))
-            - largest(list(bound_of(run["null"][p]).peak.values()))
-            for r, run in zip(records, experiment.runs, strict=True)
-        ]
-        statistics.append(runs)
-        parts.append(
-            f"{p}: run {format_number(mean(runs))}, penalty alone {format_number(mean(nulls))}, "
-            f"largest single-matrix peak / r, run minus penalty alone {format_number(mean(peaks))}"
-        )
-    per_seed = [largest(list(seed)) for seed in zip(*statistics, strict=True)]
-    return claim_from_seeds(
-        f"{experiment.name}: with a light log or power regularizer, the norms of "
-        f"{experiment.what} stay bounded (here: {experiment.where(temperature)}, the matrices' "
-        "joint norm sqrt(sum ||W||^2), its peak over the second half of phase 2 and the upper "
-        "end of its fitted asymptote's 95 % interval, at most "
-        f"{round(100 * tolerance)} % above the joint stationary radius sqrt(sum r^2))",
-        per_seed,
-        at_most(tolerance),
-        key=key,
-        unit="max(joint peak, joint asymptote) / joint r - 1 (the larger of log and power)",
-        checks=[*checks, null_criterion_check(experiment, penalties, tolerance)],
-        evidence="Mean over seeds: " + "; ".join(parts) + ".",
-        extra={"joint_excess": dict(zip(penalties, statistics, strict=True))},
-    )
 
 
 def has_nulls(runs: Sequence[Record], penalties: Sequence[str]) -> bool:

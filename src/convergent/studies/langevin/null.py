@@ -1,21 +1,14 @@
 """The ``langevin`` study's null for "bounded": the penalty alone, run by the same Langevin chain.
 
-Run in the theory's own setting (Langevin on lam x penalty alone, no loss, with a run's lam, s,
-step size, length, start norms and record spacing), the norm of a matrix with n entries settles
-at the penalty's stationary radius r with a spread of about r / sqrt(2 n), so a statistic read
-from one small matrix's noisy curve can sit well above r where the theory holds exactly.
-"Bounded" is therefore tested on the targeted matrices' joint norm (`joint_excess`): with
-J_t = sqrt(sum ||W||_F^2) and R = sqrt(sum r^2), the larger of J's peak over the second half
-of phase 2 and the upper end of its saturating fit's asymptote interval, over R, minus 1; the
-joint curve's spread is about sqrt(matrices) times smaller, so its fit is identified. Any one
-matrix's norm is at most the joint norm, so a joint bound bounds each matrix; a single matrix
-drifting by some percent moves the joint statistic less, so the largest per-matrix peak, run
-minus chain, goes in the evidence.
-
-The claim is the joint statistic at most the tolerance, gated by a check that the same
-statistic of the penalty-only chain (`penalty_chain`, same seed plus `NULL_SEED_OFFSET`) is
-within the tolerance on every seed and penalty: where the theory holds exactly, the criterion
-must pass (``python examples/langevin_bound_null.py`` prints both per seed).
+In the theory's own setting (Langevin on lam x penalty alone, no loss, with a run's lam, s,
+step size, length, start norms and record spacing) a matrix with n entries settles at the
+stationary radius r with a spread of about r / sqrt(2 n), so a statistic read from one small
+matrix's noisy curve can sit well above r where the theory holds exactly. "Bounded" is
+therefore read on the joint norm of the targeted matrices (`joint_excess`), whose spread is
+about sqrt(matrices) times smaller and which bounds each matrix; it is gated by the same
+statistic of the penalty-only chain (`penalty_chain`, seed + `NULL_SEED_OFFSET`) being within
+the tolerance on every seed and penalty (``python examples/langevin_bound_null.py`` prints
+both per seed).
 """
 
 from __future__ import annotations
@@ -58,14 +51,9 @@ def penalty_chain(
     eps: float,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Langevin on lam x penalty alone (no loss), one flat matrix per name: the theory's setting.
-
-    Each matrix starts in a random direction at its ``start_norms`` length; the norms are
-    recorded at step 0 and every ``every`` steps, as the study's runs record theirs.
-
-    Returns:
-        The trace: {"step", "norms": {name: ||W||_F}} per record.
-    """
+    """Langevin on lam x penalty alone (no loss), one flat matrix per name, each started in a
+    random direction at its ``start_norms`` length; the trace of {"step", "norms"} at step 0
+    and every ``every`` steps, as the study's runs record theirs."""
     generator = torch.Generator().manual_seed(seed)
     matrices: dict[str, nn.Parameter] = {}
     for name, count in numel.items():
@@ -139,7 +127,8 @@ def null_criterion_check(
     experiment: Experiment, penalties: Sequence[str], tolerance: float
 ) -> Check:
     """The criterion passes where the theory holds: every chain's `joint_excess` <= tolerance."""
-    if not has_nulls(experiment.runs, penalties):
+    runs = experiment.runs
+    if not runs or not all(p in (run.get("null") or {}) for run in runs for p in penalties):
         return not_measured(NULL_CRITERION_CHECK, at_most(tolerance), "no penalty-only chain")
     values = [joint_excess(run["null"][p]) for run in experiment.runs for p in penalties]
     note = (
@@ -147,8 +136,3 @@ def null_criterion_check(
         f"run from an unbounded one; mean {format_number(mean(values))}"
     )
     return Check(NULL_CRITERION_CHECK, largest(values), at_most(tolerance), note)
-
-
-def has_nulls(runs: Sequence[Record], penalties: Sequence[str]) -> bool:
-    """Whether every seed's run record holds the penalty-only chain of every penalty."""
-    return bool(runs) and all(p in (run.get("null") or {}) for run in runs for p in penalties)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convergent.studies.framework import Sentence
+from convergent.studies.framework import Sentence, listed
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.claims import experiments
 from convergent.studies.langevin.measures import change_from_zero, final, growth, mean
@@ -130,7 +130,6 @@ def scale_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> 
         f"{_s(payload, t)} ({t}{', ' + MEANINGS[t] if t in MEANINGS else ''})"
         for t in config["claim_temperatures"]
     ]
-    listed = ", ".join(temperatures[:-1]) + (" and " if len(temperatures) > 1 else "")
     seeds = len(config["seeds"])
     preview = " (every verdict a preview)" if any(c.record["preview"] for c in claims) else ""
     return Sentence(
@@ -140,7 +139,7 @@ def scale_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> 
         f"rank-{config.get('lora_rank', '?')} LoRA factors in a "
         f"{config.get('lora_layers', '?')}-layer model, trained by Langevin steps (step size "
         f"{significant(number(config['langevin_lr']))}, {span(steps)} steps) with no penalty, "
-        f"the log-amplified one or the super-quadratic one, at s = {listed}{temperatures[-1]}, "
+        f"the log-amplified one or the super-quadratic one, at s = {listed(temperatures)}, "
         "where s/2 is the temperature in units of the averaged squared error; test RMSE on "
         f"{config.get('test_fields', '?')} new fields."
     )

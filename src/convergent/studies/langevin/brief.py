@@ -27,13 +27,9 @@ STATE_WORDS = {
 }
 
 
-def _states(payload: Mapping[str, Any]) -> dict[str, str]:
-    return noise_states(payload, temperature_fits(payload))
-
-
 def _noise(payload: Mapping[str, Any]) -> Sentence | None:
     """Where the noise acted without wrecking the fit (the checks' measurements, no verdict)."""
-    states = _states(payload)
+    states = noise_states(payload, temperature_fits(payload))
     if not states:
         return None
     acting = [t for t, state in states.items() if state == "acts"]
@@ -111,7 +107,7 @@ def _lams(payload: Mapping[str, Any], temperature: str) -> str:
 def advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The study's row of the "What to use" table."""
     claims = study_claims(payload)
-    states = _states(payload)
+    states = noise_states(payload, temperature_fits(payload))
     acting = [t for t, state in states.items() if state == "acts"]
     bounded = of_kind(claims, "bounded")
     when = (

@@ -157,14 +157,14 @@ def villani_rows(
     model: nn.Module,
     regularizer: VillaniRegularizer,
     train: DictDataset,
-    radii: tuple[float, ...],
+    settings: dict[str, Any],
     s: float,
-    probes: int,
-    examples: int,
     seed: int,
 ) -> list[dict[str, float]]:
-    """The Villani quantity along the ray through the current targeted weights."""
+    """The Villani quantity along the ray through the current targeted weights, at the
+    config's ``villani_radii`` x their norm, with ``villani_probes`` and ``villani_examples``."""
     targets = {name: p for name, p in model.named_parameters() if name in regularizer.parameters}
+    examples, radii = int(settings["villani_examples"]), tuple(settings["villani_radii"])
     batch = {key: value[:examples] for key, value in train.tensors.items()}
 
     def objective(values: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -177,9 +177,9 @@ def villani_rows(
     point = torch.cat([p.detach().flatten() for p in targets.values()])
     scale = float(point.norm())
     generator = torch.Generator().manual_seed(seed)
-    return villani_along_ray(
-        potential, point, [r * scale for r in radii], s, probes=probes, generator=generator
-    )
+    radii_scaled = [r * scale for r in radii]
+    probes = int(settings["villani_probes"])
+    return villani_along_ray(potential, point, radii_scaled, s, probes=probes, generator=generator)
 
 
 def temperatures(settings: dict[str, Any], data: DarcyData, d_model: int) -> dict[str, Any]:
@@ -296,16 +296,8 @@ def final_runs(
             }
             bound = temperature == settings["bound_temperature"]
             if experiment == "attention" and bound and diverged_at(runs[variant]) is None:
-                out["villani"][variant] = villani_rows(
-                    model,
-                    regularizer,
-                    data.train,
-                    tuple(settings["villani_radii"]),
-                    diffusion,
-                    int(settings["villani_probes"]),
-                    int(settings["villani_examples"]),
-                    seed,
-                )
+                villani = villani_rows(model, regularizer, data.train, settings, diffusion, seed)
+                out["villani"][variant] = villani
         out["phase2"][temperature] = runs
     bound = str(settings["bound_temperature"])
     out["null"] = null_runs(out["phase2"][bound], s[bound], settings, seed)

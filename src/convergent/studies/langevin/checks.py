@@ -148,19 +148,10 @@ def _norm_moved(record: Record, zero: Record) -> float:
 
 @dataclass(frozen=True)
 class VariantCheck:
-    """A check read per variant and seed: the mean over seeds of ``pick`` (smallest or largest)
-    over the variants of each seed; its name lists the variants, its note says ``why`` and each
-    variant's mean over seeds.
-
-    Attributes:
-        name: what is measured (the variants follow in brackets).
-        form: `at_least` or `at_most`, applied to the bound the claim gives.
-        pick: `smallest` or `largest` over the variants of a seed.
-        why: why the check matters.
-        reading: (record, the same seed's s = 0 record, the seed's stored run) -> the reading.
-        against_zero: whether it needs the s = 0 runs.
-        missing_value: what is missing when a reading is NaN (None: a NaN reading is kept).
-    """
+    """A check read per variant and seed (``reading(record, the same seed's s = 0 record,
+    the seed's stored run)``): the mean over seeds of ``pick`` over the variants of each seed,
+    held to ``form(bound)``; a NaN reading makes it not measured where ``missing_value`` says
+    what is missing, and without the s = 0 runs where it reads them (``against_zero``)."""
 
     name: str
     form: Callable[[float], Threshold]

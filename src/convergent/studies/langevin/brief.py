@@ -1,7 +1,5 @@
-"""What the ``langevin`` study tells a user in a minute: what the noise did at each
-temperature (from the checks' measurements, `summary.temperature_fits`), the penalty, what
-stays unknown (the README summary), and its "What to use" row; the report keeps the long
-findings (`summary`)."""
+"""What the ``langevin`` study tells a user in a minute (the README summary: what the noise did
+at each temperature, the penalty, what stays unknown) and its "What to use" row."""
 
 from __future__ import annotations
 
@@ -10,14 +8,14 @@ from typing import Any
 
 from convergent.studies.framework import Advice, Sentence, verdict_words
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.claims import experiments
-from convergent.studies.langevin.measures import mean
-from convergent.studies.langevin.summary import temperature_fits
+from convergent.studies.langevin.summary import lam_means, noise_states, temperature_fits
 from convergent.studies.langevin.wording import (
     LABELS,
     TEMPERATURE_KINDS,
     StudyClaim,
+    all_reproduced,
     declared,
+    of_kind,
     significant,
     study_claims,
 )
@@ -29,16 +27,9 @@ STATE_WORDS = {
 }
 
 
-def _states(payload: Mapping[str, Any]) -> dict[str, str]:
-    """Per claim temperature, what the noise did (`TemperatureFit.state`)."""
-    config = payload["config"]
-    kept, moved = number(config["fit_kept"]), number(config["outcome_moved"])
-    return {t: fit.state(kept, moved) for t, fit in temperature_fits(payload).items()}
-
-
 def _noise(payload: Mapping[str, Any]) -> Sentence | None:
     """Where the noise acted without wrecking the fit (the checks' measurements, no verdict)."""
-    states = _states(payload)
+    states = noise_states(payload, temperature_fits(payload))
     if not states:
         return None
     acting = [t for t, state in states.items() if state == "acts"]
@@ -59,8 +50,7 @@ def _noise(payload: Mapping[str, Any]) -> Sentence | None:
 
 
 def _norms(claims: Sequence[StudyClaim]) -> Sentence | None:
-    bounded = [c for c in claims if c.kind == "bounded"]
-    grows = [c for c in claims if c.kind == "grows"]
+    bounded, grows = of_kind(claims, "bounded"), of_kind(claims, "grows")
     if not bounded and not grows:
         return None
     parts = []
@@ -68,7 +58,7 @@ def _norms(claims: Sequence[StudyClaim]) -> Sentence | None:
         words = verdict_words([c.verdict for c in bounded])
         lead = (
             "To keep the weights bounded under the noise, add a log or power penalty"
-            if all(c.verdict == "reproduced" for c in bounded)
+            if all_reproduced(bounded)
             else "A log or power penalty kept the weights bounded in some experiments only"
         )
         parts.append(f"{lead} ({words})")
@@ -84,7 +74,7 @@ def _norms(claims: Sequence[StudyClaim]) -> Sentence | None:
 
 
 def _gap(claims: Sequence[StudyClaim]) -> Sentence | None:
-    gap = [c for c in claims if c.kind in TEMPERATURE_KINDS]
+    gap = of_kind(claims, *TEMPERATURE_KINDS)
     if not gap:
         return None
     words = verdict_words([c.verdict for c in gap])
@@ -106,26 +96,20 @@ def brief(payload: Mapping[str, Any]) -> list[Sentence]:
 
 
 def _lams(payload: Mapping[str, Any], temperature: str) -> str:
-    """lam per experiment and penalty, mean over seeds: ``"attention: log 0.0011, power
-    0.0027"``."""
-    config, data = payload["config"], payload["data"]
-    parts = []
-    for experiment in experiments(config, data):
-        lams = [
-            f"{p} {significant(mean([number(r['lam']) for r in experiment.records(temperature, p)]))}"
-            for p in experiment.penalties(temperature)
-        ]
-        if lams:
-            parts.append(f"{LABELS.get(experiment.name, experiment.name)}: {', '.join(lams)}")
-    return "; ".join(parts)
+    """lam per experiment and penalty: ``"attention: log 0.0011, power 0.0027"``."""
+    return "; ".join(
+        f"{LABELS.get(name, name)}: "
+        + ", ".join(f"{p} {significant(lam)}" for p, lam in means.items())
+        for name, means in lam_means(payload, temperature).items()
+    )
 
 
 def advice(payload: Mapping[str, Any]) -> list[Advice]:
     """The study's row of the "What to use" table."""
     claims = study_claims(payload)
-    states = _states(payload)
+    states = noise_states(payload, temperature_fits(payload))
     acting = [t for t, state in states.items() if state == "acts"]
-    bounded = [c for c in claims if c.kind == "bounded"]
+    bounded = of_kind(claims, "bounded")
     when = (
         f"at the {' and '.join(acting)} temperature, where the noise acted"
         if acting
@@ -133,7 +117,7 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
         "descent does was tested: whether it does is unknown)"
     )
     rests_on: list[str] = []
-    if bounded and all(c.verdict == "reproduced" for c in bounded):
+    if all_reproduced(bounded):
         when += "; add the penalty to keep weights bounded"
         rests_on = [c.key for c in bounded]
     temperatures = payload["data"]["temperatures"]
@@ -146,7 +130,7 @@ def advice(payload: Mapping[str, Any]) -> list[Advice]:
         f"Langevin step size {significant(number(payload['config']['langevin_lr']))}; s = {s} "
         f"(s/2 the temperature, in loss units); penalty lam (loss units) {_lams(payload, bound)}"
     )
-    untested = [c for c in claims if c.kind in TEMPERATURE_KINDS and c.verdict == "untested"]
+    untested = [c for c in of_kind(claims, *TEMPERATURE_KINDS) if c.verdict == "untested"]
     at = sorted({c.temperature for c in untested}, key=list(states).index)
     where = "every temperature" if len(at) == len(states) else f"the {' and '.join(at)} temperature"
     unknown = (

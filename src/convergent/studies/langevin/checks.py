@@ -1,21 +1,23 @@
-"""The manipulation checks that gate the ``langevin`` study's claims, read from its stored
-phase-2 runs (:mod:`.measures` reads the runs).
+"""The manipulation checks that gate the ``langevin`` study's claims, as records, read from its
+stored phase-2 runs (:mod:`.measures` reads the runs).
 
 The noise check of every claim: the outcome the claim reads differs from the same seed's s = 0
 run (same start, same data order) by at least a declared fraction; the norm for "bounded" and
-"grows" (`norm_moved_check`), the final test RMSE for the gap and accuracy claims
-(`outcome_moved_check`). Near a minimum the gradient vanishes, so the ratio of the noise's move
-to the gradient's per step (`noise_to_drift_ratio`, reported in the tables) is large even where
-the noise changes nothing; the outcome against s = 0 can fail.
+"grows" (`NORM_MOVED`), the final test RMSE for the gap and accuracy claims (`OUTCOME_MOVED`).
+Near a minimum the gradient vanishes, so the ratio of the noise's move to the gradient's per
+step (`noise_to_drift_ratio`, reported in the tables) is large even where the noise changes
+nothing; the outcome against s = 0 can fail.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from convergent.studies.framework import Check, Threshold, at_least, at_most, not_measured
+from convergent.studies.engine import CheckSpec
+from convergent.studies.framework import Check, Threshold, at_least, at_most
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Experiment,
@@ -31,9 +33,7 @@ from convergent.studies.langevin.measures import (
     total_norm,
 )
 
-# The manipulation checks: each a measured quantity that shows a claim's method acted, with
-# its declared threshold; a failed check makes the claim's verdict ``untested``. The
-# regularizer acted: its end norm at most ACTED_AT_MOST of the unregularized run's.
+# The regularizer acted: its end norm at most ACTED_AT_MOST of the unregularized run's.
 ACTED_AT_MOST = 0.9
 REGULARIZER_CHECK = (
     "end norm with the regularizer / without (mean over seeds; the larger ratio of log and "
@@ -49,15 +49,27 @@ FIT_CHECK = "final train RMSE / phase-1 train RMSE"
 SAME_START = (
     "the runs of a seed share the start and the data order, so the difference is the noise's alone"
 )
+NO_ZERO = "no s = 0 run to compare with"
+
+
+def _spec(name: str, required: Threshold, summary: str, note: str, missing: str) -> CheckSpec:
+    """A check whose readings are kept as they are (a NaN reading gives a NaN value)."""
+    return CheckSpec(name, required, summary, note, missing, finite="kept")
 
 
 def acted_check(experiment: Experiment, temperature: str) -> Check:
     """The regularizer acted: the larger over penalties of the mean over seeds of
     total end norm with it / without it."""
-    name = f"{REGULARIZER_CHECK}, {temperature} temperature"
     penalties = experiment.penalties(temperature)
+    spec = _spec(
+        f"{REGULARIZER_CHECK}, {temperature} temperature",
+        at_most(ACTED_AT_MOST),
+        "max",
+        "a regularizer that leaves the end norm within 10 % of the unregularized run did not act; ",
+        "no unregularized or regularized run",
+    )
     if not penalties or not experiment.has(temperature, "none"):
-        return not_measured(name, at_most(ACTED_AT_MOST), "no unregularized or regularized run")
+        return spec.check([])
     without = [total_end_norm(r) for r in experiment.records(temperature, "none")]
     ratios = {
         p: mean(
@@ -68,11 +80,8 @@ def acted_check(experiment: Experiment, temperature: str) -> Check:
         )
         for p in penalties
     }
-    note = (
-        "a regularizer that leaves the end norm within 10 % of the unregularized run did not "
-        "act; " + ", ".join(f"{p} {ratio:.3f}" for p, ratio in ratios.items())
-    )
-    return Check(name, largest(list(ratios.values())), at_most(ACTED_AT_MOST), note)
+    shown = ", ".join(f"{p} {ratio:.3f}" for p, ratio in ratios.items())
+    return spec.check([largest(list(ratios.values()))], note=spec.note + shown)
 
 
 def diverged_at(record: Record) -> Any | None:
@@ -111,132 +120,99 @@ def run_length_check(experiment: Experiment, temperature: str, multiple: float) 
         for p in experiment.penalties(temperature)
         for r in experiment.records(temperature, p)
     ]
-    if not lengths or not all(map(math.isfinite, lengths)):
-        return not_measured(RUN_LENGTH_CHECK, at_least(multiple), "no finite relaxation time")
     note = f"the run lasts at least {multiple:g} relaxation times, so the norm can settle"
-    return Check(RUN_LENGTH_CHECK, min(lengths), at_least(multiple), note)
+    spec = CheckSpec(RUN_LENGTH_CHECK, at_least(multiple), "min", note, "no finite relaxation time")
+    return spec.check(lengths)
 
 
 def overfit_check(data: Mapping[str, Any]) -> Check:
     """The regime can overfit (the pilot's ratio): else no gap can creep up."""
     regime = data.get("regime")
     if not regime:
-        return not_measured(OVERFIT_CHECK, at_least(1.0), "no pilot regime stored")
-    required = at_least(number(regime["overfit_required"]))
+        return _spec(OVERFIT_CHECK, at_least(1.0), "min", "", "no pilot regime stored").check([])
     note = (
         f"regime {regime['name']!r} ({regime['train_fields']} training fields, d_model "
         f"{regime['d_model']}); without room to overfit the gap cannot creep up"
     )
-    return Check(OVERFIT_CHECK, number(regime["overfit_ratio"]), required, note)
+    spec = _spec(OVERFIT_CHECK, at_least(number(regime["overfit_required"])), "min", note, "")
+    return spec.check([number(regime["overfit_ratio"])])
 
 
-def _per_variant_check(
-    name: str,
-    variants: Sequence[str],
-    values: Sequence[Sequence[float]],
-    pick: Callable[..., float],
-    threshold: Threshold,
-    why: str,
-) -> Check:
-    """A check read per variant and seed (``values[variant][seed]``): the mean over seeds of
-    ``pick`` (smallest or largest) over the variants of each seed; its note says ``why`` the
-    check matters and each variant's mean over seeds."""
-    means = ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, values, strict=True))
-    value = mean([pick(seed) for seed in zip(*values, strict=True)])
-    return Check(name, value, threshold, f"{why} (per variant, mean over seeds: {means})")
+def _norm_moved(record: Record, zero: Record) -> float:
+    """|total norm at the s = 0 run's last step - the s = 0 run's| / the s = 0 run's."""
+    found = evaluation_at(record, last_step(zero))
+    at_zero = total_end_norm(zero)
+    at_step = total_norm(found["norms"]) if found is not None else math.nan
+    return abs(at_step - at_zero) / at_zero
 
 
-def outcome_moved_check(
-    experiment: Experiment, temperature: str, variants: Sequence[str], required: float
-) -> Check:
-    """The noise changed the outcome: in every variant of ``variants``, the test RMSE at
-    ``temperature`` differs from the same seed's s = 0 run (same data order, same start) by at
-    least ``required`` x the phase-1 test RMSE, both read at the s = 0 run's last step (the runs
-    at the bound temperature last longer); the smallest over the variants, mean over seeds."""
-    name = f"{OUTCOME_CHECK} ({', '.join(variants)})"
-    if not all(experiment.has("zero", v) and experiment.has(temperature, v) for v in variants):
-        return not_measured(name, at_least(required), "no s = 0 run to compare with")
-    moved = [
-        [
-            abs(change_from_zero(r, z)) / p
-            for r, z, p in zip(
-                experiment.records(temperature, v),
-                experiment.records("zero", v),
-                experiment.pretrained_test,
-                strict=True,
-            )
+@dataclass(frozen=True)
+class VariantCheck:
+    """A check read per variant and seed (``reading(record, the same seed's s = 0 record,
+    the seed's stored run)``): the mean over seeds of ``pick`` over the variants of each seed,
+    held to ``form(bound)``; a NaN reading makes it not measured where ``missing_value`` says
+    what is missing, and without the s = 0 runs where it reads them (``against_zero``)."""
+
+    name: str
+    form: Callable[[float], Threshold]
+    pick: Callable[[Sequence[float]], float]
+    why: str
+    reading: Callable[[Record, Record, Record], float]
+    against_zero: bool = True
+    missing_value: str | None = None
+
+    def check(
+        self, experiment: Experiment, temperature: str, variants: Sequence[str], bound: float
+    ) -> Check:
+        name = f"{self.name} ({', '.join(variants)})"
+        ran = [experiment.has("zero", v) and experiment.has(temperature, v) for v in variants]
+        if self.against_zero and not all(ran):
+            return _spec(name, self.form(bound), "mean", "", NO_ZERO).check([])
+        zero = "zero" if self.against_zero else temperature
+        values = [
+            [
+                self.reading(r, z, run)
+                for r, z, run in zip(
+                    experiment.records(temperature, v),
+                    experiment.records(zero, v),
+                    experiment.runs,
+                    strict=True,
+                )
+            ]
+            for v in variants
         ]
-        for v in variants
-    ]
-    return _per_variant_check(
-        name,
-        variants,
-        moved,
-        smallest,
-        at_least(required),
-        f"{SAME_START}; below the threshold the claim is one about SGD, not Langevin training",
-    )
+        if self.missing_value and any(math.isnan(v) for seed in values for v in seed):
+            return _spec(name, self.form(bound), "mean", "", self.missing_value).check([])
+        means = ", ".join(f"{v} {mean(m):.3g}" for v, m in zip(variants, values, strict=True))
+        value = mean([self.pick(seed) for seed in zip(*values, strict=True)])
+        note = f"{self.why} (per variant, mean over seeds: {means})"
+        return Check(name, value, self.form(bound), note)
 
 
-def norm_at(record: Record, step: float) -> float:
-    """`total_norm` of the run's evaluation at ``step`` (NaN where it has none)."""
-    found = evaluation_at(record, step)
-    return total_norm(found["norms"]) if found is not None else math.nan
-
-
-def norm_moved_check(
-    experiment: Experiment, temperature: str, variants: Sequence[str], required: float
-) -> Check:
-    """The noise changed the norm: in every variant of ``variants``, the total norm of the
-    targeted matrices at ``temperature`` differs from the same seed's s = 0 run's by at least
-    ``required`` of the latter, both read at the s = 0 run's last step (the runs at the bound
-    temperature last longer); the smallest over the variants, mean over seeds."""
-    name = f"{NORM_CHECK} ({', '.join(variants)})"
-    if not all(experiment.has("zero", v) and experiment.has(temperature, v) for v in variants):
-        return not_measured(name, at_least(required), "no s = 0 run to compare with")
-    moved = []
-    for variant in variants:
-        per_seed = []
-        for r, z in zip(
-            experiment.records(temperature, variant),
-            experiment.records("zero", variant),
-            strict=True,
-        ):
-            step = last_step(z)
-            at_zero = total_end_norm(z)
-            per_seed.append(abs(norm_at(r, step) - at_zero) / at_zero)
-        moved.append(per_seed)
-    if any(math.isnan(v) for seed in moved for v in seed):
-        return not_measured(name, at_least(required), "no evaluation at the s = 0 run's last step")
-    return _per_variant_check(
-        name,
-        variants,
-        moved,
-        smallest,
-        at_least(required),
-        f"{SAME_START}; below the threshold the norm is where plain SGD put it",
-    )
-
-
-def fit_kept_check(
-    experiment: Experiment, temperature: str, variants: Sequence[str], allowed: float
-) -> Check:
-    """Phase 2 kept the phase-1 fit: the final train RMSE over the seed's phase-1 train RMSE,
-    the largest over ``variants``, mean over seeds, at most ``allowed``."""
-    name = f"{FIT_CHECK} ({', '.join(variants)})"
-    ratios = [
-        [
-            final(r, "train_rmse") / number(run["pretrained"]["train_rmse"])
-            for r, run in zip(experiment.records(temperature, v), experiment.runs, strict=True)
-        ]
-        for v in variants
-    ]
-    return _per_variant_check(
-        name,
-        variants,
-        ratios,
-        largest,
-        at_most(allowed),
-        "a gap trend measured while the training error climbs says nothing about "
-        "generalization, and models that lost their fit are not 'the same'",
-    )
+OUTCOME_MOVED = VariantCheck(
+    OUTCOME_CHECK,
+    at_least,
+    smallest,
+    f"{SAME_START}; below the threshold the claim is one about SGD, not Langevin training",
+    lambda r, z, run: abs(change_from_zero(r, z)) / number(run["pretrained"]["test_rmse"]),
+)
+NORM_MOVED = VariantCheck(
+    NORM_CHECK,
+    at_least,
+    smallest,
+    f"{SAME_START}; below the threshold the norm is where plain SGD put it",
+    lambda r, z, _: _norm_moved(r, z),
+    missing_value="no evaluation at the s = 0 run's last step",
+)
+FIT_KEPT = VariantCheck(
+    FIT_CHECK,
+    at_most,
+    largest,
+    "a gap trend measured while the training error climbs says nothing about "
+    "generalization, and models that lost their fit are not 'the same'",
+    lambda r, z, run: final(r, "train_rmse") / number(run["pretrained"]["train_rmse"]),
+    against_zero=False,
+)
+outcome_moved_check = OUTCOME_MOVED.check
+norm_moved_check = NORM_MOVED.check
+fit_kept_check = FIT_KEPT.check

@@ -1,4 +1,5 @@
-"""The ``langevin`` study's claims, scored from a ``results.json`` payload alone.
+"""The ``langevin`` study's claims, declared as records (`CLAIMS`) and scored from a
+``results.json`` payload alone.
 
 The study tests each claim in its own form, in a regime that a phase-1 pilot showed can overfit
 (``data["regime"]``). Per experiment (``attention``: W_Q and W_K; ``lora``: the LoRA factors A
@@ -19,15 +20,15 @@ model, the data order and the noise draws):
 
 Claims 3-5 are tested at each of ``claim_temperatures``.
 
-Manipulation checks (`measures`): the runs lasted ``relaxation_multiple`` relaxation times (1);
+Manipulation checks (`checks`): the runs lasted ``relaxation_multiple`` relaxation times (1);
 the penalty-only chain passes the bounded criterion (1); the regularizer acted, its end norm at
 most 0.9 of the unregularized run's (1, 3, 5); the noise changed the outcome the claim reads
 against the same seed's s = 0 run by at least ``outcome_moved``: the total norm at the s = 0
 run's last step, of that run's (1, 2), the final test RMSE, of the phase-1 test RMSE (3-5), in
 every variant the claim reads; the regime can overfit, the pilot's validation / train RMSE at
 least its declared minimum (3, 4); phase 2 kept the phase-1 fit, the final train RMSE at most
-``fit_kept`` x the phase-1 train RMSE in every variant read (3-5). A claim whose variant or
-temperature did not run is left out.
+``fit_kept`` x the phase-1 train RMSE in every variant read (3-5); no run the claim reads
+diverged. A claim whose variant or temperature did not run is left out.
 
 A design-6 payload is scored too, exploratory (these forms were chosen after its numbers were
 seen); its lam is design 6's, selected at the calibrated temperature, and the evidence says so.
@@ -35,15 +36,16 @@ seen); its lam is design 6's, selected at the calibrated temperature, and the ev
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from convergent.regularize import diffusion_radius
 from convergent.studies.framework import (
     Check,
     Claim,
+    Threshold,
     as_exploratory,
     at_least,
     at_most,
@@ -55,17 +57,10 @@ from convergent.studies.framework import (
     within,
 )
 from convergent.studies.framework import stored_number as number
-from convergent.studies.langevin.checks import (
-    acted_check,
-    diverged_checks,
-    fit_kept_check,
-    norm_moved_check,
-    outcome_moved_check,
-    overfit_check,
-    run_length_check,
-)
+from convergent.studies.langevin import checks
 from convergent.studies.langevin.measures import (
     Experiment,
+    bound_of,
     final,
     gap_trend,
     growth,
@@ -74,7 +69,7 @@ from convergent.studies.langevin.measures import (
     total_end_norm,
     total_norm,
 )
-from convergent.studies.langevin.null import joint_bounded_claim
+from convergent.studies.langevin.null import joint_excess, null_criterion_check
 
 DESIGN = 7
 # Earlier designs whose stored runs these claims can score (exploratory).
@@ -85,12 +80,15 @@ TARGETS = {"attention": "W_Q and W_K", "lora": "the LoRA factors A and B"}
 BOUNDED, GROWS = "norm_bounded_with_penalty", "norm_grows_without_penalty"
 GAP_BOUNDED, GAP_CREEPS = "gap_flat_with_penalty", "gap_creeps_without_penalty"
 ACCURACY = "same_accuracy"
-TEMPERATURE_KINDS = (GAP_BOUNDED, GAP_CREEPS, ACCURACY)
+# The study's parts, each one family of claims tested together (Holm: framework/family.py).
+FAMILIES: Mapping[str, str] = {
+    "langevin.attention_": "attention (W_Q, W_K)",
+    "langevin.lora_": "LoRA factors",
+}
 
 
 def claim_key(experiment: str, kind: str, temperature: str = "") -> str:
-    """The key of ``experiment``'s claim of ``kind`` (at ``temperature``, for claims 3-5): the
-    summary and the plots find claims by it."""
+    """The key of ``experiment``'s claim of ``kind`` (at ``temperature``, for claims 3-5)."""
     return f"langevin.{experiment}_{kind}" + (f"_{temperature}" if temperature else "")
 
 
@@ -112,9 +110,13 @@ ACCURACY_REVISED = (
 )
 
 
-def _per_seed_worst(values: Sequence[Sequence[float]]) -> list[float]:
-    """Per seed, the worst (largest) over the penalties: the claim is about every one."""
-    return [largest(seed) for seed in zip(*values, strict=True)]
+@dataclass(frozen=True)
+class Effect:
+    """One claim's numbers: the effect per seed, the evidence and the extra numbers kept."""
+
+    per_seed: list[float]
+    evidence: str
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def farthest_from_zero(values: Sequence[float]) -> float:
@@ -122,41 +124,6 @@ def farthest_from_zero(values: Sequence[float]) -> float:
     if any(math.isnan(v) for v in values):
         return math.nan
     return max(values, key=abs)
-
-
-def grows_claim(
-    experiment: Experiment, temperature: str, threshold: float, checks: Sequence[Check]
-) -> Claim:
-    """Claim 2: without a regularizer the total norm ends ``threshold`` above its start."""
-    records = experiment.records(temperature, "none")
-    s = experiment.temperatures[temperature]
-    ends = [total_end_norm(r) for r in records]
-    predicted = [
-        diffusion_radius(
-            total_norm(r["trace"][0]["norms"]),
-            sum(int(n) for n in r["numel"].values()),
-            s,
-            time=number(r["steps"]) * experiment.lr,
-        )
-        for r in records
-    ]
-    ratios = [end / p for end, p in zip(ends, predicted, strict=True)]
-    return claim_from_seeds(
-        f"{experiment.name}: without a regularizer, the norms of {experiment.what} grow "
-        f"(here: {experiment.where(temperature)}, the total norm of the targeted matrices ends "
-        f"at least {format_percent(threshold)} above its start)",
-        [growth(r) for r in records],
-        at_least(threshold),
-        key=claim_key(experiment.name, GROWS),
-        unit="relative growth of the total norm without regularizer (end / start - 1)",
-        checks=list(checks),
-        evidence=f"Mean total end norm {format_number(mean(ends))} against "
-        f"{format_number(mean(predicted))} from pure diffusion, sqrt(start^2 + numel s t) "
-        f"(observed / predicted, mean over seeds, {format_number(mean(ratios))}; near 1 the "
-        "growth is the noise's alone; reported, not a criterion).",
-        extra={"observed_over_diffusion": ratios},
-        revised=NORM_NOISE_REVISED,
-    )
 
 
 def relative_gap_trends(experiment: Experiment, temperature: str, variant: str) -> list[float]:
@@ -178,63 +145,73 @@ def _gap_evidence(experiment: Experiment, temperature: str) -> str:
     )
 
 
-def gap_bounded_claim(
-    experiment: Experiment,
-    temperature: str,
-    margin: float,
-    checks: Sequence[Check],
-    lam: str = "",
-) -> Claim:
-    """Claim 3: with log and with power the gap's trend stays below ``margin`` of the phase-1
-    test RMSE (``lam``: where lam was selected, for the evidence)."""
+def bounded_effect(experiment: Experiment, temperature: str, _: Mapping[str, Any]) -> Effect:
+    """Per seed, the largest over log and power of `joint_excess`; the chains' statistic and
+    the per-matrix peaks go in the evidence."""
+    penalties = experiment.penalties(temperature)
+    statistics, parts = [], []
+    for p in penalties:
+        records = experiment.records(temperature, p)
+        runs = [joint_excess(r) for r in records]
+        nulls = [joint_excess(run["null"][p]) for run in experiment.runs]
+        peaks = [
+            largest(list(bound_of(r).peak.values()))
+            - largest(list(bound_of(run["null"][p]).peak.values()))
+            for r, run in zip(records, experiment.runs, strict=True)
+        ]
+        statistics.append(runs)
+        parts.append(
+            f"{p}: run {format_number(mean(runs))}, penalty alone {format_number(mean(nulls))}, "
+            f"largest single-matrix peak / r, run minus penalty alone {format_number(mean(peaks))}"
+        )
+    return Effect(
+        [largest(list(seed)) for seed in zip(*statistics, strict=True)],
+        "Mean over seeds: " + "; ".join(parts) + ".",
+        {"joint_excess": dict(zip(penalties, statistics, strict=True))},
+    )
+
+
+def grows_effect(experiment: Experiment, temperature: str, _: Mapping[str, Any]) -> Effect:
+    """The unregularized growth, beside pure diffusion's prediction (reported, no criterion)."""
+    records = experiment.records(temperature, "none")
+    ends = [total_end_norm(r) for r in records]
+    predicted = [
+        diffusion_radius(
+            total_norm(r["trace"][0]["norms"]),
+            sum(int(n) for n in r["numel"].values()),
+            experiment.temperatures[temperature],
+            time=number(r["steps"]) * experiment.lr,
+        )
+        for r in records
+    ]
+    ratios = [end / p for end, p in zip(ends, predicted, strict=True)]
+    return Effect(
+        [growth(r) for r in records],
+        f"Mean total end norm {format_number(mean(ends))} against "
+        f"{format_number(mean(predicted))} from pure diffusion, sqrt(start^2 + numel s t) "
+        f"(observed / predicted, mean over seeds, {format_number(mean(ratios))}; near 1 the "
+        "growth is the noise's alone; reported, not a criterion).",
+        {"observed_over_diffusion": ratios},
+    )
+
+
+def gap_bounded_effect(experiment: Experiment, temperature: str, _: Mapping[str, Any]) -> Effect:
+    """Per seed, the larger relative gap trend of log and power."""
     trends = [
         relative_gap_trends(experiment, temperature, p) for p in experiment.penalties(temperature)
     ]
-    return claim_from_seeds(
-        f"{experiment.name}: with a light log or power regularizer, the generalization gap does "
-        f"not creep up (here: {experiment.where(temperature)}, its least-squares trend over "
-        f"phase 2 stays below {format_percent(margin)} of the phase-1 test RMSE with log and with "
-        "power)",
-        _per_seed_worst(trends),
-        at_most(margin),
-        key=claim_key(experiment.name, GAP_BOUNDED, temperature),
-        unit="gap trend / phase-1 test RMSE (the larger of log and power)",
-        checks=checks,
-        evidence=_gap_evidence(experiment, temperature) + lam,
-        revised=GAP_NOISE_REVISED,
-    )
+    worst = [largest(seed) for seed in zip(*trends, strict=True)]
+    return Effect(worst, _gap_evidence(experiment, temperature))
 
 
-def gap_creeps_claim(
-    experiment: Experiment, temperature: str, margin: float, checks: Sequence[Check]
-) -> Claim:
-    """Claim 4: without a regularizer the gap's trend reaches ``margin`` of the phase-1 test
-    RMSE."""
-    return claim_from_seeds(
-        f"{experiment.name}: without a regularizer, the generalization gap creeps up (here: "
-        f"{experiment.where(temperature)}, its least-squares trend over phase 2 is at least "
-        f"{format_percent(margin)} of the phase-1 test RMSE)",
-        relative_gap_trends(experiment, temperature, "none"),
-        at_least(margin),
-        key=claim_key(experiment.name, GAP_CREEPS, temperature),
-        unit="gap trend / phase-1 test RMSE without regularizer",
-        checks=checks,
-        evidence=_gap_evidence(experiment, temperature),
-        revised=GAP_NOISE_REVISED,
-    )
+def gap_creeps_effect(experiment: Experiment, temperature: str, _: Mapping[str, Any]) -> Effect:
+    trends = relative_gap_trends(experiment, temperature, "none")
+    return Effect(trends, _gap_evidence(experiment, temperature))
 
 
-def same_accuracy_claim(
-    experiment: Experiment,
-    temperature: str,
-    margin: float,
-    labels_std: float,
-    checks: Sequence[Check],
-    lam: str = "",
-) -> Claim:
-    """Claim 5 (two-sided): per seed, (final test RMSE with the penalty - without) / without,
-    the one of log and power farther from 0, within +-``margin`` (``lam``: where lam was
-    selected, for the evidence)."""
+def accuracy_effect(experiment: Experiment, temperature: str, data: Mapping[str, Any]) -> Effect:
+    """Per seed, (final test RMSE with the penalty - without) / without, the one of log and
+    power farther from 0."""
     finals = {
         v: [final(r, "test_rmse") for r in experiment.records(temperature, v)]
         for v in experiment.variants
@@ -244,106 +221,182 @@ def same_accuracy_claim(
         p: [(f - n) / n for f, n in zip(finals[p], finals["none"], strict=True)]
         for p in experiment.penalties(temperature)
     }
+    labels_std = number(data["labels_std"])
     shown = ", ".join(
         f"{v} {format_number(mean(f))} ({format_number(mean(f) * labels_std)} raw)"
         for v, f in finals.items()
     )
-    return claim_from_seeds(
-        f"{experiment.name}: prediction accuracy is about the same with or without a "
-        f"regularizer (here: two-sided, {experiment.where(temperature)}, the final test RMSE "
-        f"with log and with power within {format_percent(margin)} of the unregularized run's, "
-        "either way)",
+    return Effect(
         [farthest_from_zero(seed) for seed in zip(*difference.values(), strict=True)],
-        within(-margin, margin),
-        key=claim_key(experiment.name, ACCURACY, temperature),
-        unit="relative difference of the final test RMSE from none's (per seed the one of log "
-        "and power farther from 0)",
-        checks=checks,
-        evidence=f"Mean final test RMSE, standardized (raw units): {shown}." + lam,
-        paired=True,
-        extra={"relative_difference": difference},
-        revised=ACCURACY_REVISED,
+        f"Mean final test RMSE, standardized (raw units): {shown}.",
+        {"relative_difference": difference},
     )
 
 
-def experiment_claims(
-    experiment: Experiment, config: Mapping[str, Any], data: Mapping[str, Any]
-) -> list[Claim]:
-    """Claims 1-5 of one experiment, leaving out those whose variant or temperature is missing."""
-    bound = str(config["bound_temperature"])
-    moved = number(config["outcome_moved"])
-    lam = selection_note(config, data, experiment.name)
-    claims: list[Claim] = []
-    penalties = experiment.penalties(bound)
-    if penalties:
-        checks = [
-            run_length_check(experiment, bound, number(config["relaxation_multiple"])),
-            acted_check(experiment, bound),
-            norm_moved_check(experiment, bound, penalties, moved),
-            *diverged_checks(experiment, bound, penalties),
-        ]
-        tolerance = number(config["bound_tolerance"])
-        bounded = joint_bounded_claim(
-            experiment, bound, tolerance, checks, claim_key(experiment.name, BOUNDED)
-        )
-        claims.append(
-            dataclasses.replace(
-                bounded, evidence=bounded.evidence + lam, revised=NORM_NOISE_REVISED
-            )
-        )
-    if experiment.has(bound, "none"):
-        growth_threshold = number(config["growth_threshold"])
-        noisy = norm_moved_check(experiment, bound, ["none"], moved)
-        diverged = diverged_checks(experiment, bound, ["none"])
-        claims.append(grows_claim(experiment, bound, growth_threshold, [noisy, *diverged]))
-    for temperature in config["claim_temperatures"]:
-        claims.extend(gap_and_accuracy_claims(experiment, str(temperature), config, data, lam))
-    return claims
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim kind of every experiment: its key's middle, its statement (fields ``name``,
+    ``what``, ``where``, ``bound``), unit, the config field of its bound, the bound's form and
+    how the statement writes it, what it reads (``"penalties"``, ``"none"`` or ``"all"``), its
+    checks (`READERS`' keys), its effect, what changed since design 6, whether it is tested at
+    each claim temperature (else at the bound temperature) and whether its values are paired."""
+
+    kind: str
+    statement: str
+    unit: str
+    setting: str
+    threshold: Callable[[float], Threshold]
+    bound_text: Callable[[float], str]
+    variants: str
+    checks: tuple[str, ...]
+    effect: Callable[[Experiment, str, Mapping[str, Any]], Effect]
+    revised: str
+    per_temperature: bool = True
+    paired: bool = False
 
 
-def gap_and_accuracy_claims(
+GAP_CHECKS = ("outcome_moved", "fit_kept", "diverged")
+CLAIMS = (
+    ClaimSpec(
+        BOUNDED,
+        "{name}: with a light log or power regularizer, the norms of {what} stay bounded (here: "
+        "{where}, the matrices' joint norm sqrt(sum ||W||^2), its peak over the second half of "
+        "phase 2 and the upper end of its fitted asymptote's 95 % interval, at most {bound} "
+        "above the joint stationary radius sqrt(sum r^2))",
+        "max(joint peak, joint asymptote) / joint r - 1 (the larger of log and power)",
+        "bound_tolerance",
+        at_most,
+        lambda tolerance: f"{round(100 * tolerance)} %",
+        "penalties",
+        ("run_length", "acted", "norm_moved", "diverged", "null"),
+        bounded_effect,
+        NORM_NOISE_REVISED,
+        per_temperature=False,
+    ),
+    ClaimSpec(
+        GROWS,
+        "{name}: without a regularizer, the norms of {what} grow (here: {where}, the total norm "
+        "of the targeted matrices ends at least {bound} above its start)",
+        "relative growth of the total norm without regularizer (end / start - 1)",
+        "growth_threshold",
+        at_least,
+        format_percent,
+        "none",
+        ("norm_moved", "diverged"),
+        grows_effect,
+        NORM_NOISE_REVISED,
+        per_temperature=False,
+    ),
+    ClaimSpec(
+        GAP_BOUNDED,
+        "{name}: with a light log or power regularizer, the generalization gap does not creep "
+        "up (here: {where}, its least-squares trend over phase 2 stays below {bound} of the "
+        "phase-1 test RMSE with log and with power)",
+        "gap trend / phase-1 test RMSE (the larger of log and power)",
+        "gap_margin",
+        at_most,
+        format_percent,
+        "penalties",
+        ("overfit", "acted", *GAP_CHECKS),
+        gap_bounded_effect,
+        GAP_NOISE_REVISED,
+    ),
+    ClaimSpec(
+        GAP_CREEPS,
+        "{name}: without a regularizer, the generalization gap creeps up (here: {where}, its "
+        "least-squares trend over phase 2 is at least {bound} of the phase-1 test RMSE)",
+        "gap trend / phase-1 test RMSE without regularizer",
+        "gap_margin",
+        at_least,
+        format_percent,
+        "none",
+        ("overfit", *GAP_CHECKS),
+        gap_creeps_effect,
+        GAP_NOISE_REVISED,
+    ),
+    ClaimSpec(
+        ACCURACY,
+        "{name}: prediction accuracy is about the same with or without a regularizer (here: "
+        "two-sided, {where}, the final test RMSE with log and with power within {bound} of the "
+        "unregularized run's, either way)",
+        "relative difference of the final test RMSE from none's (per seed the one of log and "
+        "power farther from 0)",
+        "accuracy_margin",
+        lambda margin: within(-margin, margin),
+        format_percent,
+        "all",
+        ("acted", *GAP_CHECKS),
+        accuracy_effect,
+        ACCURACY_REVISED,
+        paired=True,
+    ),
+)
+
+
+# Each check a claim can name, read for one experiment at a temperature over the variants the
+# claim reads: (experiment, temperature, variants, config, data) -> its checks (none or one).
+Reader = Callable[
+    [Experiment, str, Sequence[str], Mapping[str, Any], Mapping[str, Any]], list[Check]
+]
+READERS: dict[str, Reader] = {
+    "run_length": lambda e, t, v, c, d: [
+        checks.run_length_check(e, t, number(c["relaxation_multiple"]))
+    ],
+    "acted": lambda e, t, v, c, d: [checks.acted_check(e, t)],
+    "norm_moved": lambda e, t, v, c, d: [
+        checks.norm_moved_check(e, t, v, number(c["outcome_moved"]))
+    ],
+    "outcome_moved": lambda e, t, v, c, d: [
+        checks.outcome_moved_check(e, t, v, number(c["outcome_moved"]))
+    ],
+    "fit_kept": lambda e, t, v, c, d: [checks.fit_kept_check(e, t, v, number(c["fit_kept"]))],
+    "overfit": lambda e, t, v, c, d: [checks.overfit_check(d)],
+    "diverged": lambda e, t, v, c, d: checks.diverged_checks(e, t, v),
+    "null": lambda e, t, v, c, d: [null_criterion_check(e, v, number(c["bound_tolerance"]))],
+}
+
+
+def claim_of(
+    spec: ClaimSpec,
     experiment: Experiment,
     temperature: str,
     config: Mapping[str, Any],
     data: Mapping[str, Any],
-    lam: str = "",
-) -> list[Claim]:
-    """Claims 3-5 at one temperature. They are about Langevin training: where its noise does
-    not change the outcome, the run is plain SGD, and where phase 2 lost the phase-1 fit, the
-    models compared are wrecked; either way they are untested. ``lam``: where lam was
-    selected, for the evidence of the claims that read a penalty."""
-    margin = number(config["gap_margin"])
-    overfit = overfit_check(data)
-
-    def outcome_checks(variants: Sequence[str]) -> list[Check]:
-        return [
-            outcome_moved_check(experiment, temperature, variants, number(config["outcome_moved"])),
-            fit_kept_check(experiment, temperature, variants, number(config["fit_kept"])),
-            *diverged_checks(experiment, temperature, variants),
-        ]
-
+) -> Claim | None:
+    """``spec``'s claim for ``experiment`` at ``temperature``; None where a variant it reads
+    did not run."""
     penalties = experiment.penalties(temperature)
     has_none = experiment.has(temperature, "none")
-    claims: list[Claim] = []
-    if penalties:
-        checks = [overfit, acted_check(experiment, temperature), *outcome_checks(penalties)]
-        claims.append(gap_bounded_claim(experiment, temperature, margin, checks, lam))
-    if has_none:
-        claims.append(
-            gap_creeps_claim(experiment, temperature, margin, [overfit, *outcome_checks(["none"])])
-        )
-    if penalties and has_none:
-        claims.append(
-            same_accuracy_claim(
-                experiment,
-                temperature,
-                number(config["accuracy_margin"]),
-                number(data["labels_std"]),
-                [acted_check(experiment, temperature), *outcome_checks(["none", *penalties])],
-                lam,
-            )
-        )
-    return claims
+    variants = {"penalties": penalties, "none": ["none"], "all": ["none", *penalties]}
+    ran = {"penalties": bool(penalties), "none": has_none, "all": bool(penalties) and has_none}
+    if not ran[spec.variants]:
+        return None
+    read = variants[spec.variants]
+    bound = number(config[spec.setting])
+    effect = spec.effect(experiment, temperature, data)
+    lam = "" if spec.variants == "none" else selection_note(config, data, experiment.name)
+    statement = spec.statement.format(
+        name=experiment.name,
+        what=experiment.what,
+        where=experiment.where(temperature),
+        bound=spec.bound_text(bound),
+    )
+    return claim_from_seeds(
+        statement,
+        effect.per_seed,
+        spec.threshold(bound),
+        key=claim_key(experiment.name, spec.kind, temperature * spec.per_temperature),
+        unit=spec.unit,
+        checks=[
+            c
+            for key in spec.checks
+            for c in READERS[key](experiment, temperature, read, config, data)
+        ],
+        evidence=effect.evidence + lam,
+        paired=spec.paired,
+        extra=effect.extra,
+        revised=spec.revised,
+    )
 
 
 def experiments(config: Mapping[str, Any], data: Mapping[str, Any]) -> list[Experiment]:
@@ -382,13 +435,6 @@ def selection_note(config: Mapping[str, Any], data: Mapping[str, Any], experimen
     )
 
 
-# The study's parts, each one family of claims tested together (Holm: framework/family.py).
-FAMILIES: Mapping[str, str] = {
-    "langevin.attention_": "attention (W_Q, W_K)",
-    "langevin.lora_": "LoRA factors",
-}
-
-
 def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """Every claim from ``results["config"]`` and ``results["data"]`` (JSON) alone; a
     design-6 payload's claims are exploratory.
@@ -399,7 +445,17 @@ def claims_from_results(results: Mapping[str, Any]) -> list[Claim]:
     """
     config, data = results["config"], results["data"]
     exploratory = check_design("langevin", data.get("design"), DESIGN, rescorable=RESCORABLE)
+    bound = str(config["bound_temperature"])
+    places = [(spec, bound) for spec in CLAIMS if not spec.per_temperature] + [
+        (spec, str(t))
+        for t in config["claim_temperatures"]
+        for spec in CLAIMS
+        if spec.per_temperature
+    ]
     claims = [
-        claim for e in experiments(config, data) for claim in experiment_claims(e, config, data)
+        claim
+        for e in experiments(config, data)
+        for spec, temperature in places
+        if (claim := claim_of(spec, e, temperature, config, data)) is not None
     ]
     return family_tested(as_exploratory(claims) if exploratory else claims, FAMILIES)

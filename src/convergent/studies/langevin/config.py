@@ -14,30 +14,25 @@ from convergent.diagnostics import acting
 from convergent.studies.framework import check_mode
 
 VARIANTS = ("none", "log", "power")
-# The temperature grid, hottest first. "hot" is s = 2 / N; "calibrated" samples the
+# The temperature grid, hottest first: "hot" is s = 2 / N; "calibrated" samples the
 # Gaussian-likelihood posterior of the averaged MSE (`convergent.optim.calibrated_s`, sigma^2 =
-# the phase-1 fit's training MSE); "warm" is their geometric mean, a temperature where the noise
-# can act without wrecking the fit; "cold" is calibrated / COLD_FACTOR; "zero" is s = 0, plain
-# SGD on the same potential (the control).
+# the phase-1 fit's training MSE); "warm" is their geometric mean, where the noise can act
+# without wrecking the fit; "cold" is calibrated / COLD_FACTOR; "zero" is s = 0, plain SGD on
+# the same potential (the control).
 TEMPERATURES = ("hot", "warm", "calibrated", "cold", "zero")
 COLD_FACTOR = 100.0
 # lam in loss units, from the radius rule at the hot temperature: the penalty alone would put the
-# most likely ||W||_F at this multiple of the start norm. Selected per experiment and penalty on
-# the validation split.
+# most likely ||W||_F at this multiple of the start norm; selected per experiment and penalty on
+# validation, at the coldest claim temperature where the noise moves the selection seed's
+# unregularized final validation RMSE against s = 0 by ``outcome_moved`` of its phase-1 value
+# (the hottest if none does: lam selected where the noise moves nothing is tuned for plain SGD).
 RADIUS_FACTORS = (1.5, 2.0, 4.0, 8.0, 16.0)
-# Where lam is selected: the coldest claim temperature at which the noise moves the selection
-# seed's unregularized final validation RMSE, against the same seed's s = 0 run, by at least
-# ``outcome_moved`` of its phase-1 validation RMSE (the claims' noise check, on validation); the
-# hottest claim temperature if none does. lam selected where the noise moves nothing would be
-# tuned for plain SGD.
-# The selection rule at that temperature: the strongest penalty (smallest factor) whose final validation RMSE is
-# within this fraction of the grid's best (the one-standard-error rule's idea with a declared
-# tolerance, as one selection seed gives no standard error). 0.005 is a tenth of the accuracy
-# claim's margin, so a selected penalty cannot by itself cost what that claim tests.
+# There, the strongest penalty (smallest factor) whose final validation RMSE is within this
+# fraction of the grid's best (the one-standard-error rule's idea with a declared tolerance, as
+# one selection seed gives no standard error); a tenth of the accuracy claim's margin, so a
+# selected penalty cannot by itself cost what that claim tests.
 SELECTION_TOLERANCE = 0.005
-# The gap and accuracy claims are tested at each of these temperatures, each verdict gated by
-# its own manipulation checks (a claim is about Langevin training: it is untested where the
-# noise does not change the outcome, or where phase 2 loses the phase-1 fit).
+# The gap and accuracy claims are tested at each of these, each gated by its own checks.
 CLAIM_TEMPERATURES = ("hot", "warm", "calibrated")
 
 
@@ -68,27 +63,11 @@ class Config:
             through the final (W_Q, W_K) at the bound temperature (first seed).
         bound_temperature: where "bounded" and "grows" are tested (the noise must dominate
             the loss there for the stationary radius to apply).
-        selection_tolerance: the selected factor is the smallest whose final validation RMSE
-            is at most (1 + this) x the grid's best (see `SELECTION_TOLERANCE`).
-        claim_temperatures: where the gap and accuracy claims are tested (each on its own);
-            lam is selected at the coldest of them where the noise acts (see above).
-        bound_tolerance: "bounded": the norm at most this fraction above the stationary radius.
+        selection_tolerance, claim_temperatures: see `SELECTION_TOLERANCE`, `CLAIM_TEMPERATURES`.
         relaxation_multiple: the bound temperature's runs last this many relaxation times.
-        growth_threshold: "grows": the unregularized end norm at least this fraction above
-            its start.
-        gap_margin: "creeps up": the gap's trend over phase 2 at least this fraction of the
-            phase-1 test RMSE (and "does not creep up": at most).
-        accuracy_margin: "about the same": the final test RMSE with log and with power within
-            this fraction of the unregularized run's, either way (two-sided).
-        outcome_moved: the noise check of every claim: the outcome the claim reads differs from
-            the same seed's s = 0 run by at least this fraction (the total norm at the s = 0
-            run's last step, of that run's, for "bounded" and "grows"; the final test RMSE, of
-            the phase-1 test RMSE, for the gap and accuracy claims), in every variant the claim
-            reads, mean over seeds; also where lam is selected (on validation).
-        fit_kept: manipulation check of the gap and accuracy claims: the final train RMSE at
-            most this multiple of the phase-1 train RMSE (in every variant the claim reads;
-            mean over seeds): a gap cannot creep up, nor two models be "the same", while the
-            training error climbs.
+        bound_tolerance, growth_threshold, gap_margin, accuracy_margin: the bounds of claims
+            1-5 (`claims`); outcome_moved, fit_kept: the bounds of their noise and fit checks
+            (outcome_moved also where lam is selected, on validation).
         workers: processes for the (experiment, seed) jobs (results do not depend on it).
         threads: torch CPU threads per process.
         variants: which of `VARIANTS` run.

@@ -25,19 +25,9 @@ Record = Mapping[str, Any]
 
 
 def noise_to_drift_ratio(lr: float, s: float, gradient_rms: float) -> float:
-    """The Langevin noise move per step over the gradient move, both as RMS per entry.
-
-    One step is T <- T - lr * grad V + sqrt(lr * s) * xi with xi ~ N(0, I): the noise moves
-    each entry by sqrt(lr * s) (RMS), the drift by lr * gradient_rms.
-
-    Args:
-        lr: the Langevin step size, > 0.
-        s: the diffusion coefficient, >= 0.
-        gradient_rms: the root mean square of grad V over the trained entries, >= 0.
-
-    Returns:
-        sqrt(lr * s) / (lr * gradient_rms); inf for a zero gradient.
-    """
+    """The Langevin noise move per step over the gradient move, both as RMS per entry: a step
+    T <- T - lr * grad V + sqrt(lr * s) * xi moves each entry by sqrt(lr * s) (the noise) and
+    lr * gradient_rms (the drift); inf for a zero gradient."""
     if lr <= 0 or s < 0 or gradient_rms < 0:
         raise ValueError(
             f"need lr > 0, s >= 0 and gradient_rms >= 0, got {lr!r}, {s!r}, {gradient_rms!r}"
@@ -47,17 +37,8 @@ def noise_to_drift_ratio(lr: float, s: float, gradient_rms: float) -> float:
 
 
 def mean_noise_ratio(trace: Sequence[Record], lr: float, s: float) -> float:
-    """`noise_to_drift_ratio` averaged over a trace's records after step 0.
-
-    Args:
-        trace: phase-2 records with ``step`` and ``grad_rms``.
-        lr: the Langevin step size, > 0.
-        s: the diffusion coefficient of the run, >= 0.
-
-    Returns:
-        The mean ratio; NaN when a record has no gradient RMS or the trace has no step
-        after 0.
-    """
+    """`noise_to_drift_ratio` averaged over a trace's records after step 0 (NaN where a record
+    has no gradient RMS or there is none)."""
     records = [r for r in trace if r["step"] > 0]  # step 0 comes before any gradient
     if not records or any(r.get("grad_rms") is None for r in records):
         return math.nan
@@ -81,12 +62,11 @@ def total_norm(norms: Mapping[str, Any]) -> float:
 
 
 def total_end_norm(record: Record) -> float:
-    """`total_norm` in the run's last evaluation."""
     return total_norm(record["trace"][-1]["norms"])
 
 
 def growth(record: Record) -> float:
-    """The total norm's relative change over the run: end / start - 1."""
+    """The total norm's end / start - 1."""
     return total_end_norm(record) / total_norm(record["trace"][0]["norms"]) - 1.0
 
 
@@ -96,7 +76,6 @@ def final(record: Record, key: str) -> float:
 
 
 def last_step(record: Record) -> float:
-    """The step of the run's last evaluation."""
     return number(record["trace"][-1]["step"])
 
 
@@ -105,16 +84,11 @@ def evaluation_at(record: Record, step: float) -> Mapping[str, Any] | None:
     return next((r for r in record["trace"] if number(r["step"]) == step), None)
 
 
-def value_at(record: Record, step: float, key: str) -> float:
-    """``key`` in the run's evaluation at ``step`` (NaN where it has none)."""
-    found = evaluation_at(record, step)
-    return number(found[key]) if found is not None else math.nan
-
-
 def change_from_zero(record: Record, zero: Record, key: str = "test_rmse") -> float:
     """``key`` of ``record`` minus the same seed's s = 0 run's, both read at the s = 0 run's
-    last step (at the bound temperature the noisy run lasts longer)."""
-    return value_at(record, last_step(zero), key) - final(zero, key)
+    last step (at the bound temperature the noisy run lasts longer; NaN where it has none)."""
+    found = evaluation_at(record, last_step(zero))
+    return (number(found[key]) if found is not None else math.nan) - final(zero, key)
 
 
 def trend(trace: Sequence[Mapping[str, float]], key: str) -> float:
@@ -139,19 +113,11 @@ def gap_trend(record: Record) -> float:
 
 
 def saturation_ceiling(curve: Sequence[float], steps: Sequence[float]) -> float:
-    """The upper end of the 95 % interval of the asymptote A of v_t = A - C exp(-k t).
-
-    Args:
-        curve: one norm per evaluation.
-        steps: the evaluations' steps, strictly increasing.
-
-    Returns:
-        ``fit_saturation(...).floor_high``; NaN where the fit raises (a constant curve, fewer
-        than 4 finite points, no convergence) or its upper end is not finite, and for a curve
-        that ends no higher than it starts: the asymptote is there to catch a norm still
-        rising at the end, and a falling curve's fit has an undetermined asymptote with an
-        interval up to ~1e7, which would call a shrinking norm unbounded. Its peak decides.
-    """
+    """The upper end of the 95 % interval of the asymptote A of v_t = A - C exp(-k t) fitted
+    to ``curve`` (one norm per evaluation at ``steps``); NaN where the fit raises or its end is
+    not finite, and for a curve that ends no higher than it starts: the asymptote is there to
+    catch a norm still rising, and a falling curve's undetermined asymptote (intervals up to
+    ~1e7) would call a shrinking norm unbounded. Its peak decides."""
     if len(curve) and not curve[-1] > curve[0]:
         return math.nan
     return _fitted_ceiling(tuple(map(float, curve)), tuple(map(float, steps)))
@@ -170,14 +136,8 @@ def _fitted_ceiling(curve: tuple[float, ...], steps: tuple[float, ...]) -> float
 
 @dataclass(frozen=True)
 class Bound:
-    """How high one regularized run's norms go, as multiples of their stationary radii.
-
-    Attributes:
-        peak: matrix -> the largest norm over the second half of the trace, over r.
-        asymptote: matrix -> `saturation_ceiling` of the whole trace over r (NaN where the
-            fit failed: that matrix is judged by its peak alone).
-        radius: matrix -> r, the penalty's stationary radius.
-    """
+    """How high one regularized run's norms go, per matrix, over r (its stationary radius): the
+    largest norm over the second half (``peak``) and `saturation_ceiling` (``asymptote``)."""
 
     peak: dict[str, float]
     asymptote: dict[str, float]
@@ -194,11 +154,8 @@ class Bound:
 
 
 def bound_of(record: Record) -> Bound:
-    """`Bound` of one regularized run: the second half's peak and the fitted asymptote.
-
-    The peak alone misses a norm still rising at the end; the asymptote's upper end catches
-    it (the fit extrapolates the rise) and is conservative for a noisy curve.
-    """
+    """`Bound` of one regularized run (the peak misses a norm still rising at the end; the
+    fitted asymptote's upper end catches it)."""
     trace = record["trace"]
     steps = [number(r["step"]) for r in trace]
     peak, asymptote, radius = {}, {}, {}
@@ -224,16 +181,8 @@ def mean(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Experiment:
-    """One experiment's stored runs and the settings its claims read.
-
-    Attributes:
-        name: ``attention`` or ``lora``.
-        what: the targeted matrices, in words.
-        runs: one stored run per seed.
-        variants: the config's variants.
-        temperatures: temperature name -> s.
-        lr: the Langevin step size.
-    """
+    """One experiment's stored runs (one per seed) and the settings its claims read: its name,
+    the targeted matrices in words, the config's variants, s per temperature, the step size."""
 
     name: str
     what: str
@@ -252,7 +201,6 @@ class Experiment:
         )
 
     def records(self, temperature: str, variant: str) -> list[Record]:
-        """The run record of ``variant`` at ``temperature``, one per seed."""
         return [run["phase2"][temperature][variant] for run in self.runs]
 
     def penalties(self, temperature: str) -> list[str]:
@@ -264,5 +212,4 @@ class Experiment:
 
     @property
     def pretrained_test(self) -> list[float]:
-        """The phase-1 test RMSE per seed: the scale of the gap claims."""
         return [number(run["pretrained"]["test_rmse"]) for run in self.runs]

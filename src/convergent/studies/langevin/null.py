@@ -1,21 +1,14 @@
 """The ``langevin`` study's null for "bounded": the penalty alone, run by the same Langevin chain.
 
-Run in the theory's own setting (Langevin on lam x penalty alone, no loss, with a run's lam, s,
-step size, length, start norms and record spacing), the norm of a matrix with n entries settles
-at the penalty's stationary radius r with a spread of about r / sqrt(2 n), so a statistic read
-from one small matrix's noisy curve can sit well above r where the theory holds exactly.
-"Bounded" is therefore tested on the targeted matrices' joint norm (`joint_excess`): with
-J_t = sqrt(sum ||W||_F^2) and R = sqrt(sum r^2), the larger of J's peak over the second half
-of phase 2 and the upper end of its saturating fit's asymptote interval, over R, minus 1; the
-joint curve's spread is about sqrt(matrices) times smaller, so its fit is identified. Any one
-matrix's norm is at most the joint norm, so a joint bound bounds each matrix; a single matrix
-drifting by some percent moves the joint statistic less, so the largest per-matrix peak, run
-minus chain, goes in the evidence.
-
-The claim is the joint statistic at most the tolerance, gated by a check that the same
-statistic of the penalty-only chain (`penalty_chain`, same seed plus `NULL_SEED_OFFSET`) is
-within the tolerance on every seed and penalty: where the theory holds exactly, the criterion
-must pass (``python examples/langevin_bound_null.py`` prints both per seed).
+In the theory's own setting (Langevin on lam x penalty alone, no loss, with a run's lam, s,
+step size, length, start norms and record spacing) a matrix with n entries settles at the
+stationary radius r with a spread of about r / sqrt(2 n), so a statistic read from one small
+matrix's noisy curve can sit well above r where the theory holds exactly. "Bounded" is
+therefore read on the joint norm of the targeted matrices (`joint_excess`), whose spread is
+about sqrt(matrices) times smaller and which bounds each matrix; it is gated by the same
+statistic of the penalty-only chain (`penalty_chain`, seed + `NULL_SEED_OFFSET`) being within
+the tolerance on every seed and penalty (``python examples/langevin_bound_null.py`` prints
+both per seed).
 """
 
 from __future__ import annotations
@@ -29,19 +22,11 @@ from torch import nn
 
 from convergent.optim import Langevin
 from convergent.regularize import Penalty, penalty
-from convergent.studies.framework import (
-    Check,
-    Claim,
-    at_most,
-    claim_from_seeds,
-    format_number,
-    not_measured,
-)
+from convergent.studies.framework import Check, at_most, format_number, not_measured
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.measures import (
     Experiment,
     Record,
-    bound_of,
     largest,
     mean,
     saturation_ceiling,
@@ -66,14 +51,9 @@ def penalty_chain(
     eps: float,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Langevin on lam x penalty alone (no loss), one flat matrix per name: the theory's setting.
-
-    Each matrix starts in a random direction at its ``start_norms`` length; the norms are
-    recorded at step 0 and every ``every`` steps, as the study's runs record theirs.
-
-    Returns:
-        The trace: {"step", "norms": {name: ||W||_F}} per record.
-    """
+    """Langevin on lam x penalty alone (no loss), one flat matrix per name, each started in a
+    random direction at its ``start_norms`` length; the trace of {"step", "norms"} at step 0
+    and every ``every`` steps, as the study's runs record theirs."""
     generator = torch.Generator().manual_seed(seed)
     matrices: dict[str, nn.Parameter] = {}
     for name, count in numel.items():
@@ -147,7 +127,8 @@ def null_criterion_check(
     experiment: Experiment, penalties: Sequence[str], tolerance: float
 ) -> Check:
     """The criterion passes where the theory holds: every chain's `joint_excess` <= tolerance."""
-    if not has_nulls(experiment.runs, penalties):
+    runs = experiment.runs
+    if not runs or not all(p in (run.get("null") or {}) for run in runs for p in penalties):
         return not_measured(NULL_CRITERION_CHECK, at_most(tolerance), "no penalty-only chain")
     values = [joint_excess(run["null"][p]) for run in experiment.runs for p in penalties]
     note = (
@@ -155,47 +136,3 @@ def null_criterion_check(
         f"run from an unbounded one; mean {format_number(mean(values))}"
     )
     return Check(NULL_CRITERION_CHECK, largest(values), at_most(tolerance), note)
-
-
-def joint_bounded_claim(
-    experiment: Experiment, temperature: str, tolerance: float, checks: Sequence[Check], key: str
-) -> Claim:
-    """Claim 1: per seed, the largest over log and power of `joint_excess`, at most
-    ``tolerance``; the chains' statistic and the per-matrix peaks go in the evidence."""
-    penalties = experiment.penalties(temperature)
-    statistics: list[list[float]] = []
-    parts = []
-    for p in penalties:
-        records = experiment.records(temperature, p)
-        runs = [joint_excess(r) for r in records]
-        nulls = [joint_excess(run["null"][p]) for run in experiment.runs]
-        peaks = [
-            largest(list(bound_of(r).peak.values()))
-            - largest(list(bound_of(run["null"][p]).peak.values()))
-            for r, run in zip(records, experiment.runs, strict=True)
-        ]
-        statistics.append(runs)
-        parts.append(
-            f"{p}: run {format_number(mean(runs))}, penalty alone {format_number(mean(nulls))}, "
-            f"largest single-matrix peak / r, run minus penalty alone {format_number(mean(peaks))}"
-        )
-    per_seed = [largest(list(seed)) for seed in zip(*statistics, strict=True)]
-    return claim_from_seeds(
-        f"{experiment.name}: with a light log or power regularizer, the norms of "
-        f"{experiment.what} stay bounded (here: {experiment.where(temperature)}, the matrices' "
-        "joint norm sqrt(sum ||W||^2), its peak over the second half of phase 2 and the upper "
-        "end of its fitted asymptote's 95 % interval, at most "
-        f"{round(100 * tolerance)} % above the joint stationary radius sqrt(sum r^2))",
-        per_seed,
-        at_most(tolerance),
-        key=key,
-        unit="max(joint peak, joint asymptote) / joint r - 1 (the larger of log and power)",
-        checks=[*checks, null_criterion_check(experiment, penalties, tolerance)],
-        evidence="Mean over seeds: " + "; ".join(parts) + ".",
-        extra={"joint_excess": dict(zip(penalties, statistics, strict=True))},
-    )
-
-
-def has_nulls(runs: Sequence[Record], penalties: Sequence[str]) -> bool:
-    """Whether every seed's run record holds the penalty-only chain of every penalty."""
-    return bool(runs) and all(p in (run.get("null") or {}) for run in runs for p in penalties)

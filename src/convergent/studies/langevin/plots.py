@@ -120,10 +120,8 @@ def plot_curves(data: dict[str, Any], out_dir: Path) -> list[str]:
                         ]
                         for run in seed_runs
                     ]
-                    common = min(len(row) for row in rows)
-                    mean = np.asarray([row[:common] for row in rows]).mean(axis=0)
                     label = f"{variant} {'test RMSE' if key == 'test_rmse' else 'gap'}"
-                    axis.plot(steps[:common], mean, style, color=color, label=label)
+                    _band(axis, steps, rows, color, label, linestyle=style, band=False)
             s = float(data["temperatures"][temperature])
             axis.set_title(f"{temperature} (s = {s:.3g})", fontsize=9)
             axis.set_xlabel("Langevin step")

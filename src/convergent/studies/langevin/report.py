@@ -3,14 +3,13 @@ figures are in `plots`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from convergent.optim import implied_noise_variance
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.checks import diverged_at
 from convergent.studies.langevin.measures import (
-    Record,
     final,
     mean,
     mean_noise_ratio,
@@ -18,63 +17,46 @@ from convergent.studies.langevin.measures import (
 )
 
 
-def phase2_row(records: Sequence[Record], runs: Sequence[Record], labels_std: float) -> dict:
-    """Means over seeds of one (experiment, temperature, variant)'s end of phase 2.
-
-    Args:
-        records: the variant's run record per seed.
-        runs: the experiment's stored run per seed (for the phase-1 test RMSE).
-        labels_std: raw RMSE = standardized RMSE x this.
-    """
-    train = mean([final(r, "train_rmse") for r in records])
-    test = mean([final(r, "test_rmse") for r in records])
-    kept = [
-        final(r, "test_rmse") / number(run["pretrained"]["test_rmse"])
-        for r, run in zip(records, runs, strict=True)
-    ]
-    return {
-        "seeds": len(records),
-        "lam": mean([number(r["lam"]) for r in records]),
-        "train RMSE": train,
-        "test RMSE": test,
-        "train RMSE (raw)": train * labels_std,
-        "test RMSE (raw)": test * labels_std,
-        "test RMSE / phase-1 test RMSE": mean(kept),
-        "total end norm": mean([total_end_norm(r) for r in records]),
-    }
-
-
 def phase2_table(data: Mapping[str, Any], lr: float | None = None) -> list[dict[str, Any]]:
-    """One row per (experiment, temperature, variant): means over seeds of the end of phase 2.
-
-    Args:
-        data: a ``results["data"]``.
-        lr: the Langevin step size (``config["langevin_lr"]``); without it the rows have no
-            noise / drift column (the payload's data does not store the step size).
-
-    Returns:
-        Rows with the final train and test RMSE (standardized and raw), the test RMSE over
-        the phase-1 test RMSE ("keeps phase-1 accuracy" at 1), the total end norm of the
-        targeted matrices, lam and, given ``lr``, the noise / drift ratio (`mean_noise_ratio`).
-    """
+    """One row per (experiment, temperature, variant) every seed ran: means over seeds of the
+    end of phase 2 (RMSEs standardized and raw, the test RMSE over the phase-1 one, the total
+    end norm, lam) and, given the step size ``lr``, the noise / drift ratio."""
     labels_std = number(data["labels_std"])
     rows = []
     for name, runs in data["runs"].items():
         for temperature, stored_s in data["temperatures"].items():
             s = number(stored_s)
             ran = [set(run["phase2"].get(temperature, {})) for run in runs]
-            # The variants every seed ran, in the stored order.
             for variant in [
                 v
                 for v in (runs[0]["phase2"].get(temperature, {}) if runs else {})
                 if all(v in r for r in ran)
             ]:
                 records = [run["phase2"][temperature][variant] for run in runs]
-                row = {"experiment": name, "temperature": temperature, "s": s, "variant": variant}
-                row.update(phase2_row(records, runs, labels_std))
+                train = mean([final(r, "train_rmse") for r in records])
+                test = mean([final(r, "test_rmse") for r in records])
+                kept = [
+                    final(r, "test_rmse") / number(run["pretrained"]["test_rmse"])
+                    for r, run in zip(records, runs, strict=True)
+                ]
+                row = {
+                    "experiment": name,
+                    "temperature": temperature,
+                    "s": s,
+                    "variant": variant,
+                    "seeds": len(records),
+                    "lam": mean([number(r["lam"]) for r in records]),
+                    "train RMSE": train,
+                    "test RMSE": test,
+                    "train RMSE (raw)": train * labels_std,
+                    "test RMSE (raw)": test * labels_std,
+                    "test RMSE / phase-1 test RMSE": mean(kept),
+                    "total end norm": mean([total_end_norm(r) for r in records]),
+                }
                 if lr is not None:
-                    ratios = [mean_noise_ratio(r["trace"], lr, s) for r in records]
-                    row["noise / drift"] = mean(ratios)
+                    row["noise / drift"] = mean(
+                        [mean_noise_ratio(r["trace"], lr, s) for r in records]
+                    )
                 rows.append(row)
     return rows
 
@@ -83,13 +65,8 @@ def temperature_rows(
     data: Mapping[str, Any], examples: int, outputs: int = 1
 ) -> list[dict[str, Any]]:
     """Per temperature: s, the temperature s / 2 in loss units, and the noise variance sigma^2
-    whose Gaussian-likelihood posterior s samples, beside the calibrated sigma^2 the study used.
-
-    Args:
-        data: a ``results["data"]``.
-        examples: training examples N of the averaged loss.
-        outputs: outputs per example averaged over by the loss.
-    """
+    whose Gaussian-likelihood posterior s samples (the loss averaged over ``examples`` x
+    ``outputs``), beside the calibrated sigma^2 the study used."""
     calibrated = number(data["noise_variance"])
     return [
         {
@@ -140,28 +117,22 @@ def _selection_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for experiment, penalties in data["selection"].items():
         for penalty, record in penalties.items():
-            for point in record["grid"]:
+            factors = [number(p["radius_factor"]) for p in record["grid"]]
+            for point, factor in zip(record["grid"], factors, strict=True):
+                selected = factor == number(record["selected"])
+                edge = " (grid edge)" * (factor in (min(factors), max(factors)))
                 rows.append(
                     {
                         "experiment": experiment,
                         "penalty": penalty,
                         "temperature": record.get("temperature", ""),
-                        "radius factor": number(point["radius_factor"]),
+                        "radius factor": factor,
                         "lam": number(point["lam"]),
                         "validation RMSE (final)": number(point["validation_rmse"]),
-                        "selected": _selected_mark(point, record),
+                        "selected": f"yes{edge}" if selected else "",
                     }
                 )
     return rows
-
-
-def _selected_mark(point: dict[str, Any], record: dict[str, Any]) -> str:
-    """ "yes" for the selected factor, "yes (grid edge)" where it is the grid's end."""
-    factor = number(point["radius_factor"])
-    if factor != number(record["selected"]):
-        return ""
-    factors = [number(p["radius_factor"]) for p in record["grid"]]
-    return "yes (grid edge)" if factor in (min(factors), max(factors)) else "yes"
 
 
 def _villani_rows(data: dict[str, Any], multiples: list[float]) -> list[dict[str, Any]]:
@@ -288,16 +259,13 @@ def notes_of(config: Any, data: dict[str, Any]) -> list[str]:
 
 
 def diverged_runs(data: dict[str, Any]) -> list[str]:
-    """Each final phase-2 run whose trace ends diverged, as 'experiment seed S, temperature
-    variant at step N'."""
-    found = []
-    for experiment, seeds in data["runs"].items():
-        for seed_run in seeds:
-            for temperature, runs in seed_run["phase2"].items():
-                for variant, record in runs.items():
-                    if (step := diverged_at(record)) is not None:
-                        found.append(
-                            f"{experiment} seed {seed_run['seed']}, {temperature} {variant} at "
-                            f"step {step}"
-                        )
-    return found
+    """Each final phase-2 run whose trace ends diverged: 'experiment seed S, temperature variant
+    at step N'."""
+    return [
+        f"{experiment} seed {seed_run['seed']}, {temperature} {variant} at step {step}"
+        for experiment, seeds in data["runs"].items()
+        for seed_run in seeds
+        for temperature, runs in seed_run["phase2"].items()
+        for variant, record in runs.items()
+        if (step := diverged_at(record)) is not None
+    ]

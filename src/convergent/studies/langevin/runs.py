@@ -1,29 +1,12 @@
 """What the ``langevin`` study's units compute: the temperatures, each lam selection (in
-:mod:`.selection`) and each (experiment, seed)'s final runs, all built on one phase-2 run
-(`langevin_run`).
+:mod:`.selection`) and each (experiment, seed)'s final runs (`final_runs`: phase 1, then every
+temperature x variant, and beside each penalty's run at the bound temperature the penalty-only
+chain, `null.null_runs`), all built on one phase-2 run (`langevin_run`): Langevin at diffusion
+s on loss + lam x penalty over W_Q, W_K (or the LoRA factors),
+T <- T - lr * grad V + sqrt(lr * s) * xi, xi ~ N(0, I).
 
-Each job is a top-level function of plain arguments (the config as a dict, the data), so that
-a process pool can run it, and returns only numbers, strings, lists and dicts (a unit of the
-study's cache).
-
-1. `temperatures`: phase 1 on the selection seed (attention model); sigma^2 = its training
-   MSE; s for "hot" (2 / N), "warm" (the geometric mean of hot and calibrated), "calibrated"
-   (`calibrated_s`), "cold" and "zero".
-2. `select_lam` (per experiment): phase 1 on the selection seed; the selection temperature
-   (`selection_temperature`): the coldest claim temperature at which the noise moves the
-   unregularized final validation RMSE against s = 0 by ``outcome_moved`` of its phase-1 value;
-   there, for each penalty and radius factor, a phase-2 run; the smallest factor (the strongest
-   penalty) whose final validation RMSE is within ``selection_tolerance`` of the grid's best is
-   selected (`selected_factor`).
-3. `final_runs` (per experiment and seed): phase 1, then every temperature x variant. lam is
-   in loss units, set once by the radius rule at the hot s with the selected factor and kept at
-   every temperature. The bound temperature's runs last ``relaxation_multiple`` radial
-   relaxation times of the slowest matrix (clamped to [langevin_steps, max_langevin_steps]);
-   beside each penalty's run goes the penalty-only chain (`null.null_runs`), which the
-   "bounded" criterion must pass where the theory holds exactly.
-
-A phase-2 run is Langevin at diffusion s on loss + lam x penalty over W_Q, W_K (or the LoRA
-factors): T <- T - lr * grad V + sqrt(lr * s) * xi, xi ~ N(0, I).
+Each job is a top-level function of plain arguments that returns only JSON-ready values (a unit
+of the study's cache), so that a process pool can run it.
 """
 
 from __future__ import annotations
@@ -59,6 +42,7 @@ from convergent.studies.langevin.null import null_runs
 from convergent.train import RegularizedStep, fit
 
 EXPERIMENTS = ("attention", "lora")
+RMSES = ("train_rmse", "validation_rmse", "test_rmse")
 
 
 def gradient_rms(parameters: Iterable[torch.Tensor]) -> float:
@@ -81,36 +65,20 @@ class _Tracker:
         self.last_step = 0
         self.record(0, None)  # before any step there is no gradient
 
-    def record(self, step: int, grad_rms: float | None) -> None:
-        measured = scores(self.model, self.data)
+    def record(self, step: int, grad_rms: float | None, diverged: bool = False) -> None:
+        """One evaluation; for a run whose loss or gradient turned non-finite at ``step``, a
+        last record of NaNs marked ``diverged`` (every measure of it reads NaN, every claim that
+        reads it fails its divergence check, and the study goes on)."""
+        norms = self.regularizer.norms()
+        measured = {key: math.nan for key in RMSES} if diverged else scores(self.model, self.data)
         self.records.append(
             {
                 "step": step,
-                "norms": self.regularizer.norms(),
-                "train_rmse": measured["train_rmse"],
-                "validation_rmse": measured["validation_rmse"],
-                "test_rmse": measured["test_rmse"],
+                "norms": {name: math.nan for name in norms} if diverged else norms,
+                **{key: measured[key] for key in RMSES},
                 "gap": measured["test_rmse"] - measured["train_rmse"],
                 "grad_rms": grad_rms,
-            }
-        )
-
-    def diverged(self, step: int) -> None:
-        """Close the trace of a run whose loss or gradient turned non-finite at ``step``: one
-        last record of NaNs there, so every measure of the run reads NaN, every claim that
-        reads it fails its divergence check (`diverged_checks`: untested), and the study goes
-        on."""
-        nan = math.nan
-        self.records.append(
-            {
-                "step": step,
-                "norms": {name: nan for name in self.regularizer.norms()},
-                "train_rmse": nan,
-                "validation_rmse": nan,
-                "test_rmse": nan,
-                "gap": nan,
-                "grad_rms": None,
-                "diverged": True,
+                **({"diverged": True} if diverged else {}),
             }
         )
 
@@ -181,7 +149,7 @@ def langevin_run(
             tensorboard=False,
         )
     except FloatingPointError:  # TrainingDiverged (the loss) or a non-finite gradient
-        tracker.diverged(tracker.last_step + 1)
+        tracker.record(tracker.last_step + 1, None, diverged=True)
     return model, regularizer, tracker.records
 
 
@@ -189,14 +157,14 @@ def villani_rows(
     model: nn.Module,
     regularizer: VillaniRegularizer,
     train: DictDataset,
-    radii: tuple[float, ...],
+    settings: dict[str, Any],
     s: float,
-    probes: int,
-    examples: int,
     seed: int,
 ) -> list[dict[str, float]]:
-    """The Villani quantity along the ray through the current targeted weights."""
+    """The Villani quantity along the ray through the current targeted weights, at the
+    config's ``villani_radii`` x their norm, with ``villani_probes`` and ``villani_examples``."""
     targets = {name: p for name, p in model.named_parameters() if name in regularizer.parameters}
+    examples, radii = int(settings["villani_examples"]), tuple(settings["villani_radii"])
     batch = {key: value[:examples] for key, value in train.tensors.items()}
 
     def objective(values: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -209,9 +177,9 @@ def villani_rows(
     point = torch.cat([p.detach().flatten() for p in targets.values()])
     scale = float(point.norm())
     generator = torch.Generator().manual_seed(seed)
-    return villani_along_ray(
-        potential, point, [r * scale for r in radii], s, probes=probes, generator=generator
-    )
+    radii_scaled = [r * scale for r in radii]
+    probes = int(settings["villani_probes"])
+    return villani_along_ray(potential, point, radii_scaled, s, probes=probes, generator=generator)
 
 
 def temperatures(settings: dict[str, Any], data: DarcyData, d_model: int) -> dict[str, Any]:
@@ -328,16 +296,8 @@ def final_runs(
             }
             bound = temperature == settings["bound_temperature"]
             if experiment == "attention" and bound and diverged_at(runs[variant]) is None:
-                out["villani"][variant] = villani_rows(
-                    model,
-                    regularizer,
-                    data.train,
-                    tuple(settings["villani_radii"]),
-                    diffusion,
-                    int(settings["villani_probes"]),
-                    int(settings["villani_examples"]),
-                    seed,
-                )
+                villani = villani_rows(model, regularizer, data.train, settings, diffusion, seed)
+                out["villani"][variant] = villani
         out["phase2"][temperature] = runs
     bound = str(settings["bound_temperature"])
     out["null"] = null_runs(out["phase2"][bound], s[bound], settings, seed)

@@ -24,28 +24,27 @@ def coldest_moved(moved: dict[str, float], s: dict[str, float], required: float)
     return next((name for name in by_s if moved[name] >= required), by_s[-1])
 
 
+def final_validation(
+    experiment: str, base: Any, data: DarcyData, settings: dict[str, Any], **run: Any
+) -> float:
+    """The final validation RMSE of the selection seed's phase-2 run (``run``: kind, lam, s)."""
+    seed, steps = int(settings["selection_seed"]), int(settings["langevin_steps"])
+    _, _, trace = langevin_run(
+        experiment, base, data, steps=steps, settings=settings, seed=seed, **run
+    )
+    return float(trace[-1]["validation_rmse"])
+
+
 def selection_temperature(
     experiment: str, base: Any, data: DarcyData, settings: dict[str, Any], s: dict[str, float]
 ) -> dict[str, Any]:
     """Where lam is selected: the unregularized run at s = 0 and at each claim temperature,
     coldest first, until the noise moves the final validation RMSE by ``outcome_moved`` x the
     phase-1 validation RMSE (`coldest_moved`). Validation only: no test number enters."""
-    seed = int(settings["selection_seed"])
     phase1 = float(evaluate(base, data.validation, "regression")["rmse"])
 
     def validation(diffusion: float) -> float:
-        _, _, trace = langevin_run(
-            experiment,
-            base,
-            data,
-            kind="log",
-            lam=0.0,
-            s=diffusion,
-            steps=int(settings["langevin_steps"]),
-            settings=settings,
-            seed=seed,
-        )
-        return float(trace[-1]["validation_rmse"])
+        return final_validation(experiment, base, data, settings, kind="log", lam=0.0, s=diffusion)
 
     required = float(settings["outcome_moved"])
     at_zero = validation(0.0)
@@ -86,24 +85,10 @@ def select_lam(
         rows = []
         for factor in settings["radius_factors"]:
             lam = start_lam(experiment, base, kind, factor, s["hot"], settings, seed)
-            _, _, trace = langevin_run(
-                experiment,
-                base,
-                data,
-                kind=kind,
-                lam=lam,
-                s=selection_s,
-                steps=int(settings["langevin_steps"]),
-                settings=settings,
-                seed=seed,
+            rmse = final_validation(
+                experiment, base, data, settings, kind=kind, lam=lam, s=selection_s
             )
-            rows.append(
-                {
-                    "radius_factor": float(factor),
-                    "lam": lam,
-                    "validation_rmse": trace[-1]["validation_rmse"],
-                }
-            )
+            rows.append({"radius_factor": float(factor), "lam": lam, "validation_rmse": rmse})
         tolerance = float(settings["selection_tolerance"])
         out[kind] = {
             "grid": rows,

@@ -1,13 +1,7 @@
-"""The ``langevin`` study's plain summary: what a user should take from its verdicts.
-
-`summary(payload)` reads a ``results.json`` payload: the claims (verdict, effect, interval,
-checks), the penalty strengths the runs used (lam, and the radius factor selected on
-validation) and, per claim temperature, whether Langevin's noise acted there
-(`temperature_fits`): whether phase 2 kept the pre-trained fit, and whether the noise moved the
-final test RMSE against the same seed's noiseless (s = 0) run. Each verdict a sentence states
-is worded by the verdict the payload holds and declared (the words are in `wording`), so a
-rescored or re-run result rewrites its own summary.
-"""
+"""The ``langevin`` study's plain summary, from a ``results.json`` payload: the claims, the
+penalty strengths the runs used and, per claim temperature, whether Langevin's noise acted there
+(`temperature_fits`). Each verdict a sentence states is the payload's, declared (the words are
+in `wording`), so a rescored result rewrites its own summary."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convergent.studies.framework import Sentence
+from convergent.studies.framework import Sentence, listed
 from convergent.studies.framework import stored_number as number
 from convergent.studies.langevin.claims import experiments
 from convergent.studies.langevin.measures import change_from_zero, final, growth, mean
@@ -26,8 +20,10 @@ from convergent.studies.langevin.wording import (
     MEANINGS,
     TEMPERATURE_KINDS,
     StudyClaim,
+    all_reproduced,
     clauses,
     declared,
+    of_kind,
     percent,
     reason,
     significant,
@@ -38,11 +34,10 @@ from convergent.studies.langevin.wording import (
 
 @dataclass
 class TemperatureFit:
-    """At one temperature, per (experiment, variant), means over seeds of: ``train``, the final
-    train RMSE / phase-1 train RMSE; ``change``, (final test RMSE - the s = 0 run's) / phase-1
-    test RMSE, both read at the s = 0 run's last step, and ``moved_by``, the mean of its
-    absolute value per experiment (both empty without an s = 0 run); per experiment, the
-    unregularized run's total norm end / start - 1 (``growth``) after ``steps`` steps."""
+    """At one temperature, per (experiment, variant), means over seeds of: ``train``, final /
+    phase-1 train RMSE; ``change``, (final test RMSE - the s = 0 run's) / phase-1 test RMSE at
+    the s = 0 run's last step, and ``moved_by``, its absolute value per experiment; per
+    experiment, the unregularized norm's end / start - 1 (``growth``) after ``steps`` steps."""
 
     train: list[float] = field(default_factory=list)
     change: list[float] = field(default_factory=list)
@@ -52,7 +47,6 @@ class TemperatureFit:
 
     @property
     def moved(self) -> list[float]:
-        """Every variant's ``moved_by`` value, over all experiments."""
         return [value for values in self.moved_by.values() for value in values]
 
     def state(self, fit_kept: float, outcome_moved: float) -> str:
@@ -97,6 +91,26 @@ def temperature_fits(payload: Mapping[str, Any]) -> dict[str, TemperatureFit]:
     return fits
 
 
+def noise_states(payload: Mapping[str, Any], fits: Mapping[str, TemperatureFit]) -> dict[str, str]:
+    """Per claim temperature, what the noise did (`TemperatureFit.state`)."""
+    config = payload["config"]
+    kept, moved = number(config["fit_kept"]), number(config["outcome_moved"])
+    return {temperature: fit.state(kept, moved) for temperature, fit in fits.items()}
+
+
+def lam_means(payload: Mapping[str, Any], temperature: str) -> dict[str, dict[str, float]]:
+    """Per experiment that ran a penalty at ``temperature``, lam per penalty (mean over seeds)."""
+    found = {}
+    for experiment in experiments(payload["config"], payload["data"]):
+        lams = {
+            p: mean([number(r["lam"]) for r in experiment.records(temperature, p)])
+            for p in experiment.penalties(temperature)
+        }
+        if lams:
+            found[experiment.name] = lams
+    return found
+
+
 def _s(payload: Mapping[str, Any], temperature: str) -> str:
     return significant(number(payload["data"]["temperatures"][temperature]))
 
@@ -116,7 +130,6 @@ def scale_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> 
         f"{_s(payload, t)} ({t}{', ' + MEANINGS[t] if t in MEANINGS else ''})"
         for t in config["claim_temperatures"]
     ]
-    listed = ", ".join(temperatures[:-1]) + (" and " if len(temperatures) > 1 else "")
     seeds = len(config["seeds"])
     preview = " (every verdict a preview)" if any(c.record["preview"] for c in claims) else ""
     return Sentence(
@@ -126,7 +139,7 @@ def scale_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> 
         f"rank-{config.get('lora_rank', '?')} LoRA factors in a "
         f"{config.get('lora_layers', '?')}-layer model, trained by Langevin steps (step size "
         f"{significant(number(config['langevin_lr']))}, {span(steps)} steps) with no penalty, "
-        f"the log-amplified one or the super-quadratic one, at s = {listed}{temperatures[-1]}, "
+        f"the log-amplified one or the super-quadratic one, at s = {listed(temperatures)}, "
         "where s/2 is the temperature in units of the averaged squared error; test RMSE on "
         f"{config.get('test_fields', '?')} new fields."
     )
@@ -203,19 +216,17 @@ def strengths(payload: Mapping[str, Any], temperature: str) -> str:
     temperature they were selected at."""
     config, data = payload["config"], payload["data"]
     selection = data.get("selection", {})
-    lams: list[str] = []
+    lams = [
+        # The penalties' names once, with the first experiment's values.
+        " and ".join(significant(lam) + f" ({p})" * (not index) for p, lam in means.items())
+        + f" for {LABELS.get(name, name)}"
+        for index, (name, means) in enumerate(lam_means(payload, temperature).items())
+    ]
     factors: list[str] = []
     where: list[str] = []
     for experiment in experiments(config, data):
         penalties = experiment.penalties(temperature)
         label = LABELS.get(experiment.name, experiment.name)
-        # The penalties' names once, with the first experiment's values.
-        named = [
-            significant(mean([number(r["lam"]) for r in experiment.records(temperature, p)]))
-            + ("" if lams else f" ({p})")
-            for p in penalties
-        ]
-        lams += [f"{' and '.join(named)} for {label}"] * bool(named)
         chosen: list[tuple[str, bool]] = []  # (factor, on the grid's edge)
         for record in filter(None, (selection.get(experiment.name, {}).get(p) for p in penalties)):
             grid = [number(point["radius_factor"]) for point in record["grid"]]
@@ -243,12 +254,11 @@ def strengths(payload: Mapping[str, Any], temperature: str) -> str:
 
 def norm_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> Sentence | None:
     """What a user does about the norms: the bounded and growth claims, at which lam."""
-    bounded = [c for c in claims if c.kind == "bounded"]
-    grows = [c for c in claims if c.kind == "grows"]
+    bounded, grows = of_kind(claims, "bounded"), of_kind(claims, "grows")
     if not bounded and not grows:
         return None
     config, temperature = payload["config"], (bounded or grows)[0].temperature
-    if bounded and all(c.verdict == "reproduced" for c in bounded):
+    if all_reproduced(bounded):
         lead = "To keep the weights bounded under Langevin noise, add one of the penalties"
     else:
         lead = "Whether a penalty keeps the weights bounded is not settled here"
@@ -275,7 +285,7 @@ def norm_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> S
 def decided_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -> Sentence | None:
     """The gap and accuracy claims that were decided (the untested ones are
     `unknown_sentence`'s)."""
-    decided = [c for c in claims if c.kind in TEMPERATURE_KINDS and c.verdict != "untested"]
+    decided = [c for c in of_kind(claims, *TEMPERATURE_KINDS) if c.verdict != "untested"]
     if not decided:
         return None
     temperatures = list(dict.fromkeys(c.temperature for c in decided))
@@ -286,14 +296,8 @@ def decided_sentence(payload: Mapping[str, Any], claims: Sequence[StudyClaim]) -
         mine = [c for c in decided if c.kind == kind]
         found += clauses(mine, payload["config"], by_temperature=several, after=after)
     text = f"At {_named(payload, temperatures)}, " + "; ".join(found)
-    creeps = [c for c in decided if c.kind == "gap creeps"]
-    bounded = [c for c in claims if c.kind == "bounded"]
-    if (
-        creeps
-        and bounded
-        and all(c.verdict == "not reproduced" for c in creeps)
-        and all(c.verdict == "reproduced" for c in bounded)
-    ):
+    creeps, bounded = of_kind(decided, "gap creeps"), of_kind(claims, "bounded")
+    if creeps and all(c.verdict == "not reproduced" for c in creeps) and all_reproduced(bounded):
         text += ", so what a penalty buys here is bounded weights, not a smaller gap"
         decided += bounded
     return Sentence(text + ".", declared(decided))
@@ -305,7 +309,7 @@ def unknown_sentence(
     """What stays unknown: the untested claims at each temperature, and why."""
     parts, stated = [], []
     for temperature, fit in fits.items():
-        at = [c for c in claims if c.kind in TEMPERATURE_KINDS and c.temperature == temperature]
+        at = [c for c in of_kind(claims, *TEMPERATURE_KINDS) if c.temperature == temperature]
         untested = [c for c in at if c.verdict == "untested"]
         if not untested:
             continue
@@ -340,13 +344,9 @@ def summary(payload: Mapping[str, Any]) -> list[Sentence]:
     Returns:
         3 to 5 sentences, each declaring the verdicts it states.
     """
-    config = payload["config"]
     claims = study_claims(payload)
     fits = temperature_fits(payload)
-    states = {
-        temperature: fit.state(number(config["fit_kept"]), number(config["outcome_moved"]))
-        for temperature, fit in fits.items()
-    }
+    states = noise_states(payload, fits)
     sentences = [
         scale_sentence(payload, claims),
         temperature_sentence(payload, fits, states) if fits else None,

@@ -1,6 +1,5 @@
-"""The words of the ``langevin`` study's summary: each claim's kind, what its verdict means in
-plain words, why a claim was left untested, and numbers written for a reader (`summary` builds
-the sentences from them)."""
+"""The words of the ``langevin`` study's summary and brief: each claim's kind, what its verdict
+means in plain words, why a claim was left untested, and numbers written for a reader."""
 
 from __future__ import annotations
 
@@ -41,9 +40,13 @@ KINDS = {
     GAP_CREEPS: "gap creeps",
     ACCURACY: "accuracy",
 }
-TEMPERATURE_KINDS = ("accuracy", "gap bounded", "gap creeps")  # tested at each temperature
-KIND_WORDS = {"accuracy": "accuracy", "gap bounded": "the gap with a penalty"}
-KIND_WORDS["gap creeps"] = "the gap without one"
+# The kinds tested at each claim temperature, as the untested sentence names them.
+KIND_WORDS = {
+    "accuracy": "accuracy",
+    "gap bounded": "the gap with a penalty",
+    "gap creeps": "the gap without one",
+}
+TEMPERATURE_KINDS = tuple(KIND_WORDS)
 # Per kind, what the data showed where the claim held and where it failed, in words that name
 # no verdict; an inconclusive or untested claim is "open" or "unchecked" (`WHETHER`).
 PHRASES = {
@@ -87,8 +90,7 @@ PERCENT_CHECKS = (OUTCOME_CHECK, NORM_CHECK)
 
 @dataclass(frozen=True)
 class StudyClaim:
-    """One claim record, with its key (what a Sentence declares), experiment (``attention`` or
-    ``lora``), kind (one of `KINDS`' words) and temperature."""
+    """One claim record with its key, experiment, kind (one of `KINDS`' words) and temperature."""
 
     key: str
     experiment: str
@@ -102,9 +104,8 @@ class StudyClaim:
 
 
 def study_claims(payload: Mapping[str, Any]) -> list[StudyClaim]:
-    """The payload's claims, in its order, each with the experiment, kind and temperature
-    whose key (`claims.claim_key`) it has (claims 1 and 2: the bound temperature, which their
-    keys leave out); a KeyError names a key no such triple gives."""
+    """The payload's claims, in its order, each with the experiment, kind and temperature its
+    key gives (claims 1 and 2: the bound temperature); a KeyError names a key none gives."""
     config = payload["config"]
     bound = str(config["bound_temperature"])
     meaning = {
@@ -218,6 +219,16 @@ def clauses(
 
 def declared(claims: Sequence[StudyClaim]) -> dict[str, str]:
     return {claim.key: claim.verdict for claim in claims}
+
+
+def of_kind(claims: Sequence[StudyClaim], *kinds: str) -> list[StudyClaim]:
+    """The claims of ``kinds`` (words of `KINDS`), in their order."""
+    return [claim for claim in claims if claim.kind in kinds]
+
+
+def all_reproduced(claims: Sequence[StudyClaim]) -> bool:
+    """Whether there are claims and every one is reproduced."""
+    return bool(claims) and all(claim.verdict == "reproduced" for claim in claims)
 
 
 def reason(untested: Sequence[StudyClaim], moved: Mapping[str, Sequence[float]]) -> str:

@@ -4,6 +4,7 @@ named selection rules, written once; a study supplies its units and the rules' p
 from __future__ import annotations
 
 from convergent.studies.engine.checks import CheckSpec
+from convergent.studies.engine.claims import ClaimSpec
 from convergent.studies.engine.run import (
     Rule,
     Selected,
@@ -18,6 +19,7 @@ from convergent.studies.engine.run import (
 
 __all__ = [
     "CheckSpec",
+    "ClaimSpec",
     "Rule",
     "Selected",
     "Selection",

@@ -234,7 +234,7 @@ def accuracy_effect(experiment: Experiment, temperature: str, data: Mapping[str,
 
 
 @dataclass(frozen=True)
-class ClaimSpec:
+class ClaimKind:
     """One claim kind of every experiment: its key's middle, its statement (fields ``name``,
     ``what``, ``where``, ``bound``), unit, the config field of its bound, the bound's form and
     how the statement writes it, what it reads (``"penalties"``, ``"none"`` or ``"all"``), its
@@ -257,7 +257,7 @@ class ClaimSpec:
 
 GAP_CHECKS = ("outcome_moved", "fit_kept", "diverged")
 CLAIMS = (
-    ClaimSpec(
+    ClaimKind(
         BOUNDED,
         "{name}: with a light log or power regularizer, the norms of {what} stay bounded (here: "
         "{where}, the matrices' joint norm sqrt(sum ||W||^2), its peak over the second half of "
@@ -273,7 +273,7 @@ CLAIMS = (
         NORM_NOISE_REVISED,
         per_temperature=False,
     ),
-    ClaimSpec(
+    ClaimKind(
         GROWS,
         "{name}: without a regularizer, the norms of {what} grow (here: {where}, the total norm "
         "of the targeted matrices ends at least {bound} above its start)",
@@ -287,7 +287,7 @@ CLAIMS = (
         NORM_NOISE_REVISED,
         per_temperature=False,
     ),
-    ClaimSpec(
+    ClaimKind(
         GAP_BOUNDED,
         "{name}: with a light log or power regularizer, the generalization gap does not creep "
         "up (here: {where}, its least-squares trend over phase 2 stays below {bound} of the "
@@ -301,7 +301,7 @@ CLAIMS = (
         gap_bounded_effect,
         GAP_NOISE_REVISED,
     ),
-    ClaimSpec(
+    ClaimKind(
         GAP_CREEPS,
         "{name}: without a regularizer, the generalization gap creeps up (here: {where}, its "
         "least-squares trend over phase 2 is at least {bound} of the phase-1 test RMSE)",
@@ -314,7 +314,7 @@ CLAIMS = (
         gap_creeps_effect,
         GAP_NOISE_REVISED,
     ),
-    ClaimSpec(
+    ClaimKind(
         ACCURACY,
         "{name}: prediction accuracy is about the same with or without a regularizer (here: "
         "two-sided, {where}, the final test RMSE with log and with power within {bound} of the "
@@ -357,7 +357,7 @@ READERS: dict[str, Reader] = {
 
 
 def claim_of(
-    spec: ClaimSpec,
+    spec: ClaimKind,
     experiment: Experiment,
     temperature: str,
     config: Mapping[str, Any],

@@ -39,12 +39,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from convergent.studies.engine import CheckSpec
+from convergent.studies.engine import CheckSpec, ClaimSpec
 from convergent.studies.framework import (
     Check,
     Claim,
@@ -53,7 +52,6 @@ from convergent.studies.framework import (
     at_least,
     at_most,
     check_design,
-    claim_from_seeds,
     family_tested,
     finite_mean,
     format_interval,
@@ -164,20 +162,6 @@ CHANCE = CheckSpec(
 )
 
 
-@dataclass(frozen=True)
-class ClaimSpec:
-    """One claim, declared: its key, statement (a format string over the regime's fields),
-    where it holds, its effect's unit, its checks (`CheckSpec` records) and what design 3
-    changed in its test."""
-
-    key: str
-    statement: str
-    required: Threshold | None
-    unit: str
-    checks: tuple[CheckSpec, ...]
-    revised: str = ""
-
-
 # Each claim's key (claims 1-3 per step-size regime, `regime_key`): the summary finds claims
 # by it, never by their wording.
 LINEAR, SPEED, RATE = "converges_linearly", "speeds_up_with_beta", "rate_follows_sigma_ratio"
@@ -193,8 +177,8 @@ CLAIMS = {
         "L_t <= rho^(t - t0) L_t0 through its window's ends)",
         None,  # at most the config's envelope_tolerance
         "largest log excess over the geometric envelope (beta > 0 runs)",
-        (TRAINED, STEP),
-        "design 2 read a loss that rose after t0 as a broken bound; the audit found the lr 0.1 "
+        checks=(TRAINED, STEP),
+        revised="design 2 read a loss that rose after t0 as a broken bound; the audit found the lr 0.1 "
         "and tuned runs at the edge of stability (certified rates above 1), where the theorem's "
         "small-step condition fails, so a rise of more than 1 % after t0 or a divergence among "
         "the beta > 0 runs now reads untested",
@@ -207,8 +191,8 @@ CLAIMS = {
         "steep at each beta as at the one below it)",
         at_least(0.0),
         "smallest log(band speed at the next beta / at this one) over consecutive betas",
-        (TRAINED, BAND),
-        "design 2 compared beta 1 with beta 0 only; the audit found the 0.5->0.75 step "
+        checks=(TRAINED, BAND),
+        revised="design 2 compared beta 1 with beta 0 only; the audit found the 0.5->0.75 step "
         "significantly slower at the tuned step sizes, so every consecutive step of beta is "
         "scored (per seed the slowest)",
     ),
@@ -221,8 +205,8 @@ CLAIMS = {
         at_least(RATE_SLOPE),
         "slope of log speed on log (sigma_min/sigma_max)^2 over beta > 0 (1: proportional, "
         "0: independent)",
-        (TRAINED, BAND, COLLAPSE, STEP),
-        "design 2 tested speed >= c (sigma_min/sigma_max)^2 with c set at beta = 1, which only "
+        checks=(TRAINED, BAND, COLLAPSE, STEP),
+        revised="design 2 tested speed >= c (sigma_min/sigma_max)^2 with c set at beta = 1, which only "
         "an 11x slowdown could fail; the claim is now the slope of log speed on log ratio across "
         "beta > 0, >= 0.5 (halfway from independence to proportionality), gated by the "
         "step-size check since the theorem's rate assumes its small step",
@@ -233,7 +217,7 @@ CLAIMS = {
         "sigma_min of beta X + Attn(X) at every beta > 0 at least 10x that at beta = 0)",
         at_least(KEPT_AWAY_DECADES),
         "decades (log10 of smallest beta > 0 floor / beta = 0 floor)",
-        (COLLAPSE,),
+        checks=(COLLAPSE,),
     ),
     DEPTH_KEY: ClaimSpec(
         DEPTH_KEY,
@@ -241,8 +225,8 @@ CLAIMS = {
         "minus beta 1 strictly increases with depth)",
         at_least(DEPTH_GAP_GROWTH),
         "training loss (nats), smallest gap increase between consecutive depths",
-        (DEPTH_TRAINED, CHANCE),
-        "design 2 checked only that beta = 1 trained; the audit found beta = 0 at chance (train "
+        checks=(DEPTH_TRAINED, CHANCE),
+        revised="design 2 checked only that beta = 1 trained; the audit found beta = 0 at chance (train "
         "loss about ln 2) at depths 6 and 10, where the gap has no room to grow, so both arms "
         "must reach a tail-mean loss <= 0.9 ln 2 at every depth",
     ),
@@ -302,21 +286,12 @@ def _claim(
     **fields: Any,
 ) -> Claim:
     """``spec``'s claim (in ``regime``, whose key and fields its statement takes)."""
-    key, statement = spec.key, spec.statement
     if regime is not None:
-        key = regime_key(spec.key, regime.lr)
-        statement = statement.format(name=regime.name, selected=regime.selected_steps, **fields)
-    threshold = required or spec.required
-    assert threshold is not None, spec.key
-    return claim_from_seeds(
-        statement,
-        per_seed,
-        threshold,
-        key=key,
-        unit=spec.unit,
-        checks=[checks[check] for check in spec.checks],
-        evidence=evidence,
-        revised=spec.revised,
+        fields = {"name": regime.name, "selected": regime.selected_steps, **fields}
+    key = spec.key if regime is None else regime_key(spec.key, regime.lr)
+    found = [checks[check] for check in spec.checks]
+    return spec.claim(
+        per_seed, found, claim_key=key, claim_threshold=required, claim_evidence=evidence, **fields
     )
 
 

@@ -1,23 +1,19 @@
-"""The ``sparsity`` study's checks and claims as records, shared by its three parts: their words
-are format strings over the fields of a reading, their bounds are declared, and
-:meth:`CheckWords.check` / :meth:`ClaimWords.claim` turn readings into a `Check` / `Claim` the
-same way for every part ((a)/(b)'s claims are in :mod:`.claims`, part (c)'s records in
-:mod:`.finetune_config`)."""
+"""The ``sparsity`` study's checks as records, shared by its three parts: their words are format
+strings over the fields of a reading, their bounds are declared, and :meth:`CheckWords.check`
+turns a reading into a `Check` the same way for every part (the claims are the engine's
+`ClaimSpec` records: (a)/(b)'s in :mod:`.claims`, part (c)'s in :mod:`.finetune_config`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from convergent.diagnostics import acting
 from convergent.studies.framework import (
     Check,
-    Claim,
     Threshold,
     at_least,
     at_most,
-    claim_from_seeds,
     within,
 )
 from convergent.studies.sparsity.config import LM_DENSE_TOLERANCE
@@ -38,47 +34,6 @@ class CheckWords:
     def check(self, value: float, **fields: Any) -> Check:
         """The check at ``value``, its name and note filled with ``fields``."""
         return Check(self.name.format(**fields), value, self.required, self.note.format(**fields))
-
-
-@dataclass(frozen=True)
-class ClaimWords:
-    """A claim declared, its effect one paired number per seed: ``key``, ``statement``,
-    ``unit``, ``evidence`` and ``revised`` are format strings over the claim's fields.
-
-    Attributes:
-        checks: the names of its checks, where a part declares them by name.
-        margin: the margin a two-sided claim's resolution is read against.
-    """
-
-    key: str
-    statement: str
-    threshold: Threshold
-    unit: str
-    evidence: str
-    revised: str = ""
-    checks: tuple[str, ...] = ()
-    margin: float = 0.0
-
-    def claim(
-        self,
-        per_seed: Sequence[float],
-        checks: Sequence[Check],
-        extra: dict[str, Any] | None = None,
-        **fields: Any,
-    ) -> Claim:
-        """The claim at ``per_seed``, its words filled with ``fields``."""
-        return claim_from_seeds(
-            self.statement.format(**fields),
-            per_seed,
-            self.threshold,
-            key=self.key.format(**fields),
-            unit=self.unit.format(**fields),
-            checks=list(checks),
-            evidence=self.evidence.format(**fields),
-            paired=True,
-            extra=extra,
-            revised=self.revised.format(**fields),
-        )
 
 
 MOVE = CheckWords(

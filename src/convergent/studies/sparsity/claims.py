@@ -43,6 +43,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convergent.studies.engine import ClaimSpec
 from convergent.studies.framework import (
     Check,
     Claim,
@@ -61,7 +62,6 @@ from convergent.studies.sparsity.checks import (
     MOVE,
     PRUNER_NAMES,
     ROOM,
-    ClaimWords,
 )
 from convergent.studies.sparsity.config import LM_SELECTION_PRUNER, sparsity_key
 from convergent.studies.sparsity.finetune_runs import finetune_claims
@@ -100,7 +100,7 @@ def _achieved_check(vision: Mapping[str, Any], keys: Sequence[str], names: Seque
     return ACHIEVED.check(worst, keys=", ".join(keys))
 
 
-BEATS = ClaimWords(
+BEATS = ClaimSpec(
     "sparsity.horst_beats_{baseline}_acdc_{tag}",
     "At {top} sparsity HORST reaches a higher top-1 accuracy than {shown} (here: AC/DC, ViT on "
     "Fashion-MNIST, each at its own selected configuration, test top-1 HORST minus {shown} "
@@ -109,12 +109,13 @@ BEATS = ClaimWords(
     "top-1 test accuracy at {top}, HORST minus {shown} (fraction)",
     "top-1 at {top} per seed: HORST {horst}; {shown} {other}.",
     "{revised}",
+    paired=True,
 )
 HAM_REVISED = (
     "design 3: untested unless HAM's own mirror step acts (move ratio >= 0.2) and HAM loses at "
     "least 3 points from dense to {top}, as AdamW must for the AdamW comparison"
 )
-HALF_LOSS = ClaimWords(
+HALF_LOSS = ClaimSpec(
     "sparsity.horst_loses_half_of_adamw_acdc_{tags}",
     "At {joined} sparsity HORST loses at most half the top-1 accuracy AdamW loses from dense "
     "(here: AC/DC, ViT on Fashion-MNIST, per seed the accuracy lost from dense averaged over "
@@ -122,8 +123,9 @@ HALF_LOSS = ClaimWords(
     at_most(0.0),
     "accuracy lost by HORST minus half that lost by AdamW (fraction)",
     "accuracy lost from dense (mean over {listed}) per seed: HORST {horst}; AdamW {adamw}.",
+    paired=True,
 )
-NEAR_ZERO = ClaimWords(
+NEAR_ZERO = ClaimSpec(
     "sparsity.horst_near_zero_{model_tag}",
     "HORST's weights concentrate near zero in the {model} (here: a larger share of {weights} "
     "lies below {fraction:g} x their tensor's RMS than AdamW's, paired per seed)",
@@ -131,8 +133,9 @@ NEAR_ZERO = ClaimWords(
     "share of weights below {fraction:g} x RMS, HORST minus AdamW",
     "share per seed: HORST {horst}; AdamW {adamw} (a Gaussian tensor: {gaussian:.4f}).",
     "{revised}",
+    paired=True,
 )
-ONE_SHOT = ClaimWords(
+ONE_SHOT = ClaimSpec(
     "sparsity.horst_lower_perplexity_{pruner}_{tag}",
     "One-shot {shown} pruning to {key}: a HORST-trained character LM keeps a lower perplexity "
     "than an AdamW-trained one (here: test perplexity after one-shot {shown} pruning to {key}, "
@@ -143,6 +146,7 @@ ONE_SHOT = ClaimWords(
     "test perplexity after {shown} to {key} per seed: HORST {horst}; AdamW {adamw} (dense: "
     "HORST {dense_horst}; AdamW {dense_adamw}).",
     "{revised}",
+    paired=True,
 )
 SURVIVES = (
     "; this is also the test of whether HORST's advantage survives a pruner that updates the "

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from convergent.diagnostics import acting
+from convergent.studies.engine import ClaimSpec
 from convergent.studies.framework import at_least, check_mode, grid_points, within
-from convergent.studies.sparsity.checks import PRUNER_NAMES, CheckWords, ClaimWords
+from convergent.studies.sparsity.checks import PRUNER_NAMES, CheckWords
 
 SELECTION_VARIANT = "sparsegpt 70%"  # the validation criterion's pruner and target
 SELECTABLE_MOVE_RATIO = 0.3  # a HORST point below this is never selected (the check: 0.2)
@@ -247,7 +248,7 @@ UNIT = "test accuracy, HORST minus AdamW (fraction)"
 EVIDENCE = "test accuracy per seed (%): HORST {horst}; AdamW {adamw}.{resolved}"
 REVISED = "design 4: new, part (c)"
 # Each claim's effect: HORST minus AdamW correct per test sentence, paired by seed and sentence.
-DENSE = ClaimWords(
+DENSE = ClaimSpec(
     "sparsity.finetune_dense_accuracy_same",
     "(c) A HORST fine-tune of pretrained MiniLM-L6 keeps the same dense test accuracy as an "
     f"AdamW fine-tune, within {100 * DENSE_MARGIN:g} points either way {HERE}",
@@ -257,8 +258,9 @@ DENSE = ClaimWords(
     REVISED,
     ("move", "moved"),
     DENSE_MARGIN,
+    paired=True,
 )
-PRUNED = ClaimWords(
+PRUNED = ClaimSpec(
     "sparsity.finetune_horst_keeps_accuracy_{tag}",
     "(c) After one-shot {shown}, a HORST fine-tune of pretrained MiniLM-L6 keeps more test "
     f"accuracy than an AdamW fine-tune {HERE}",
@@ -267,6 +269,7 @@ PRUNED = ClaimWords(
     EVIDENCE,
     REVISED,
     ("move", "room", "moved"),
+    paired=True,
 )
 DENSE_KEY = DENSE.key
 STRONGER = "sparsegpt 70%"  # the claim that also carries "survives a stronger pruner"

@@ -17,7 +17,7 @@ import copy
 import functools
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,16 +300,19 @@ def finetune_claims(finetune: Mapping[str, Any]) -> list[Claim]:
         claim = claim_words.claim(
             per_seed,
             [checks[name] for name in claim_words.checks],
-            {"variant": label, "resolution": json_ready(found)},
+            extra={"variant": label, "resolution": json_ready(found)},
             tag=spec.variant_tag(label),
             shown="" if label == "dense" else spec.shown_variant(label),
             selection=spec.SELECTION,
             survives=spec.SURVIVES if label == spec.STRONGER else "",
             resolved=resolved if math.isfinite(half) else spec.UNRESOLVED,
-            **{
-                name: ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)
-                for name, units in (("horst", horst), ("adamw", adamw))
-            },
+            horst=_accuracies(horst, label),
+            adamw=_accuracies(adamw, label),
         )
         claims.append(with_crossed(claim, crossed, spec.CROSSED))
     return claims
+
+
+def _accuracies(units: Sequence[Mapping[str, Any]], label: str) -> str:
+    """Each unit's test accuracy at ``label`` in percent, for a claim's evidence."""
+    return ", ".join(f"{100 * number(u['accuracy'][label]):.2f}" for u in units)

@@ -20,6 +20,14 @@ layers, the head and the rest (attention, norms, rotary, ``generate``'s own work
 with every decoder layer on the decode kernel, and prints the Amdahl bounds: the whole step's
 speed-up were the linear layers infinitely fast, or as fast as their bytes allow.
 
+``--compile`` gives both models a static KV cache and ``torch.compile(model.forward,
+dynamic=False)`` (the decode kernel is one operator in the graph), compiled and warmed before
+any timed sample, and adds: each step's thread CPU time with the prompt's prefill left out
+(compiled dense, compiled sparse, eager dense, in turn), the compiled sparse model against the
+eager dense one (what a user gains over an eager run), and dynamo's graph breaks.
+
+    python benchmarks/sparse_decode.py --sizes 1024 --dtypes float32 --threads 1 --compile
+
 Targets (d_model 1024, float32, one thread): 1.3x dense at 50 %, 2x at 70 %, 3.5x at 90 %.
 """
 
@@ -83,16 +91,68 @@ def prune_rows(model: nn.Module, setting: str) -> None:
         weight.masked_fill_(~mask, 0.0)
 
 
-def measure(model: nn.Module, threads: int, repeats: int, new_tokens: int) -> dict[str, Any]:
-    """The pruned ``model`` dense against its sparse-kernel copy, on ``threads`` threads."""
+def compile_forward(model: nn.Module) -> None:
+    """Give ``model`` a static KV cache and a compiled forward (``dynamic=False``), in place."""
+    model.generation_config.cache_implementation = "static"  # type: ignore[union-attr]
+    model.forward = torch.compile(model.forward, dynamic=False)  # type: ignore[method-assign]
+
+
+def measure(
+    model: nn.Module, threads: int, repeats: int, new_tokens: int, compiled: bool = False
+) -> dict[str, Any]:
+    """The pruned ``model`` dense against its sparse-kernel copy, on ``threads`` threads;
+    ``compiled``: both under :func:`compile_forward`, compiled before the timed samples, and
+    the compiled sparse model also timed against the eager dense one (``eager_*`` keys)."""
+    from convergent.commands.decode_speed import generate_tokens, prompt_ids
+
     torch.set_num_threads(threads)
     sparse = copy.deepcopy(model)
-    report = to_sparse_kernels(sparse, tokens=1)
+    report = to_sparse_kernels(sparse, tokens=1)  # chosen by eager timings
+    eager = model
+    if compiled:
+        torch._dynamo.reset()  # one model pair's graphs at a time: no recompile limit reached
+        model = copy.deepcopy(model)
+        for candidate in (model, sparse):
+            compile_forward(candidate)
+            for _ in range(2):  # compiles the prefill's and a step's graphs, then runs them
+                generate_tokens(candidate, prompt_ids(candidate), new_tokens)
     result = time_generation(model, sparse, new_tokens=new_tokens, repeats=repeats)
+    if compiled:
+        models = {"dense": model, "sparse": sparse, "eager dense": eager}
+        result["step_ms"] = step_milliseconds(models, new_tokens, repeats)
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+        result["graph_breaks"] = breaks
+        over_eager = time_generation(eager, sparse, new_tokens=new_tokens, repeats=repeats)
+        result["eager_dense_tokens_per_second"] = over_eager["dense_tokens_per_second"]
+        result["speedup_over_eager"] = over_eager["speedup"]
+        result["same_tokens_as_eager"] = over_eager["same_tokens"]
     kernels = sorted({layer.kernel for layer in report.converted})
     result["switched"] = f"{len(report.converted)} of {len(report.layers)}"
     result["kernels"] = ", ".join(kernels) or "none"
     return result
+
+
+def step_milliseconds(
+    models: dict[str, nn.Module], new_tokens: int, repeats: int
+) -> dict[str, float]:
+    """Thread CPU milliseconds of one decoding step of each model, the prompt's prefill left
+    out: a run of ``new_tokens`` less a run of 1, over ``new_tokens - 1`` (no longer than the
+    warm-up's, so a static cache keeps its shape); models in turn, the least of ``repeats``.
+    Raises on a recompile (a compiled model timed off its graphs)."""
+    from convergent.commands.decode_speed import generate_tokens, prompt_ids
+
+    best = dict.fromkeys(models, float("inf"))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(repeats):
+            for name, model in models.items():
+                prompt, spent = prompt_ids(model), []
+                for tokens in (new_tokens, 1):
+                    start = time.thread_time()
+                    generate_tokens(model, prompt, tokens)
+                    spent.append(time.thread_time() - start)
+                step = (spent[0] - spent[1]) / (new_tokens - 1) * 1e3
+                best[name] = min(best[name], step)
+    return best
 
 
 def _timed_calls(model: nn.Module, spent: dict[str, float]) -> list[Callable[[], None]]:
@@ -168,6 +228,22 @@ def profile_step(model: nn.Module, repeats: int, new_tokens: int) -> dict[str, A
     }
 
 
+def compiled_columns(result: dict[str, Any]) -> dict[str, str]:
+    """The ``--compile`` row's extra cells: the compiled sparse model against the eager dense
+    one (what a user gains over an eager run), and the graph breaks dynamo counted."""
+    step = result["step_ms"]
+    return {
+        "step ms dense / sparse (CPU)": f"{step['dense']:.1f} / {step['sparse']:.1f}",
+        "step speed-up (CPU)": f"{step['dense'] / step['sparse']:.2f}x",
+        "eager dense step ms (CPU)": f"{step['eager dense']:.1f}",
+        "step over eager dense (CPU)": f"{step['eager dense'] / step['sparse']:.2f}x",
+        "eager dense tok/s": f"{result['eager_dense_tokens_per_second']:.1f}",
+        "compiled sparse over eager dense": f"{result['speedup_over_eager']:.2f}x",
+        "same tokens as eager": "yes" if result["same_tokens_as_eager"] else "no",
+        "graph breaks": str(result["graph_breaks"]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
@@ -180,6 +256,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", action="store_true", help="split a step (docstring)")
+    parser.add_argument("--compile", action="store_true", help="static cache, compiled forward")
     arguments = parser.parse_args()
     rows = []
     start = time.perf_counter()
@@ -195,7 +272,9 @@ def main() -> None:
                     print(json.dumps(rows[-1]), flush=True)
                     continue
                 for threads in dict.fromkeys(arguments.threads):
-                    result = measure(model, threads, arguments.repeats, arguments.new_tokens)
+                    result = measure(
+                        model, threads, arguments.repeats, arguments.new_tokens, arguments.compile
+                    )
                     target = TARGETS.get(setting) if size == 1024 and threads == 1 else None
                     if dtype_name != "float32":
                         target = None
@@ -215,6 +294,7 @@ def main() -> None:
                         "share of limit": "" if same else f"{result['share_of_limit']:.0%}",
                         "layers switched": f"{result['switched']} ({result['kernels']})",
                         "same tokens": "yes" if result["same_tokens"] else "no",
+                        **(compiled_columns(result) if arguments.compile else {}),
                         "target": f">= {target}x: not met (stays dense)"
                         if target and same
                         else f">= {target}x: {'met' if result['speedup'] >= target else 'not met'}"

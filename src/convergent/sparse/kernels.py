@@ -373,6 +373,10 @@ def to_sparse_kernels(
     a random ``[tokens, in]`` input in the layer's dtype and device (median of interleaved
     samples); the fastest sparse layout replaces the layer only when it beats dense.
 
+    Under ``torch.compile`` the decode kernel is one operator in the graph, but a CSR or BSR
+    layer is not traceable (dynamo does not wrap sparse tensors): a model to be compiled
+    should keep only decode-kernel layers (docs/design.md, "Decoding under torch.compile").
+
     Args:
         model: the model, in eval mode (training through sparse kernels is out of scope).
         tokens: rows per forward, batch x sequence length, as the model will be run.

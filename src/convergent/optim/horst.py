@@ -78,8 +78,8 @@ def mirrored_mean_abs(group: dict[str, Any]) -> float | None:
         if not is_mirrored(group, param):
             continue
         summed = param.detach().abs().double().sum()
-        if _sharding.DTensor is not None and isinstance(summed, _sharding.DTensor):
-            summed = summed.full_tensor()
+        if _sharding.is_dtensor(summed):
+            summed = summed.full_tensor()  # type: ignore[attr-defined]
         value = float(summed)
         if value > 0:
             total += value

@@ -79,7 +79,7 @@ def mirrored_mean_abs(group: dict[str, Any]) -> float | None:
             continue
         summed = param.detach().abs().double().sum()
         if _sharding.is_dtensor(summed):
-            summed = summed.full_tensor()  # type: ignore[attr-defined]
+            summed = summed.full_tensor()
         value = float(summed)
         if value > 0:
             total += value

@@ -21,6 +21,7 @@ run: install
 # the tests that launch process groups (gloo ranks, torchrun --standalone, each on a free port),
 # also on $(TEST_WORKERS) workers: their ranks are mostly busy, so two tests side by side gain
 # little (121 s and 160 s in two runs against 166 s one at a time on 2 cores) but never lose.
+# --dist loadgroup: tests of one xdist_group (two that share one torchrun run) share a worker.
 # pytest's exit code 5 (no test collected) is no failure.
 # --dist loadfile: a test file's tests run on one worker, so a module fixture that runs a study
 # (the sparsity and descent smoke runs, the canary) is computed once, not once per worker:
@@ -29,7 +30,7 @@ TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not distributed"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no single-process tests"; rc=0; fi; \
-	$(PY) -m pytest -n $(TEST_WORKERS) -m "distributed and not slow"; rc2=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "distributed and not slow"; rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no distributed tests"; rc2=0; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 

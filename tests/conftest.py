@@ -204,3 +204,12 @@ def status_bytes(field: str) -> int:
     with open("/proc/self/status") as status:
         line = next(line for line in status if line.startswith(f"{field}:"))
     return int(line.split()[1]) * 1024
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The heaviest files first (see tests/heavy_files.py), each file's tests in their order."""
+    from tests.heavy_files import heaviest_first
+
+    keys = heaviest_first([item.nodeid.split("::")[0] for item in items])
+    order = sorted(range(len(items)), key=keys.__getitem__)
+    items[:] = [items[index] for index in order]

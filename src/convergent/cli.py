@@ -22,17 +22,17 @@ from convergent import __version__
 
 USER_ERROR_STATUS = 2
 
-# The modules of the commands, in the order --help lists them: each adds its command's parser
+# Each command's module, in the order --help lists them: it adds the command's parser
 # (``add_parser(commands)``), whose handler does the command's work.
-COMMAND_MODULES = (
-    "convergent.commands.train_command",
-    "convergent.commands.data_command",
-    "convergent.commands.prune_command",
-    "convergent.commands.bench_command",
-    "convergent.commands.diagnose_command",
-    "convergent.commands.reproduce",
-    "convergent.commands.report",
-)
+COMMAND_MODULES = {
+    "train": "convergent.commands.train_command",
+    "data": "convergent.commands.data_command",
+    "prune": "convergent.commands.prune_command",
+    "bench": "convergent.commands.bench_command",
+    "diagnose": "convergent.commands.diagnose_command",
+    "reproduce": "convergent.commands.reproduce",
+    "report": "convergent.commands.report",
+}
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
@@ -99,18 +99,21 @@ def new_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_commands(parser: Any) -> None:
-    """Add every command to ``parser`` (a :func:`new_parser`, or a recording of one, see
-    :mod:`convergent.cli_help`)."""
+def add_commands(parser: Any, only: str | None = None) -> None:
+    """Add every command, or the command ``only``, to ``parser`` (a :func:`new_parser`, or a
+    recording of one, see :mod:`convergent.cli_help`)."""
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        importlib.import_module(module).add_parser(commands)
+    for name, module in COMMAND_MODULES.items():
+        if only is None or name == only:
+            importlib.import_module(module).add_parser(commands)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``convergent`` command."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``convergent`` command: of every command, or of the command
+    ``only`` (which imports that command's module alone: the others' imports, the studies'
+    among them, take seconds of CPU that a ``convergent train`` process need not spend)."""
     parser = new_parser()
-    add_commands(parser)
+    add_commands(parser, only)
     return parser
 
 
@@ -161,9 +164,8 @@ def _run(argv: Sequence[str] | None) -> int:
     # The recorded parser refuses a bad flag, choice or number before the heavy imports that
     # building the real parser takes (torch, transformers: seconds).
     recorded = recorded_parser(new_parser)
-    if recorded is not None:
-        parse_command_line(recorded, words)
-    parser = build_parser()
+    chosen = None if recorded is None else parse_command_line(recorded, words).command
+    parser = build_parser(chosen)  # a command line the record took names a real command
     arguments = parse_command_line(parser, words)
     logging.basicConfig(
         level=logging.INFO if arguments.verbose else logging.WARNING,

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
 __all__ = [
     "layer_sparsity_table",
     "markdown_table",
@@ -46,6 +44,8 @@ def plot_training_curves(
     """
     train = [r for r in records if r["split"] == "train" and "loss" in r]
     validation = [r for r in records if r["split"] == "validation"]
+    from matplotlib.figure import Figure  # here: half a second of CPU, for a plot only
+
     figure = Figure(figsize=(10, 4))
     loss_axis, score_axis = figure.subplots(1, 2)
     if train:

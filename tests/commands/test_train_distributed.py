@@ -1,4 +1,8 @@
-"""``convergent train`` under torchrun: DDP with the same global batch as one process."""
+"""``convergent train`` under torchrun: DDP with the same global batch as one process.
+
+Both tests read one two-rank 6-step run at a constant learning rate (a module fixture, and
+one xdist group so that the Makefile's distributed pass runs them on one worker): one
+torchrun launch fewer than a run per test."""
 
 from __future__ import annotations
 
@@ -28,10 +32,23 @@ def _train(folder: Path, processes: int, steps: int = 6, *extra: str) -> tuple[s
     return printed, summary, weights
 
 
+# A constant learning rate: the resumed 3-step run must be the first half of the 6-step one.
+CONSTANT = ("--schedule", "constant", "--warmup-fraction", "0")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict, dict]:
+    """A 6-step run on two ranks at a constant learning rate: its folder, what it printed,
+    its summary and its last weights."""
+    folder = tmp_path_factory.mktemp("two-ranks") / "run"
+    return folder, *_train(folder, 2, 6, *CONSTANT)
+
+
 @pytest.mark.distributed
-def test_train_under_torchrun_equals_one_process(tmp_path):
-    printed_one, one, weights_one = _train(tmp_path / "one", 1)
-    printed_two, two, weights_two = _train(tmp_path / "two", 2)
+@pytest.mark.xdist_group("train-under-torchrun")
+def test_train_under_torchrun_equals_one_process(tmp_path, two_ranks):
+    printed_one, one, weights_one = _train(tmp_path / "one", 1, 6, *CONSTANT)
+    two_folder, printed_two, two, weights_two = two_ranks
     # rank 0 alone reports
     assert printed_one.count("test accuracy") == 1 and printed_two.count("test accuracy") == 1
     assert two["steps"] == one["steps"] == 6
@@ -43,16 +60,18 @@ def test_train_under_torchrun_equals_one_process(tmp_path):
     for name, value in weights_one.items():
         torch.testing.assert_close(weights_two[name], value, rtol=1e-5, atol=1e-5)
     # one writer: the metrics log has the single-process run's records, not one set per rank
-    lines = [(tmp_path / run / "metrics.jsonl").read_text().splitlines() for run in ("one", "two")]
+    lines = [
+        (folder / "metrics.jsonl").read_text().splitlines()
+        for folder in (tmp_path / "one", two_folder)
+    ]
     assert len(lines[1]) == len(lines[0]) > 0
 
 
 @pytest.mark.distributed
-def test_a_resumed_run_under_torchrun_continues_bit_for_bit(tmp_path):
-    # a constant learning rate: the 3-step run must be the first half of the 6-step one
-    constant = ("--schedule", "constant", "--warmup-fraction", "0")
-    _, whole, weights_whole = _train(tmp_path / "whole", 2, 6, *constant)
-    _train(tmp_path / "parts", 2, 3, *constant)
+@pytest.mark.xdist_group("train-under-torchrun")
+def test_a_resumed_run_under_torchrun_continues_bit_for_bit(tmp_path, two_ranks):
+    _, _, whole, weights_whole = two_ranks
+    _train(tmp_path / "parts", 2, 3, *CONSTANT)
     _, resumed, weights_resumed = _train(tmp_path / "parts", 2, 6, "--resume")
     assert resumed["steps"] == whole["steps"] == 6
     for name, value in weights_whole.items():

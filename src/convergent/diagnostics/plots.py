@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
 from convergent.diagnostics.spectra import AttentionSpectra
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _figure(width: float, height: float) -> Figure:
+    """A figure of ``width`` x ``height`` inches (matplotlib is imported here, for plots only)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
 
 
 def _save(figure: Figure, path: Path) -> Path:
@@ -22,7 +31,7 @@ def _save(figure: Figure, path: Path) -> Path:
 
 def plot_layerwise_losses(losses: Sequence[float], path: Path) -> Path:
     """f_0 .. f_L through the shared readout."""
-    figure = Figure(figsize=(5, 3.5))
+    figure = _figure(5, 3.5)
     axis = figure.subplots()
     axis.plot(range(len(losses)), losses, "o-")
     axis.set_xlabel("layer (0 = embedding output)")
@@ -40,7 +49,7 @@ def _quartiles(values: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def plot_spectra(spectra: AttentionSpectra, path: Path) -> Path:
     """Per layer: median and quartiles over examples of sigma_min, sigma_max and the
     condition number, for Attn(X) and for beta X + Attn(X)."""
-    figure = Figure(figsize=(12, 3.6))
+    figure = _figure(12, 3.6)
     axes = figure.subplots(1, 3)
     layers = np.arange(len(spectra.layer_names))
     pairs = (
@@ -65,7 +74,7 @@ def plot_spectra(spectra: AttentionSpectra, path: Path) -> Path:
 
 def plot_rank_collapse(values: torch.Tensor, path: Path) -> Path:
     """||X - 1 x_bar^T|| / ||X|| per hidden state: median and quartiles over examples."""
-    figure = Figure(figsize=(5, 3.5))
+    figure = _figure(5, 3.5)
     axis = figure.subplots()
     low, middle, high = _quartiles(values)
     layers = np.arange(values.shape[0])
@@ -82,7 +91,7 @@ def plot_weights(
     weights: dict[str, torch.Tensor], rows: Sequence[dict[str, Any]], path: Path
 ) -> Path:
     """A histogram of every weight value and the fraction of exact zeros per matrix."""
-    figure = Figure(figsize=(12, 4))
+    figure = _figure(12, 4)
     histogram_axis, sparsity_axis = figure.subplots(1, 2)
     values = torch.cat([w.float().flatten() for w in weights.values()]).numpy()
     histogram_axis.hist(values, bins=200, log=True, color="tab:gray")
@@ -100,7 +109,7 @@ def plot_weights(
 
 def plot_query_key_norms(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """Frobenius and spectral norms of W_Q and W_K per layer, and ||W_Q^T W_K||_2."""
-    figure = Figure(figsize=(10, 3.6))
+    figure = _figure(10, 3.6)
     frobenius_axis, spectral_axis = figure.subplots(1, 2)
     layers = np.arange(len(rows))
     for key, label in (("query", "W_Q"), ("key", "W_K")):

@@ -24,7 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+
+# scipy.stats is imported where a fit runs: it is a second of CPU in every fresh process
+# that imports the diagnostics (each `convergent` command, each torchrun rank), most of
+# which fit nothing.
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ def fit_linear_rate(
             f"only {x.size} usable points in the window [{start}, {stop}) (finite and above "
             f"floor={floor}); at least 3 are needed."
         )
+    from scipy import stats
+
     result = stats.linregress(x, y)
     slope, stderr = float(result.slope), float(result.stderr)
     half_width = float(stats.t.ppf(0.5 + confidence / 2, x.size - 2)) * stderr
@@ -241,6 +246,8 @@ def fit_rate_with_floor(
     elapsed = times - times[0]
     # Initial guess: a floor a little under the minimum, then a log-linear fit of the gap.
     floor_guess = lowest - 0.05 * spread
+    from scipy import optimize, stats
+
     guess_fit = stats.linregress(elapsed, np.log(y - floor_guess))
     decay_guess = -guess_fit.slope if guess_fit.slope < 0 else 1.0 / elapsed[-1]
     initial = (floor_guess, y[0] - floor_guess, decay_guess)

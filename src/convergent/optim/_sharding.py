@@ -8,31 +8,37 @@ are taken together whenever a process group runs, so DDP replicas agree too.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # pragma: no cover - torch built without distributed
-    DTensor = None  # type: ignore[assignment, misc]
+__all__ = ["agree_on_first", "is_dtensor", "is_sharded", "local"]
 
-__all__ = ["agree_on_first", "is_sharded", "local"]
+
+def is_dtensor(tensor: Tensor) -> bool:
+    """True for a DTensor (an FSDP2 parameter, its gradient or state).
+
+    ``torch.distributed.tensor`` is not imported for the question (a second of CPU in every
+    fresh process): a DTensor exists only once that module has been imported to make it.
+    """
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(tensor, module.DTensor)
 
 
 def local(tensor: Tensor) -> Tensor:
     """The rank's local shard (a view: in-place updates reach the DTensor), or `tensor`."""
-    if DTensor is not None and isinstance(tensor, DTensor):
-        return tensor.to_local()
+    if is_dtensor(tensor):
+        return tensor.to_local()  # type: ignore[attr-defined]
     return tensor
 
 
 def is_sharded(tensor: Tensor) -> bool:
     """True for a DTensor with a Shard placement: its ranks hold different elements."""
-    if DTensor is None or not isinstance(tensor, DTensor):
+    if not is_dtensor(tensor):
         return False
-    return any(placement.is_shard() for placement in tensor.placements)
+    return any(placement.is_shard() for placement in tensor.placements)  # type: ignore[attr-defined]
 
 
 def agree_on_first(index: int | None, tensors: Sequence[Tensor]) -> int | None:

@@ -78,7 +78,7 @@ def mirrored_mean_abs(group: dict[str, Any]) -> float | None:
         if not is_mirrored(group, param):
             continue
         summed = param.detach().abs().double().sum()
-        if _sharding.DTensor is not None and isinstance(summed, _sharding.DTensor):
+        if _sharding.is_dtensor(summed):
             summed = summed.full_tensor()
         value = float(summed)
         if value > 0:

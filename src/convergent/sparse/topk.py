@@ -43,14 +43,20 @@ def count_to_prune(sparsity: float, total: int) -> int:
 
 
 class _Buffers:
-    """Scratch tensors reused chunk after chunk: fresh temporaries would cost page faults."""
+    """Scratch tensors reused chunk after chunk: fresh temporaries would cost page faults.
 
-    def __init__(self, device: torch.device) -> None:
-        self.floats = torch.empty(CHUNK, dtype=torch.float32, device=device)
-        self.bits = torch.empty(CHUNK, dtype=torch.int32, device=device)
-        self.index = torch.empty(CHUNK, dtype=torch.int32, device=device)
-        self.flag = torch.empty(CHUNK, dtype=torch.bool, device=device)
-        self.ones = torch.ones(CHUNK, dtype=torch.long, device=device)
+    They hold the longest chunk of ``tensors`` (at most ``CHUNK``): a 4M-long buffer of ones
+    for a layer of 100k weights was most of a small mask's time.
+    """
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        size = min(CHUNK, max((tensor.numel() for tensor in tensors), default=0))
+        device = tensors[0].device
+        self.floats = torch.empty(size, dtype=torch.float32, device=device)
+        self.bits = torch.empty(size, dtype=torch.int32, device=device)
+        self.index = torch.empty(size, dtype=torch.int32, device=device)
+        self.flag = torch.empty(size, dtype=torch.bool, device=device)
+        self.ones = torch.ones(size, dtype=torch.long, device=device)
 
     def magnitude_bits(self, chunk: Tensor) -> Tensor:
         """The bits of ``|chunk|`` as float32, read as int32 (order-preserving)."""
@@ -111,7 +117,7 @@ def magnitude_threshold(tensors: Sequence[Tensor], k: int) -> Threshold:
         return magnitude_threshold_reference(tensors, k)
     chunks = _chunks(tensors)
     device = chunks[0].device
-    buffers = _Buffers(device)
+    buffers = _Buffers(tensors)
     high = torch.zeros(1 << HIGH_BITS, dtype=torch.long, device=device)
     for chunk in chunks:
         index = buffers.high_bits(buffers.magnitude_bits(chunk))
@@ -163,7 +169,7 @@ def keep_largest(
     dtype = _compare_dtype(tensors)
     limit = threshold.value.to(dtype)
     masks = []
-    buffers = _Buffers(tensors[0].device) if _supports_radix(tensors) else None
+    buffers = _Buffers(tensors) if _supports_radix(tensors) else None
     limit_bits = int(limit.float().view(torch.int32))
     for tensor in tensors:
         mask = torch.empty(tensor.shape, dtype=torch.bool, device=tensor.device)
@@ -228,7 +234,7 @@ def _keep_largest_bracketed(tensors: Sequence[Tensor], k: int) -> list[Tensor] |
     """
     total = sum(tensor.numel() for tensor in tensors)
     lo, hi = _sample_bracket(tensors, k, total)
-    buffers = _Buffers(tensors[0].device)
+    buffers = _Buffers(tensors)
     masks: list[Tensor] = []
     candidates: list[Tensor] = []
     places: list[tuple[int, int, Tensor]] = []

@@ -56,5 +56,5 @@ def test_overrides_replace_the_declared_key_threshold_and_evidence():
 
 def test_a_claim_without_a_threshold_names_itself():
     spec = ClaimSpec("toy.bound", "bounded", None, "excess")
-    with pytest.raises(ValueError, match="toy.bound declares no threshold"):
+    with pytest.raises(ValueError, match=r"toy\.bound declares no threshold"):
         spec.claim([0.1, 0.2], [])

@@ -33,7 +33,9 @@ def torch_factor(upper: torch.Tensor, damped_diagonal: torch.Tensor) -> torch.Te
 
 def summed_upper(width: int, tokens: int, dtype: torch.dtype) -> torch.Tensor:
     generator = torch.Generator().manual_seed(width)
-    inputs = torch.randn(tokens, width, generator=generator) * torch.rand(width, generator=generator)
+    inputs = torch.randn(tokens, width, generator=generator) * torch.rand(
+        width, generator=generator
+    )
     return add_hessian_upper(inputs, dtype)  # its lower triangle as the sum leaves it
 
 
@@ -126,7 +128,9 @@ def test_last_reader_follows_the_shared_input():
     shared = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     alone = torch.nn.Linear(4, 4)
     layers = {"q": shared[0], "k": shared[1], "o": alone}
-    statistics = Statistics(layers, lambda x, total=None: x.sum(0) + (0 if total is None else total))
+    statistics = Statistics(
+        layers, lambda x, total=None: x.sum(0) + (0 if total is None else total)
+    )
     x = torch.randn(2, 4)
     shared[0](x), shared[1](x), alone(torch.randn(2, 4))
     statistics.close()

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch

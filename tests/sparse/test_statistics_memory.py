@@ -42,3 +42,18 @@ def test_sparsegpt_reads_only_the_upper_triangle():
         expected = sparsegpt_prune(weight, full, 0.5, pattern, block_size=8)
         got = sparsegpt_prune(weight, upper, 0.5, pattern, block_size=8)
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_the_later_columns_update_in_row_slabs_has_the_whole_products_bits(monkeypatch):
+    """The update ``W[:, later] -= Err @ U[block, later]`` runs UPDATE_ROWS rows at a time;
+    each entry is the same dot product, so the weights equal one whole product's."""
+    from convergent.sparse import sparsegpt
+
+    (x,) = batches(900, 256, 1)
+    hessian = x.double().T @ x.double()
+    weight = torch.randn(600, 256, generator=torch.Generator().manual_seed(2))
+    sliced = sparsegpt_prune(weight, hessian, 0.6, None, block_size=64)
+    monkeypatch.setattr(sparsegpt, "UPDATE_ROWS", 10**9)  # one [out, later] product
+    whole = sparsegpt_prune(weight, hessian, 0.6, None, block_size=64)
+    assert sparsegpt.UPDATE_ROWS == 10**9
+    assert torch.equal(sliced[0], whole[0]) and torch.equal(sliced[1], whole[1])

@@ -399,7 +399,8 @@ class BlockwisePruner:
             if statistics is not None:
                 self._warn_if_few_tokens(name, statistics.tokens_of(name), rows.shape[1])
             try:
-                new, mask = self.pruner.prune(rows, statistic, sparsity, self.spec.n_m)
+                consume = statistics is not None and statistics.last_reader(name)
+                new, mask = self.pruner.prune(rows, statistic, sparsity, self.spec.n_m, consume)
             except ValueError as error:
                 raise ValueError(f"{self.pruner.name} could not prune {name}: {error}") from None
             mask, new = as_rows(module, mask).contiguous(), as_rows(module, new)

@@ -110,6 +110,13 @@ class Statistics:
             )
         return self.sums[owner]
 
+    def last_reader(self, name: str) -> bool:
+        """Whether ``name`` is the last unreleased reader of its summed statistic (so that
+        pruning it may overwrite the statistic, which :meth:`release` then drops)."""
+        owner = self.alias.get(name)
+        readers = [reader for reader, shared in self.alias.items() if shared == owner]
+        return owner is not None and all(r in self._released for r in readers if r != name)
+
     def release(self, name: str) -> None:
         """``name`` is pruned: drop the summed statistic it reads once every layer sharing it
         is released (a block's largest Hessian is then the only one left when it is used)."""

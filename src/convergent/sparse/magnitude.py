@@ -31,9 +31,14 @@ class Magnitude:
         return inputs.new_zeros(0) if total is None else total
 
     def prune(
-        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+        self,
+        rows: Tensor,
+        statistic: Tensor,
+        sparsity: float,
+        n_m: tuple[int, int] | None,
+        consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """``(pruned weight, keep mask)`` of ``rows`` [out, in]; kept weights are unchanged."""
+        """``(pruned weight, keep mask)`` of ``rows`` [out, in]; kept weights are unchanged (``consume`` changes nothing here: the statistic is read, not overwritten.)"""
         check_sparsity(sparsity)
         if n_m is not None:
             keep = n_m_mask(rows, n_m[0], n_m[1], 1)

@@ -8,8 +8,9 @@ does the rest (hooks, blocks, devices, ranks, OWL, streaming):
 - ``statistic(inputs, total)``: what it gathers from one batch of a layer's inputs
   ``[..., in]``, added into the earlier batches' ``total`` in place (a new tensor when it is
   None); the statistics of all batches (and ranks) are summed;
-- ``prune(rows, statistic, sparsity, n_m)``: how it turns the summed statistic into a keep-mask
-  and new weights for the layer's weight ``rows`` ``[out, in]``.
+- ``prune(rows, statistic, sparsity, n_m, consume)``: how it turns the summed statistic into a
+  keep-mask and new weights for the layer's weight ``rows`` ``[out, in]``; ``consume`` says the
+  caller reads the statistic no more, so the pruner may work in its memory.
 
 Each method is one module (:mod:`~convergent.sparse.magnitude`, :mod:`~convergent.sparse.wanda`,
 :mod:`~convergent.sparse.sparsegpt`) and one entry of :data:`PRUNERS`; its options are its
@@ -44,9 +45,15 @@ class Pruner(Protocol):
         ...
 
     def prune(
-        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+        self,
+        rows: Tensor,
+        statistic: Tensor,
+        sparsity: float,
+        n_m: tuple[int, int] | None,
+        consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """``(new weight, keep mask)`` for ``rows`` ``[out, in]`` from the summed statistic."""
+        """``(new weight, keep mask)`` for ``rows`` ``[out, in]`` from the summed statistic
+        (which it may overwrite when ``consume``: the caller's last use of it)."""
         ...
 
 

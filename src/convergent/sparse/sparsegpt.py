@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from convergent.sparse.inverse_factor import factor_in_place, lapack, mirror_upper_to_lower
 from convergent.sparse.masks import check_sparsity
 from convergent.sparse.spec import STATISTICS_DTYPES, check_n_m_fits, check_statistics
 from convergent.sparse.topk import count_to_prune, keep_largest_in_groups
@@ -55,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 # Retries of a failed Cholesky factorization, each at ten times the previous damping.
 DAMPING_RETRIES = 3
+# Rows of the later columns' update per product (each entry is the same dot product over the
+# block's columns whatever the number of rows, so the bits do not move; the whole [out, later]
+# product was a 24 MiB temporary at a 1536 x 4096 float32 weight).
+UPDATE_ROWS = 256
 # Rows of X^T X per product when it is accumulated (add_hessian_upper): a [128, in] scratch.
 HESSIAN_ROWS = 128
 
@@ -122,6 +128,7 @@ def sparsegpt_prune(
     per_row: bool = False,
     float64_updates: bool = False,
     statistics_dtype: torch.dtype = torch.float64,
+    overwrite_hessian: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Prune one weight matrix with SparseGPT (see the module docstring for the update rule).
 
@@ -143,6 +150,9 @@ def sparsegpt_prune(
             library before issue 48); False: in the wider of float32 and the weights' dtype.
         statistics_dtype: the dtype of the damped Hessian's factorizations (float64, or
             float32 as the authors' code and llm-compressor do).
+        overwrite_hessian: factor in ``hessian``'s own memory (a CPU Hessian in
+            ``statistics_dtype``; elsewhere it is copied as usual), leaving it unusable: for a
+            caller that reads it no more. The same bits, one ``[in, in]`` matrix fewer.
 
     Returns:
         ``(new_weight, keep_mask)``: the pruned and updated weight in ``weight``'s dtype (pruned
@@ -170,7 +180,9 @@ def sparsegpt_prune(
 
     work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
     w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
-    factor = _inverse_cholesky_factor(hessian.detach().to(w.device), w, damping, statistics_dtype)
+    factor = _inverse_cholesky_factor(
+        hessian.detach().to(w.device), w, damping, statistics_dtype, overwrite_hessian
+    )
     mask = torch.ones_like(w, dtype=torch.bool)
     for start in range(0, columns, block_size):
         stop = min(start + block_size, columns)
@@ -197,8 +209,10 @@ def sparsegpt_prune(
             errors[:, i] = (column - kept) / diagonal[i]
             block[:, i] = kept
             block[:, i + 1 :] -= torch.outer(errors[:, i], block_factor[i, i + 1 :])
-        w[:, stop:] -= errors @ factor_rows[:, stop:]
-    if not bool(torch.isfinite(w).all()):
+        later = factor_rows[:, stop:]
+        for rows in range(0, w.shape[0], UPDATE_ROWS):  # a [rows, later] product at a time
+            w[rows : rows + UPDATE_ROWS, stop:] -= errors[rows : rows + UPDATE_ROWS] @ later
+    if not _all_finite(w):
         raise ValueError(
             "SparseGPT's update produced non-finite weights: the layer's weights or its"
             " calibration inputs hold NaN or infinite values"
@@ -220,37 +234,33 @@ def _unstructured_keep(scores: Tensor, sparsity: float, per_row: bool) -> Tensor
 
 
 def _inverse_cholesky_factor(
-    hessian: Tensor, weight: Tensor, damping: float, dtype: torch.dtype = torch.float64
+    hessian: Tensor,
+    weight: Tensor,
+    damping: float,
+    dtype: torch.dtype = torch.float64,
+    overwrite: bool = False,
 ) -> Tensor:
     """The upper Cholesky factor of the damped ``H^-1``; zeroes ``weight``'s dead columns.
 
-    A damping that leaves ``H`` (or its inverse) without a Cholesky factor is raised tenfold, up
-    to :data:`DAMPING_RETRIES` times (none when it is 0), each retry logged."""
-    # One [in, in] matrix beside ``hessian``: a column-major (LAPACK's order) float64 copy
-    # that the Cholesky factorization, the inverse and the second factorization each
-    # overwrite in place (given a row-major matrix, each would copy it first).
+    With ``overwrite`` (and a CPU Hessian in ``dtype``), computed in ``hessian``'s own memory
+    (:mod:`convergent.sparse.inverse_factor`: the same bits, no second ``[in, in]`` matrix;
+    ``hessian`` is consumed). A damping that leaves ``H`` (or its inverse) without a Cholesky
+    factor is raised tenfold, up to :data:`DAMPING_RETRIES` times (none when it is 0), each
+    retry logged."""
     diagonal = hessian.diagonal().to(dtype, copy=True)  # never the caller's
     dead = diagonal == 0
     diagonal[dead] = 1.0
     weight[:, dead] = 0.0
     mean = diagonal.mean()
-    columns = hessian.shape[0]
     tries = [damping * 10**attempt for attempt in range(DAMPING_RETRIES + 1 if damping else 1)]
-    factor = torch.empty_strided(
-        (columns, columns), (1, columns), dtype=dtype, device=hessian.device
-    )
-    info = torch.zeros((), dtype=torch.int32, device=hessian.device)
+    if overwrite and hessian.dtype == dtype and lapack(hessian) is not None:
+        attempt_at = _in_place_attempts(hessian, diagonal, mean)
+    else:
+        attempt_at = _copied_attempts(hessian, diagonal, mean, dtype)
     for attempt, current in enumerate(tries):
-        # H's upper triangle, read by the lower factorization as its lower one (a symmetric H
-        # reads the same either way; SparseGPT's summed statistic holds only the upper)
-        factor.copy_(hessian.T)
-        factor.diagonal().copy_(diagonal + current * mean)
-        torch.linalg.cholesky_ex(factor, out=(factor, info))  # the lower factor L of H
-        if int(info) == 0:
-            torch.cholesky_inverse(factor, out=factor)  # H^-1 from L
-            torch.linalg.cholesky_ex(factor, upper=True, out=(factor, info))
-            if int(info) == 0 and _all_finite(factor):
-                return factor
+        factor = attempt_at(current)
+        if factor is not None:
+            return factor
         if attempt + 1 < len(tries):
             logger.warning(
                 "SparseGPT: the Hessian damped at %g is not positive definite; retrying at"
@@ -266,9 +276,51 @@ def _inverse_cholesky_factor(
     )
 
 
+def _in_place_attempts(
+    hessian: Tensor, diagonal: Tensor, mean: Tensor
+) -> Callable[[float], Tensor | None]:
+    """One try per damping in ``hessian``'s memory (it keeps ``H`` for the next try)."""
+    mirror_upper_to_lower(hessian)
+
+    def attempt_at(current: float) -> Tensor | None:
+        return factor_in_place(hessian, diagonal + current * mean)[0]
+
+    return attempt_at
+
+
+def _copied_attempts(
+    hessian: Tensor, diagonal: Tensor, mean: Tensor, dtype: torch.dtype
+) -> Callable[[float], Tensor | None]:
+    """One try per damping on a copy of ``hessian``: the factor, or None where it fails."""
+    # One [in, in] matrix beside ``hessian``: a column-major (LAPACK's order) copy that the
+    # Cholesky factorization, the inverse and the second factorization each overwrite in
+    # place (given a row-major matrix, each would copy it first).
+    columns = hessian.shape[0]
+    factor = torch.empty_strided(
+        (columns, columns), (1, columns), dtype=dtype, device=hessian.device
+    )
+    info = torch.zeros((), dtype=torch.int32, device=hessian.device)
+
+    def attempt_at(current: float) -> Tensor | None:
+        # H's upper triangle, read by the lower factorization as its lower one (a symmetric H
+        # reads the same either way; SparseGPT's summed statistic holds only the upper)
+        factor.copy_(hessian.T)
+        factor.diagonal().copy_(diagonal + current * mean)
+        torch.linalg.cholesky_ex(factor, out=(factor, info))  # the lower factor L of H
+        if int(info) == 0:
+            torch.cholesky_inverse(factor, out=factor)  # H^-1 from L
+            torch.linalg.cholesky_ex(factor, upper=True, out=(factor, info))
+            if int(info) == 0 and _all_finite(factor):
+                return factor
+        return None
+
+    return attempt_at
+
+
 def _all_finite(matrix: Tensor, columns: int = 64) -> bool:
     """Whether every entry is finite, checked a slab of columns at a time (``isfinite`` of the
-    whole matrix allocates more than another copy of it)."""
+    whole matrix allocates more than another copy of it: 27 MiB at a 1536 x 4096 float32 weight,
+    measured)."""
     return all(bool(torch.isfinite(slab).all()) for slab in matrix.split(columns, dim=1))
 
 
@@ -308,9 +360,15 @@ class SparseGPT:
         return add_hessian_upper(inputs, STATISTICS_DTYPES[self.statistics], total)
 
     def prune(
-        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+        self,
+        rows: Tensor,
+        statistic: Tensor,
+        sparsity: float,
+        n_m: tuple[int, int] | None,
+        consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """``(pruned and updated weight, keep mask)`` of ``rows`` [out, in]."""
+        """``(pruned and updated weight, keep mask)`` of ``rows`` [out, in]; with ``consume``,
+        the Hessian is factored in its own memory (``overwrite_hessian``)."""
         return sparsegpt_prune(
             rows,
             statistic,
@@ -321,4 +379,5 @@ class SparseGPT:
             self.per_row,
             self.float64_updates,
             STATISTICS_DTYPES[self.statistics],
+            overwrite_hessian=consume,
         )

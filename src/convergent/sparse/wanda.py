@@ -164,8 +164,13 @@ class Wanda:
         return input_squared_norms(inputs, STATISTICS_DTYPES[self.statistics], total)
 
     def prune(
-        self, rows: Tensor, statistic: Tensor, sparsity: float, n_m: tuple[int, int] | None
+        self,
+        rows: Tensor,
+        statistic: Tensor,
+        sparsity: float,
+        n_m: tuple[int, int] | None,
+        consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """``(pruned weight, keep mask)`` of ``rows`` [out, in]; kept weights are unchanged."""
+        """``(pruned weight, keep mask)`` of ``rows`` [out, in]; kept weights are unchanged (``consume`` changes nothing here: the statistic is read, not overwritten.)"""
         keep = wanda_mask(rows, statistic, sparsity, n_m, self.rounding)
         return torch.where(keep, rows, torch.zeros_like(rows)), keep

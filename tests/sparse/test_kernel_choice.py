@@ -39,6 +39,7 @@ def _block_sparse_layer() -> nn.Sequential:
         # the fastest sample of each call decides: BSR 8x8's slow first sample does not count
         (
             {
+                "index16": [9.0, 9.0],  # the decode kernel, slowest here
                 "dense": [1.2, 1.0],
                 "csr": [0.8, 0.9],
                 "bsr 16x16": [0.5, 0.5],
@@ -50,6 +51,7 @@ def _block_sparse_layer() -> nn.Sequential:
         ),
         (
             {
+                "index16": [9.0, 9.0],  # the decode kernel, slowest here
                 "dense": [1.0, 1.0],
                 "csr": [0.4, 0.9],
                 "bsr 16x16": [0.5, 0.5],
@@ -61,6 +63,7 @@ def _block_sparse_layer() -> nn.Sequential:
         ),
         (
             {
+                "index16": [9.0, 9.0],  # the decode kernel, slowest here
                 "dense": [1.0, 1.0],
                 "csr": [0.9, 0.9],
                 "bsr 16x16": [0.7, 0.8],
@@ -87,6 +90,7 @@ def test_the_fastest_layout_by_its_own_time_replaces_the_layer(samples, kernel, 
 
 def test_no_layout_faster_than_dense_keeps_the_layer():
     samples = {
+        "index16": [9.0, 9.0],  # the decode kernel, slowest here
         "dense": [0.5, 0.6],
         "csr": [0.6, 0.6],
         "bsr 16x16": [0.55, 0.9],
@@ -99,3 +103,19 @@ def test_no_layout_faster_than_dense_keeps_the_layer():
     assert choice.kernel == "dense" and isinstance(model[0], nn.Linear)
     assert choice.speedup == pytest.approx(0.5 / 0.55)
     assert "took 1.1x as long" in choice.reason
+
+
+def test_a_layout_that_clears_its_own_margin_wins_over_a_faster_one_that_does_not():
+    # 50 % here: the decode kernel reads 1.33x fewer bytes than dense, so it must gain 1.5x;
+    # its 1.43x does not, and CSR's 1.28x clears the 1.25x every other layout needs
+    samples = {
+        "index16": [0.7, 0.7],
+        "dense": [1.0, 1.0],
+        "csr": [0.78, 0.78],
+        "bsr 16x16": [2.0, 2.0],
+        "bsr 8x8": [2.0, 2.0],
+        "bsr 4x4": [2.0, 2.0],
+    }
+    model = _block_sparse_layer()
+    (choice,) = to_sparse_kernels(model, timer=_LayoutTimer(samples)).layers
+    assert choice.kernel == "csr" and choice.speedup == pytest.approx(1 / 0.78)

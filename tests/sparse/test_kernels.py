@@ -134,23 +134,33 @@ def test_a_layer_switches_only_where_it_gains_the_margin():
     assert to_sparse_kernels(_language_model(), tokens=4, timer=_Timer(1.3, 1.0)).converted
 
 
-def test_the_decode_kernel_is_tried_only_where_it_reads_far_fewer_bytes():
+def test_where_the_decode_kernel_reads_few_fewer_bytes_a_layer_must_gain_more():
     # Per-row uniform masks (Wanda's shape): ELL reads a value plus a 2-byte column per kept
-    # weight. float32 at 50 %: 4 / (0.5 x 6) = 1.33x fewer bytes; at 70 %: 2.22x.
-    def layer(keep: int) -> nn.Sequential:
+    # weight. float32 at 50 %: 4 / (0.5 x 6) = 1.33x fewer bytes; at 70 %: 2.22x. bfloat16 at
+    # 50 %: 2 / (0.5 x 4) = 1.0x, no fewer.
+    def layer(keep: int, dtype: torch.dtype = torch.float32) -> nn.Sequential:
         weight = torch.zeros(64, 128)
         for row in range(64):
             weight[row, torch.randperm(128)[:keep]] = torch.randn(keep)
         linear = nn.Linear(128, 64, bias=False)
         linear.weight.data = weight
-        return nn.Sequential(linear).eval()
+        return nn.Sequential(linear).to(dtype).eval()
 
-    timer = _LayoutTimer(dense=2.0, index16=1.0, csr=3.0, bsr=3.0)
-    half = to_sparse_kernels(layer(64), tokens=1, timer=timer)
-    assert not half.converted and half.layers[0].kernel == "dense"
-    assert any("decode kernel reads less than 1.5x fewer bytes" in r for r in half.unavailable)
-    seventy = to_sparse_kernels(layer(38), tokens=1, timer=timer)
+    clear = _LayoutTimer(dense=2.0, index16=1.0, csr=3.0, bsr=3.0)  # 2.0x
+    small = _LayoutTimer(dense=1.4, index16=1.0, csr=3.0, bsr=3.0)  # 1.4x: 1.25 <= it < 1.5
+    assert [c.kernel for c in to_sparse_kernels(layer(64), tokens=1, timer=clear).converted] == [
+        "index16"
+    ]
+    half = to_sparse_kernels(layer(64), tokens=1, timer=small)
+    assert not half.converted and half.layers[0].reason == (
+        "dense: the sparse kernel gained only 1.40x at 50%, under the 1.5x a layer must gain to"
+        " switch where the decode kernel reads less than 1.5x fewer bytes"
+    )
+    seventy = to_sparse_kernels(layer(38), tokens=1, timer=small)
     assert [c.kernel for c in seventy.converted] == ["index16"]
+    bfloat16 = to_sparse_kernels(layer(64, torch.bfloat16), tokens=1, timer=clear)
+    assert not bfloat16.converted
+    assert any("decode kernel reads no fewer bytes than dense" in r for r in bfloat16.unavailable)
 
 
 def test_layers_below_the_least_sparsity_are_not_timed():

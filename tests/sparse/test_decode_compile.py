@@ -54,3 +54,28 @@ def test_the_operator_passes_torchs_schema_and_fake_checks():
         (inputs, layer.columns, layer.values, bias, OUT),
         test_utils=("test_schema", "test_faketensor"),
     )
+
+
+def test_the_operators_views_follow_the_parts_they_are_called_with():
+    """The operator keeps numpy views of its parts on the values tensor; a call with other
+    columns or another bias makes new ones, and a dropped layer's buffers are freed."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    weight = torch.randn(8, 16) * (torch.rand(8, 16) > 0.5)
+    layer = IndexedLinear(weight, torch.randn(8))
+    x = torch.randn(1, 16)
+    expected = (x.double() @ weight.double().T + layer.bias.double()).float()
+    got = indexed_linear(x, layer.columns, layer.values, layer.bias, 8)
+    assert torch.allclose(got, expected, atol=1e-5)
+    # the same values with its columns reversed: the product of the reversed rows
+    shuffled = layer.columns.flip(1).contiguous()
+    rows = torch.zeros(8, 16)  # the weight those parts stand for
+    rows.scatter_(1, shuffled.long(), layer.values)
+    again = indexed_linear(x, shuffled, layer.values, None, 8)
+    assert torch.allclose(again, (x.double() @ rows.double().T).float(), atol=1e-5)
+    values = weakref.ref(layer.values)
+    del layer
+    gc.collect()
+    assert values() is None

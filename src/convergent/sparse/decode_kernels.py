@@ -143,11 +143,13 @@ def _indexed_linear(
     # numpy views of the parts, made once per buffer and kept on the values tensor (5 us a
     # call here, a third of the operator's call), checked against the columns and bias they
     # were made with (a cycle through the views' bases, which the collector frees)
+    held: tuple[Tensor, Tensor | None, tuple[Any, Any, Any]] | None
     held = getattr(values, "_convergent_views", None)
     if held is None or held[0] is not columns or held[1] is not bias:
         held = (columns, bias, _arrays(columns, values, bias))
         values._convergent_views = held  # type: ignore[attr-defined]
-    return _product(x, *held[2], out_features).contiguous()
+    column_array, value_array, bias_array = held[2]
+    return _product(x, column_array, value_array, bias_array, out_features).contiguous()
 
 
 def _indexed_linear_shape(

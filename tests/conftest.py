@@ -222,6 +222,8 @@ def status_bytes(field: str) -> int:
 # max_length) once per process and hands out copies; a tokenizer that is not a fast (Rust)
 # one, or anything the key cannot see, is tokenized as before.
 _TOKENIZED: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
+# The init arguments that say where a tokenizer was read from: the files' content is its state.
+_LOCATIONS = ("name_or_path", "vocab_file", "tokenizer_file")
 
 
 def _tokenizer_key(tokenizer: Any) -> tuple[Any, ...] | None:
@@ -247,7 +249,7 @@ def _tokenizer_key(tokenizer: Any) -> tuple[Any, ...] | None:
         tokenizer.pad_token_id,
         tokenizer.pad_token_type_id,
         tuple(tokenizer.model_input_names),
-        repr(sorted(tokenizer.init_kwargs.items(), key=lambda item: item[0])),
+        repr(sorted((k, v) for k, v in tokenizer.init_kwargs.items() if k not in _LOCATIONS)),
     )
 
 

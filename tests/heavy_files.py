@@ -20,27 +20,27 @@ HEAVY_FILES = (
     "tests/studies/test_canary.py",  # 303 s
     "tests/studies/test_descent.py",  # 293 s
     "tests/faults/test_run_faults.py",  # 265 s (533 s x 0.50)
-    "tests/test_readme_commands.py",  # 236 s (242 s x 0.97)
+    "tests/test_readme_commands.py",  # 242 s
     "tests/studies/test_langevin_study.py",  # 225 s
     "tests/studies/test_residual.py",  # 187 s (215 s x 0.87)
-    "tests/commands/test_prune_streamed.py",  # 161 s (308 s x 0.52)
+    "tests/commands/test_compressed.py",  # 158 s (177 s x 0.89)
     "tests/test_cli.py",  # 151 s
-    "tests/commands/test_compressed.py",  # 150 s (177 s x 0.85)
     "tests/test_readme_tour.py",  # 118 s
     "tests/commands/test_from_pretrained.py",  # 118 s
+    "tests/commands/test_prune_streamed.py",  # 113 s (308 s x 0.37)
     "tests/studies/test_units.py",  # 96 s
-    "tests/commands/test_hf_folders.py",  # 85 s (101 s x 0.84)
     "tests/studies/test_residual_summary.py",  # 83 s (94 s x 0.88)
     "tests/studies/test_langevin_summary.py",  # 82 s (107 s x 0.77)
     "tests/train/test_checks.py",  # 77 s
     "tests/commands/test_train_sparsity.py",  # 76 s
     "tests/train/test_checks_hf.py",  # 74 s
+    "tests/commands/test_hf_folders.py",  # 72 s (101 s x 0.71)
     "tests/commands/test_diagnose.py",  # 70 s
     "tests/sparse/test_kernels.py",  # 68 s
     "tests/numerics/test_mirror_closed_forms.py",  # 64 s
-    "tests/commands/test_prune_reports.py",  # 55 s (66 s x 0.83)
-    "tests/commands/test_calibrated_pruning.py",  # 53 s (84 s x 0.63)
-    "tests/commands/test_prune_output.py",  # 47 s (65 s x 0.73)
+    "tests/commands/test_calibrated_pruning.py",  # 49 s (84 s x 0.58)
+    "tests/commands/test_prune_output.py",  # 44 s (65 s x 0.68)
+    "tests/commands/test_prune_reports.py",  # 43 s (66 s x 0.65)
 )
 
 

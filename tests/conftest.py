@@ -183,6 +183,15 @@ def assert_same_claims(rescored: Any, committed: Any, rel: float = 1e-6, where: 
         )
 
 
+def copied(payload: Any) -> Any:
+    """A deep copy of a study payload: pickled and read back, which copies what copy.deepcopy
+    copies (same types, tuples kept, a shared object shared once) for about a tenth of its CPU
+    on the results files of several megabytes that the summary tests copy once per claim."""
+    import pickle
+
+    return pickle.loads(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class RefusingTestSplit(torch.utils.data.Dataset):
     """A test split that fails on any use: selection runs must never read it."""
 
@@ -204,6 +213,65 @@ def status_bytes(field: str) -> int:
     with open("/proc/self/status") as status:
         line = next(line for line in status if line.startswith(f"{field}:"))
     return int(line.split()[1]) * 1024
+
+
+# Tokenizing a text source whole is most of a command test's time: every prune or diagnose of
+# a Hugging Face folder measured on rt-sentences tokenized its 10,568 sentences again (about
+# 1.7 s of CPU a call, twice a prune: its validation and its calibration examples), for the
+# same sentences and the same tokenizer. The suite tokenizes each (texts, tokenizer,
+# max_length) once per process and hands out copies; a tokenizer that is not a fast (Rust)
+# one, or anything the key cannot see, is tokenized as before.
+_TOKENIZED: dict[tuple[Any, ...], dict[str, torch.Tensor]] = {}
+# The init arguments that say where a tokenizer was read from: the files' content is its state.
+_LOCATIONS = ("name_or_path", "vocab_file", "tokenizer_file")
+
+
+def _tokenizer_key(tokenizer: Any) -> tuple[Any, ...] | None:
+    """Everything of a fast tokenizer that its output depends on, or None (not memoized)."""
+    import hashlib
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    state = backend.to_str()
+    # The state opens with "truncation" and "padding": transformers sets both from each call's
+    # arguments (padding, truncation, max_length), so what a previous call left there changes
+    # nothing of the next output. Everything from "added_tokens" on is the key.
+    start = state.find('"added_tokens":')
+    if not state.startswith('{"version":') or start < 0:
+        return None
+    return (
+        type(tokenizer).__qualname__,
+        hashlib.sha256(state[start:].encode()).hexdigest(),
+        tokenizer.padding_side,
+        tokenizer.truncation_side,
+        tokenizer.pad_token,
+        tokenizer.pad_token_id,
+        tokenizer.pad_token_type_id,
+        tuple(tokenizer.model_input_names),
+        repr(sorted((k, v) for k, v in tokenizer.init_kwargs.items() if k not in _LOCATIONS)),
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tokenize_each_text_source_once():
+    from convergent.data import text_loaders
+
+    tokenize = text_loaders.tokenize
+
+    def memoized(texts, tokenizer, max_length):
+        kind = _tokenizer_key(tokenizer)
+        if kind is None:
+            return tokenize(texts, tokenizer, max_length)
+        key = (tuple(texts), kind, max_length)
+        if key not in _TOKENIZED:
+            _TOKENIZED[key] = tokenize(texts, tokenizer, max_length)
+        return {name: value.clone() for name, value in _TOKENIZED[key].items()}
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text_loaders, "tokenize", memoized)
+        yield
+    _TOKENIZED.clear()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -9,9 +9,11 @@ generator, so the suite is the same on every run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -51,15 +53,11 @@ TRAIN = [
     "--no-progress",
 ]
 
-# The child: the same CLI run, with a SIGKILL planted at one point.
-CHILD = r"""
-import os, signal, sys
-import safetensors.torch
-import torch
+# A killed run's child plants a SIGKILL at one point (``point``, ``step``), then runs the CLI.
+KILL = r"""
+import os, signal
 from convergent.train import checkpoint, loop
 
-torch.set_num_threads(1)  # as in this test process: the same reduction order, bit for bit
-point, step = sys.argv[1], int(sys.argv[2])
 name = f"step-{step:08d}"
 
 def die():
@@ -99,9 +97,74 @@ def log(self, at, split, values):
         die()
 
 loop.MetricsLogger.log = log
-from convergent.cli import main
-sys.exit(main(sys.argv[3:]))
 """
+
+# The children are forked, one per run, from one fresh interpreter (not this test process)
+# that imported torch and the train command once: a child is a process of its own, killed or
+# signalled as a `convergent train` process is, without the 3 s of CPU a new interpreter
+# spends importing. Each request (a JSON line) names the patches to plant, their values, the
+# command line and two files for the child's stdout and stderr; the launcher answers with the
+# child's exit status as subprocess reports it (-9: SIGKILL ended it).
+LAUNCHER = r"""
+import json, os, sys, traceback
+import torch
+torch.set_num_threads(1)  # as in this test process: the same reduction order, bit for bit
+import matplotlib.figure, safetensors.torch, torch._dynamo, torch.utils.tensorboard
+from convergent.cli import build_parser, main
+build_parser("train")  # the train command's imports
+for line in iter(sys.stdin.readline, ""):
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            exec(request["plant"], dict(request["values"]))
+            status = main(request["argv"])
+        except SystemExit as error:
+            status = error.code if isinstance(error.code, int) else int(error.code is not None)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """``launch(plant, values, argv)``: a child's (exit status, stdout, stderr)."""
+    folder = tmp_path_factory.mktemp("launcher")
+    with (folder / "launcher.err").open("w") as errors:
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+    children = itertools.count()
+
+    def run(plant: str, values: dict, argv: list[str]) -> tuple[int, str, str]:
+        index = next(children)
+        out, err = folder / f"{index}.out", folder / f"{index}.err"
+        request = {"plant": plant, "values": values, "argv": argv}
+        launcher.stdin.write(json.dumps({**request, "stdout": str(out), "stderr": str(err)}))
+        launcher.stdin.write("\n")
+        launcher.stdin.flush()
+        answered, _, _ = select.select([launcher.stdout], [], [], 300)
+        line = launcher.stdout.readline() if answered else ""
+        assert line, f"the launcher did not answer: {(folder / 'launcher.err').read_text()}"
+        return int(line), out.read_text(), err.read_text()
+
+    yield run
+    launcher.stdin.close()
+    assert launcher.wait(timeout=60) == 0, (folder / "launcher.err").read_text()
+
 
 POINTS = ("after-step", "before-weights", "torn-weights", "before-state", "before-latest")
 
@@ -125,16 +188,11 @@ def _kill_points() -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize(("point", "step"), _kill_points())
-def test_a_killed_run_resumes_to_the_same_weights(point, step, tmp_path, reference, capsys):
+def test_a_killed_run_resumes_to_the_same_weights(point, step, tmp_path, reference, launch, capsys):
     run = tmp_path / "run"
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, point, str(step), *TRAIN, "--out", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    values = {"point": point, "step": step}
+    status, _, stderr = launch(KILL, values, [*TRAIN, "--out", str(run)])
+    assert status == -signal.SIGKILL, stderr[-2000:]
     assert not (run / "summary.json").exists()
     # Resuming needs no training flag repeated: the run's own config.json is read.
     assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
@@ -147,15 +205,12 @@ def test_a_killed_run_resumes_to_the_same_weights(point, step, tmp_path, referen
     assert steps == list(range(1, STEPS + 1)), "each step logged once after the resume"
 
 
-# The child: the same CLI run, sending itself a signal once a chosen step is logged, as a
-# Ctrl-C (SIGINT) or a scheduler's kill (SIGTERM) would arrive in the middle of training.
+# The child sends itself a signal once a chosen step is logged, as a Ctrl-C (SIGINT) or a
+# scheduler's kill (SIGTERM) would arrive in the middle of training.
 SIGNALLED = r"""
-import os, signal, sys
-import torch
+import os, signal
 from convergent.train import loop
 
-torch.set_num_threads(1)
-name, step = sys.argv[1], int(sys.argv[2])
 real_log = loop.MetricsLogger.log
 
 def log(self, at, split, values):
@@ -164,29 +219,21 @@ def log(self, at, split, values):
         os.kill(os.getpid(), getattr(signal, name))
 
 loop.MetricsLogger.log = log
-from convergent.cli import main
-sys.exit(main(sys.argv[3:]))
 """
 
 
 @pytest.mark.parametrize(("name", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_stops_the_run_with_a_checkpoint_that_resumes_to_the_same_weights(
-    name, status, tmp_path, reference
+    name, status, tmp_path, reference, launch
 ):
     run, step = tmp_path / "run", 3
     # Checkpoints every 5 steps: the one at step 3 is written because of the signal.
     argv = [*TRAIN, "--checkpoint-every", "5", "--out", str(run)]
-    child = subprocess.run(
-        [sys.executable, "-c", SIGNALLED, name, str(step), *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert child.returncode == status, child.stderr[-2000:]
-    assert f"stopped by {name} at step {step} of {STEPS}" in child.stderr
-    assert f"continue with: convergent train --out {run} --resume" in child.stderr
-    assert "Traceback" not in child.stderr and not (run / "summary.json").exists()
+    code, _, stderr = launch(SIGNALLED, {"name": name, "step": step}, argv)
+    assert code == status, stderr[-2000:]
+    assert f"stopped by {name} at step {step} of {STEPS}" in stderr
+    assert f"continue with: convergent train --out {run} --resume" in stderr
+    assert "Traceback" not in stderr and not (run / "summary.json").exists()
     assert (run / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
     assert main(["train", "--out", str(run), "--resume", "--no-progress"]) == 0
     resumed = _final_weights(run)

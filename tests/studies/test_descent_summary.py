@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from convergent.studies.descent import summary
 from convergent.studies.framework import claims_by_key, misstated_verdicts
+from tests.conftest import copied
 from tests.studies.test_descent import design2_rescored
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "results" / "descent-full" / "results.json"
@@ -177,7 +177,7 @@ def test_the_test_set_size_is_left_out_when_accuracies_are_not_counts(payload):
 
 
 def test_the_summary_reads_the_payload_it_is_given(payload):
-    changed = copy.deepcopy(payload)
+    changed = copied(payload)
     changed["config"]["seeds"] = [1, 2, 3]
     changed["data"]["text"]["selected"]["constrained"]["alpha"] = 0.05
     assert "retrained from 3 seeds" in _texts(changed)[0]

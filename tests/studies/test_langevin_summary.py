@@ -5,7 +5,6 @@ stating a verdict the results do not hold."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verd
 from convergent.studies.langevin import claims_from_results, summary
 from convergent.studies.langevin.summary import TemperatureFit
 from convergent.studies.langevin.wording import significant
+from tests.conftest import copied
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "langevin-full"
 WARM_GAP_CREEPS = "langevin.lora_gap_creeps_without_penalty_warm"
@@ -42,7 +42,7 @@ def flipped(
     payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list
 ) -> dict:
     """A copy of ``payload`` whose claim ``name`` holds ``verdict``, ``effect`` and ``interval``."""
-    changed = copy.deepcopy(payload)
+    changed = copied(payload)
     record = claims_by_key(changed)[name]
     assert isinstance(record, dict)
     record.update(verdict=verdict, effect=effect, interval=interval)
@@ -181,7 +181,7 @@ def test_any_verdict_of_any_claim_is_stated_as_held(committed, design6, verdict)
 
 
 def test_a_one_seed_run_without_the_warm_temperature_says_no_temperature_acted(design6):
-    payload = copy.deepcopy(design6)
+    payload = copied(design6)
     payload["config"].update(seeds=[10], claim_temperatures=["hot", "calibrated"])
     payload["data"]["temperatures"].pop("warm")
     for runs in payload["data"]["runs"].values():
@@ -225,7 +225,7 @@ def test_an_unmoved_variant_beside_moved_ones_is_named_without_a_contradiction(d
     # LoRA's penalty runs at the warm temperature end where their s = 0 controls did, while
     # its unpenalized run moved (about 1.3 % in design 6): the reason names the smallest move,
     # not the largest one over every variant (which exceeds the 1 % needed).
-    changed = copy.deepcopy(design6)
+    changed = copied(design6)
     for run in changed["data"]["runs"]["lora"]:
         zero = run["phase2"]["zero"]["none"]["trace"][-1]
         for variant in ("log", "power"):
@@ -256,7 +256,7 @@ def test_a_failed_check_never_reads_as_meeting_its_need():
 
 
 def test_a_radius_factor_on_its_grids_edge_is_named_so(design6):
-    changed = copy.deepcopy(design6)
+    changed = copied(design6)
     record = changed["data"]["selection"]["lora"]["log"]
     record["selected"] = min(point["radius_factor"] for point in record["grid"])
     norms = next(s.text for s in summary(changed) if "radius factors" in s.text)

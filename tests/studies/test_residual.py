@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -171,11 +172,18 @@ def _assert_preview_claims(claims) -> None:
         assert claim.effect is not None and math.isfinite(claim.effect)
 
 
-def test_smoke_run_writes_a_report(tmp_path):
-    result = run_config(STUDY, Config.for_mode("smoke"), tmp_path, progress=False)
-    report = write_study(result, tmp_path)
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """One smoke run: the report test writes its report, the resume test reruns its units."""
+    folder = tmp_path_factory.mktemp("residual-smoke")
+    return folder, run_config(STUDY, Config.for_mode("smoke"), folder, progress=False)
+
+
+def test_smoke_run_writes_a_report(smoke_run):
+    folder, result = smoke_run
+    report = write_study(result, folder)
     assert report.is_file()
-    payload = json.loads((tmp_path / "results.json").read_text())
+    payload = json.loads((folder / "results.json").read_text())
     assert payload["name"] == "residual"
     assert payload["data"]["design"] == DESIGN
     _assert_preview_claims(result.claims)
@@ -183,7 +191,7 @@ def test_smoke_run_writes_a_report(tmp_path):
     # run() scores its claims with the same function a rescore uses.
     assert [c.to_json() for c in claims_from_results(payload)] == payload["claims"]
     for figure in result.figures:
-        assert_drawn_figure(tmp_path / figure)
+        assert_drawn_figure(folder / figure)
     one_layer = result.data["one_layer_runs"]
     assert [(run["lr"], run["beta"]) for run in one_layer] == [
         (0.1, 0.0), (0.1, 0.5), (0.1, 1.0), (0.01, 0.0), (0.01, 0.5), (0.01, 1.0),
@@ -274,9 +282,10 @@ def test_the_speed_plot_draws_when_every_run_diverged(tmp_path):
     assert_drawn_figure(plot_speed_against_ratio(regime, tmp_path / "speed.png"))
 
 
-def test_smoke_run_resumes_from_its_units(tmp_path, monkeypatch):
+def test_smoke_run_resumes_from_its_units(smoke_run, tmp_path, monkeypatch):
     config = Config.for_mode("smoke")
-    first = run_config(STUDY, config, tmp_path, progress=False)
+    folder, first = smoke_run  # its units, copied: this test adds units of a changed config
+    shutil.copytree(folder / "units", tmp_path / "units")
     units = sorted((tmp_path / "units").glob("*.pt"))
     # 2 regimes x 3 betas, 2 tuning lrs x 3 betas, 3 tuned runs, 2 depths x 2 betas; one seed
     assert len(units) == 6 + 6 + 3 + 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from convergent.studies import EXPLORATORY_SENTENCE, study_findings
 from convergent.studies.framework import VERDICTS, claims_by_key, misstated_verdicts
 from convergent.studies.residual import summary
+from tests.conftest import copied
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs/results/residual-full/results.json"
 LINEAR = "residual.converges_linearly_"
@@ -29,7 +29,7 @@ def committed() -> dict[str, Any]:
 
 @pytest.fixture
 def payload(committed: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(committed)
+    return copied(committed)
 
 
 def _set(payload: dict[str, Any], name: str, verdict: str, effect: float, interval: list[float]):
@@ -92,7 +92,7 @@ def test_the_study_registry_serves_this_summary_with_no_exploratory_note(committ
     # The committed verdicts are design 3's tests on its own seeds (10-14).
     assert not any(claim.get("exploratory") for claim in committed["claims"])
     assert study_findings(committed) == summary(committed)
-    exploratory = copy.deepcopy(committed)
+    exploratory = copied(committed)
     exploratory["claims"][0]["exploratory"] = True
     first, *rest = study_findings(exploratory)
     assert first.text == EXPLORATORY_SENTENCE and rest == summary(exploratory)
@@ -178,7 +178,7 @@ def test_without_depth_runs_it_says_depth_is_unknown(payload):
 @pytest.mark.parametrize("verdict", VERDICTS)
 def test_every_verdict_of_every_claim_is_stated_as_held(committed, verdict):
     for index in range(len(committed["claims"])):
-        payload = copy.deepcopy(committed)
+        payload = copied(committed)
         claim = payload["claims"][index]
         claim["verdict"] = verdict
         if verdict == "untested":

@@ -254,6 +254,32 @@ def run(command: list[str]) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of ``runs`` of the same job: the first, with the fewest wall and CPU seconds
+    over all of them (each its own minimum) and every run's ``[wall, CPU]`` seconds."""
+    timed = [r for r in runs if "seconds" in r and "error" not in r]
+    if len(runs) == 1 or not timed:
+        return runs[0]
+    row = dict(timed[0])
+    row["seconds"] = min(r["seconds"] for r in timed)
+    row["cpu seconds"] = min(r["cpu seconds"] for r in timed)
+    row["runs"] = [[r["seconds"], r["cpu seconds"]] for r in timed]
+    return row
+
+
+def in_pairs(jobs: list[Job]) -> list[list[Job]]:
+    """The jobs grouped by method, target and distribution: a pair where both libraries run
+    it, one job where only ours does."""
+    groups: list[list[Job]] = []
+    for job in jobs:
+        key = [job[0][k] for k in ("method", "target", "distribution")]
+        if groups and [groups[-1][-1][0][k] for k in ("method", "target", "distribution")] == key:
+            groups[-1].append(job)
+        else:
+            groups.append([job])
+    return groups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("runs/llmcompressor-compare"))
@@ -278,6 +304,14 @@ def main() -> None:
         help="our Wanda's and SparseGPT's statistics dtype (default float64, the library's;"
         " float32 is the command line's default and llm-compressor's)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each pair this many times, the two libraries alternating, and keep each"
+        " one's fewest seconds (on a machine shared with other jobs the fastest run is the"
+        " least disturbed one); every run's seconds are kept in the row",
+    )
     parser.add_argument("--ours", nargs=6, help=argparse.SUPPRESS)  # a child process
     arguments = parser.parse_args()
     torch.set_num_threads(2)
@@ -299,11 +333,16 @@ def main() -> None:
         first = kind == arguments.models[0]
         jobs = jobs_of(kind, folder, windows, venv_python, first, arguments.paired_only,
                        arguments.statistics)  # fmt: skip
-        for job in jobs:
-            row = {"model": kind, **job[0], **run(job[1])}
-            with results.open("a") as file:
-                file.write(json.dumps(row) + "\n")
-            print(f"[{time.perf_counter() - started:6.0f} s] {json.dumps(row)}", flush=True)
+        for group in in_pairs(jobs):
+            runs: list[list[dict[str, Any]]] = [[] for _ in group]
+            for _ in range(arguments.repeats):
+                for index, job in enumerate(group):
+                    runs[index].append(run(job[1]))
+            for job, done in zip(group, runs, strict=True):
+                row = {"model": kind, **job[0], **fastest(done)}
+                with results.open("a") as file:
+                    file.write(json.dumps(row) + "\n")
+                print(f"[{time.perf_counter() - started:6.0f} s] {json.dumps(row)}", flush=True)
     from llmcompressor_table import tables
 
     # every row of the file: a run of one model adds to an earlier run of the other

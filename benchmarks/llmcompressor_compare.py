@@ -174,6 +174,7 @@ def measure_ours(folder: str, windows_path: str, method: str, target: str, distr
     reference = dense_reference(model, windows)
     row: dict[str, Any] = {"library": "convergent", "method": method, "target": target}
     row["distribution"] = distribution
+    row["threads"] = torch.get_num_threads()
     if target != "dense":
         n_m = target == "2:4"
         spec = MaskSpec(distribution=distribution, pattern="2:4" if n_m else "unstructured")
@@ -206,6 +207,7 @@ def jobs_of(
     first: bool,
     paired_only: list[str] | None,
     statistics: str = "float64",
+    threads: int = 2,
 ) -> list[Job]:
     """The runs of one model, each library's run of a method and target next to the other's
     (``paired_only``: only those pairs, of these methods; an empty list: Wanda and SparseGPT;
@@ -218,14 +220,15 @@ def jobs_of(
         what = {"library": "convergent", "method": method, "target": target,
                 "distribution": distribution}  # fmt: skip
         command = [sys.executable, __file__, "--ours", *common, method, target, distribution]
-        return what, [*command, statistics]
+        return what, [*command, statistics, "--threads", str(threads)]
 
     def theirs(method: str, target: str, distribution: str = "uniform") -> Job:
         what = {"library": "llm-compressor", "method": method, "target": target,
                 "distribution": distribution}  # fmt: skip
         owl = ["--owl"] if distribution == "owl" else []
         block = BLOCK_CLASSES[kind]
-        return what, [str(venv_python), str(WORKER), *common, method, target, block, *owl]
+        worker = [str(venv_python), str(WORKER), *common, method, target, block, *owl]
+        return what, [*worker, "--threads", str(threads)]
 
     if paired_only is not None:
         methods = paired_only or ["wanda", "sparsegpt"]
@@ -312,9 +315,16 @@ def main() -> None:
         " one's fewest seconds (on a machine shared with other jobs the fastest run is the"
         " least disturbed one); every run's seconds are kept in the row",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads of every run, both libraries (default 2; 1 keeps the CPU seconds"
+        " of a machine shared with other jobs free of threads spinning while they wait)",
+    )
     parser.add_argument("--ours", nargs=6, help=argparse.SUPPRESS)  # a child process
     arguments = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(arguments.threads)
     if arguments.ours:
         print(json.dumps(measure_ours(*arguments.ours)))
         return
@@ -332,7 +342,7 @@ def main() -> None:
         write_windows(kind, folder, windows, arguments.calibration, arguments.evaluation)
         first = kind == arguments.models[0]
         jobs = jobs_of(kind, folder, windows, venv_python, first, arguments.paired_only,
-                       arguments.statistics)  # fmt: skip
+                       arguments.statistics, arguments.threads)  # fmt: skip
         for group in in_pairs(jobs):
             runs: list[list[dict[str, Any]]] = [[] for _ in group]
             for _ in range(arguments.repeats):

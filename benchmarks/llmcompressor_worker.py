@@ -92,6 +92,7 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
     windows = load_windows(windows_path)
     reference = dense_reference(model, windows)
     row: dict[str, Any] = {"library": "llm-compressor", "method": method, "target": target}
+    row["threads"] = torch.get_num_threads()
     if owl:
         row["distribution"] = "owl"
     if target != "dense":

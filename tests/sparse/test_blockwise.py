@@ -264,6 +264,26 @@ def test_an_lm_head_after_the_blocks_is_calibrated_on_the_pruned_blocks(method):
     assert not bool((model.blocks[0].attention.q_proj.weight == 0).any())
 
 
+@pytest.mark.parametrize("include_last", [False, True])
+def test_the_last_block_runs_again_only_for_a_layer_calibrated_after_it(include_last):
+    # Each block runs once to gather its statistics and once more, pruned, to give the next
+    # block its inputs; after the last one, only a calibrated layer beyond the blocks (the LM
+    # head here) reads those outputs, so without one the last block runs once per batch.
+    model = ours()
+    runs = [0] * len(model.blocks)
+    for index, block in enumerate(model.blocks):
+        block.register_forward_hook(
+            lambda *_, index=index: runs.__setitem__(index, runs[index] + 1)
+        )
+    batches = calibration()
+    spec = MaskSpec(include_last=include_last)
+    prune_one_shot(model, 0.5, spec=spec, method="wanda", calibration=batches)
+    if include_last:  # as often as the first block (the head's pass replays them both)
+        assert runs[1] == runs[0] >= 2 * len(batches)
+    else:
+        assert runs == [2 * len(batches), len(batches)]
+
+
 def test_an_input_projection_before_the_blocks_is_calibrated_on_the_raw_inputs():
     model = regression()
     reference = copy.deepcopy(model)

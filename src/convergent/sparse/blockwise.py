@@ -10,7 +10,8 @@ pruned block by block, in order:
    inputs run through it once while forward hooks on its prunable layers add up the
    pruner's statistic (:mod:`convergent.sparse.pruners`; layers that read the same input
    tensor, such as q, k and v, share one), its layers are pruned, and it runs again: its
-   pruned outputs are the next block's inputs. Then it goes home.
+   pruned outputs are the next block's inputs (the last block's run again only when a layer
+   after the blocks is calibrated on its outputs). Then it goes home.
 
 So each block is calibrated on what the already-pruned blocks before it produce, and memory
 holds one block, its statistics (float64, whatever the weights' dtype) and the calibration
@@ -260,10 +261,12 @@ class BlockwisePruner:
                     finally:
                         statistics.close()
                 self._prune_layers(names, statistics, str(index), sparsity)
-            if inputs:
+            last = index == len(blocks) - 1
+            # the pruned block's outputs: the next block's inputs, and the last block's only
+            # when a layer after the blocks is calibrated on them (else nothing reads them)
+            if inputs and (keep_outputs or not last):
                 results = [block(*args, **kwargs) for args, kwargs in inputs]
-                last = index == len(blocks) - 1
-                if last and keep_outputs:
+                if last:
                     outputs = results
                 inputs = [
                     replace_hidden(args, kwargs, hidden_of(result))

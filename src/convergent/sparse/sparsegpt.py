@@ -195,20 +195,26 @@ def sparsegpt_prune(
         block_factor = factor_rows[:, start:stop]
         diagonal = block_factor.diagonal()
         keep = mask[:, start:stop]
+        drop = torch.empty_like(keep)
         if shape is None:
             scores = block.square() / diagonal.square()
             keep.copy_(_unstructured_keep(scores, sparsity, per_row))
-        errors = torch.zeros_like(block)
+            torch.logical_not(keep, out=drop)
+        errors = torch.empty_like(block)  # every column is written below
         for i in range(stop - start):
             if shape is not None and i % shape[1] == 0:
                 group = slice(i, i + shape[1])
                 scores = block[:, group].square() / diagonal[group].square()
                 keep[:, group] = keep_largest_in_groups(scores, shape[1], shape[1] - shape[0])
+                torch.logical_not(keep[:, group], out=drop[:, group])
             column = block[:, i]
-            kept = torch.where(keep[:, i], column, torch.zeros_like(column))
-            errors[:, i] = (column - kept) / diagonal[i]
-            block[:, i] = kept
-            block[:, i + 1 :] -= torch.outer(errors[:, i], block_factor[i, i + 1 :])
+            # (column - kept) / U_ii, where kept is the column with its pruned entries zeroed:
+            # the pruned entries as they are and +0 for the kept ones (x - x = +0), divided
+            # straight into its column of ``errors``; then the pruned entries are zeroed in place
+            error = errors[:, i]
+            torch.div(column.masked_fill(keep[:, i], 0), diagonal[i], out=error)
+            column.masked_fill_(drop[:, i], 0)
+            block[:, i + 1 :] -= torch.outer(error, block_factor[i, i + 1 :])
         later = factor_rows[:, stop:]
         for rows in range(0, w.shape[0], UPDATE_ROWS):  # a [rows, later] product at a time
             w[rows : rows + UPDATE_ROWS, stop:] -= errors[rows : rows + UPDATE_ROWS] @ later

@@ -22,7 +22,8 @@ The reference a streamed run is held to (its target: at most 1.5x) is what the b
 driver must hold at once, computed from the config:
 
 - one block's weights in float32;
-- its Hessians ``X^T X`` in float64, as :class:`convergent.sparse.calibration.Statistics`
+- its Hessians ``X^T X`` in the statistics dtype (``--statistics``: float32, the command's
+  default, or float64, the library's), as :class:`convergent.sparse.calibration.Statistics`
   holds them: one per distinct input (q, k and v share one, as do gate and up), all of a
   block's alive until its layers are pruned;
 - the calibration hidden states, ``[examples, max_length, d_model]`` in float32.
@@ -33,8 +34,8 @@ and dropped after, so they are not held while a block is pruned; they are printe
 reference, not counted in it.
 
 glibc's allocator keeps freed memory in its heaps (its mmap threshold rises after each large
-free), and that counts in the resident size: run under ``MALLOC_MMAP_THRESHOLD_=131072`` to
-see how much (benchmarks/README.md).
+free), and that counts in the resident size; the streamed command fixes the threshold itself
+(benchmarks/README.md).
 
     python benchmarks/streamed_memory.py        # d_model 1536: 1.09 GB of weights at 8 blocks
     python benchmarks/streamed_memory.py --d-model 768 --intermediate 2048 --heads 12
@@ -117,7 +118,8 @@ def library_child(prune_arguments: list[str]) -> None:
     source = evaluation_data(loaded, "austen", max_length=int(options["--max-length"]),
                              examples=int(options["--calibration-examples"]), split="train")  # fmt: skip
     batches = calibration_batches(source.dataset, len(source.dataset), CALIBRATION_BATCH_SIZE, 0)
-    prune_one_shot(loaded.model, 0.5, method="sparsegpt", calibration=batches)
+    prune_one_shot(loaded.model, 0.5, method="sparsegpt", calibration=batches,
+                   options={"statistics": options["--statistics"]})  # fmt: skip
     seconds = time.perf_counter() - start
     peak = _status_kib("VmHWM")
     print(json.dumps({"status": 0, "baseline_kib": baseline, "peak_kib": peak,
@@ -162,12 +164,13 @@ def reference_bytes(args: argparse.Namespace) -> dict[str, int]:
     """What one block needs at once (see the module docstring), from the config."""
     d, inner = args.d_model, args.intermediate
     block_weights = 4 * d * d + 3 * d * inner + 2 * d  # q, k, v, o; gate, up, down; 2 norms
-    # one float64 Hessian per distinct input: q/k/v's, o's, gate/up's [d, d]; down's [inner, inner]
+    # one Hessian per distinct input: q/k/v's, o's, gate/up's [d, d]; down's [inner, inner]
     hessians = 3 * d * d + inner * inner
     hidden = args.calibration_examples * args.max_length * d
+    size = 8 if args.statistics == "float64" else 4
     return {
         "block weights (float32)": 4 * block_weights,
-        "Hessians (float64)": 8 * hessians,
+        f"Hessians ({args.statistics})": size * hessians,
         "calibration hidden states (float32)": 4 * hidden,
     }
 
@@ -179,6 +182,7 @@ def run_child(
         str(folder), "--method", "sparsegpt", "--sparsity", "0.5",
         "--calibration-examples", str(args.calibration_examples),
         "--max-length", str(args.max_length), "--examples", str(args.examples),
+        "--statistics", args.statistics,
     ]  # fmt: skip
     if save is not None:
         prune_arguments += ["--low-memory", "--save", str(save)]
@@ -217,6 +221,11 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--examples", type=int, default=8, help="evaluation examples")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--statistics", choices=("float32", "float64"), default="float32",
+        help="SparseGPT's statistics dtype, passed to prune (float32: the command's default);"
+        " the reference counts the Hessians in it",
+    )  # fmt: skip
     parser.add_argument(
         "--folder",
         type=Path,

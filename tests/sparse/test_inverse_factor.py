@@ -92,8 +92,9 @@ def test_swapping_triangles_is_a_transpose():
 
 
 def test_the_driver_factors_in_place_only_for_a_statistics_last_reader(monkeypatch):
-    """q, k and v share one Hessian: only v (the last) may consume it; o, gate/up's last
-    reader and down consume theirs. The pruned model has the bits of the copying path."""
+    """q, k and v share one Hessian: only v (the last) may consume it (and its weight); o,
+    gate/up's last reader and down consume theirs. The pruned model has the bits of the copying
+    path."""
 
     def pruned(in_place: bool) -> tuple[dict[str, torch.Tensor], list[bool]]:
         seen: list[bool] = []
@@ -104,8 +105,8 @@ def test_the_driver_factors_in_place_only_for_a_statistics_last_reader(monkeypat
             return real(*args, **kwargs)
 
         monkeypatch.setattr(sparsegpt, "sparsegpt_prune", spy)
-        if not in_place:
-            monkeypatch.setattr(sparsegpt, "lapack", lambda matrix: None)
+        if not in_place:  # nothing consumed: the Hessians copied, the weights copied
+            monkeypatch.setattr(Statistics, "last_reader", lambda self, name: False)
         torch.manual_seed(0)
         config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=176,
                              num_hidden_layers=2, num_attention_heads=4)  # fmt: skip
@@ -137,3 +138,13 @@ def test_last_reader_follows_the_shared_input():
     assert not statistics.last_reader("q") and statistics.last_reader("o")
     statistics.release("q")
     assert statistics.last_reader("k")
+
+
+def test_a_consumed_weight_is_updated_in_its_own_memory():
+    upper = summed_upper(64, 200, torch.float64)
+    weight = torch.randn(12, 64, generator=torch.Generator().manual_seed(5))
+    expected, expected_mask = sparsegpt.sparsegpt_prune(weight, upper.clone(), 0.5)
+    kept = weight.clone()
+    new, mask = sparsegpt.sparsegpt_prune(weight, upper, 0.5, overwrite_hessian=True)
+    assert new.data_ptr() == weight.data_ptr() and not torch.equal(weight, kept)
+    assert torch.equal(new, expected) and torch.equal(mask, expected_mask)

@@ -173,7 +173,8 @@ def evaluation_data(
     elif is_token_source(data_name):
         splits = load_splits(data_name, seed=seed, tokenizer=tokenizer, max_length=max_length)
         tensors = getattr(splits, split).tensors
-        encoded = {key: value[:examples] for key, value in tensors.items()}
+        # copies, not views: a view would hold the whole tokenized split for the run
+        encoded = {key: value[:examples].clone() for key, value in tensors.items()}
         classes = getattr(loaded.model.config, "num_labels", None)
         if loaded.kind == SEQUENCE_CLASSIFICATION and splits.num_outputs != classes:
             raise HFFolderError(

@@ -41,6 +41,7 @@ from convergent.models.streamed import (
     SafetensorsReader,
     StreamedBlocks,
     map_large_allocations,
+    release_freed_memory,
 )
 from convergent.sparse import PruningReport, prune_one_shot
 from convergent.sparse.blockwise import BLOCK_EXAMPLES
@@ -106,6 +107,7 @@ def prune_hf_folder_streamed(path: str | Path, request: PruneRequest) -> dict[st
             "examples": len(source.dataset),
             "method": method,
         }
+    release_freed_memory()  # what reading and tokenizing the data left in glibc's heaps
     if any(not name.startswith(f"{prefix}.") for name in selected):
         # pruned in memory, so held from the first pass until written (the last shard)
         streamed.load_outside(prefix)

@@ -10,7 +10,7 @@ does the rest (hooks, blocks, devices, ranks, OWL, streaming):
   None); the statistics of all batches (and ranks) are summed;
 - ``prune(rows, statistic, sparsity, n_m, consume)``: how it turns the summed statistic into a
   keep-mask and new weights for the layer's weight ``rows`` ``[out, in]``; ``consume`` says the
-  caller reads the statistic no more, so the pruner may work in its memory.
+  caller reads neither the statistic nor the rows again, so the pruner may work in their memory.
 
 Each method is one module (:mod:`~convergent.sparse.magnitude`, :mod:`~convergent.sparse.wanda`,
 :mod:`~convergent.sparse.sparsegpt`) and one entry of :data:`PRUNERS`; its options are its
@@ -53,7 +53,7 @@ class Pruner(Protocol):
         consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """``(new weight, keep mask)`` for ``rows`` ``[out, in]`` from the summed statistic
-        (which it may overwrite when ``consume``: the caller's last use of it)."""
+        (both of which it may overwrite when ``consume``: the caller's last use of them)."""
         ...
 
 

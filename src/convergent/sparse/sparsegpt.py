@@ -151,8 +151,10 @@ def sparsegpt_prune(
         statistics_dtype: the dtype of the damped Hessian's factorizations (float64, or
             float32 as the authors' code and llm-compressor do).
         overwrite_hessian: factor in ``hessian``'s own memory (a CPU Hessian in
-            ``statistics_dtype``; elsewhere it is copied as usual), leaving it unusable: for a
-            caller that reads it no more. The same bits, one ``[in, in]`` matrix fewer.
+            ``statistics_dtype``; elsewhere it is copied as usual), leaving it unusable, and
+            update ``weight`` in its own memory where it is contiguous and in the loop's dtype
+            (the returned weight is then ``weight``): for a caller that reads neither again.
+            The same bits, one ``[in, in]`` and one ``[out, in]`` matrix fewer.
 
     Returns:
         ``(new_weight, keep_mask)``: the pruned and updated weight in ``weight``'s dtype (pruned
@@ -179,7 +181,10 @@ def sparsegpt_prune(
         raise ValueError(f"damping must be a finite number >= 0, got {damping}")
 
     work = torch.float64 if float64_updates else torch.promote_types(weight.dtype, torch.float32)
-    w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
+    if overwrite_hessian and weight.dtype == work and weight.is_contiguous():
+        w = weight.detach()  # the caller gives the weight up too: updated in its own memory
+    else:
+        w = weight.detach().to(work, copy=True)  # one copy, whatever the weights' dtype
     factor = _inverse_cholesky_factor(
         hessian.detach().to(w.device), w, damping, statistics_dtype, overwrite_hessian
     )
@@ -374,7 +379,8 @@ class SparseGPT:
         consume: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """``(pruned and updated weight, keep mask)`` of ``rows`` [out, in]; with ``consume``,
-        the Hessian is factored in its own memory (``overwrite_hessian``)."""
+        the Hessian is factored, and the rows updated, in their own memory
+        (``overwrite_hessian``)."""
         return sparsegpt_prune(
             rows,
             statistic,

@@ -59,6 +59,7 @@ def test_the_operator_passes_torchs_schema_and_fake_checks():
 def test_the_operators_views_follow_the_parts_they_are_called_with():
     """The operator keeps numpy views of its parts on the values tensor; a call with other
     columns or another bias makes new ones, and a dropped layer's buffers are freed."""
+    import copy
     import gc
     import weakref
 
@@ -75,6 +76,12 @@ def test_the_operators_views_follow_the_parts_they_are_called_with():
     rows.scatter_(1, shuffled.long(), layer.values)
     again = indexed_linear(x, shuffled, layer.values, None, 8)
     assert torch.allclose(again, (x.double() @ rows.double().T).float(), atol=1e-5)
+    # a deep copy carries copies of the views: its own are made, so a change to its values shows
+    indexed_linear(x, layer.columns, layer.values, layer.bias, 8)
+    twin = copy.deepcopy(layer)
+    assert hasattr(twin.values, "_convergent_views")  # the copy's, made from the original's
+    twin.values.zero_()
+    assert torch.equal(indexed_linear(x, twin.columns, twin.values, twin.bias, 8)[0], twin.bias)
     values = weakref.ref(layer.values)
     del layer
     gc.collect()

@@ -142,13 +142,16 @@ def _indexed_linear(
 ) -> Tensor:
     # numpy views of the parts, made once per buffer and kept on the values tensor (5 us a
     # call here, a third of the operator's call), checked against the columns and bias they
-    # were made with (a cycle through the views' bases, which the collector frees)
-    held: tuple[Tensor, Tensor | None, tuple[Any, Any, Any]] | None
+    # were made with and the memory of the values (a deep copy of the tensor carries copies of
+    # the views, not views of its own memory); a cycle through the views' bases, which the
+    # collector frees
+    held: tuple[Tensor, Tensor | None, int, tuple[Any, Any, Any]] | None
     held = getattr(values, "_convergent_views", None)
-    if held is None or held[0] is not columns or held[1] is not bias:
-        held = (columns, bias, _arrays(columns, values, bias))
+    address = values.data_ptr()
+    if held is None or held[0] is not columns or held[1] is not bias or held[2] != address:
+        held = (columns, bias, address, _arrays(columns, values, bias))
         values._convergent_views = held  # type: ignore[attr-defined]
-    column_array, value_array, bias_array = held[2]
+    column_array, value_array, bias_array = held[3]
     return _product(x, column_array, value_array, bias_array, out_features).contiguous()
 
 

@@ -114,16 +114,19 @@ class Statistics:
         """Whether ``name`` is the last unreleased reader of its summed statistic (so that
         pruning it may overwrite the statistic, which :meth:`release` then drops)."""
         owner = self.alias.get(name)
-        readers = [reader for reader, shared in self.alias.items() if shared == owner]
-        return owner is not None and all(r in self._released for r in readers if r != name)
+        others = [reader for reader in self._readers(owner) if reader != name]
+        return owner is not None and all(reader in self._released for reader in others)
+
+    def _readers(self, owner: str | None) -> list[str]:
+        """The layers that read the summed statistic of ``owner``."""
+        return [reader for reader, shared in self.alias.items() if shared == owner]
 
     def release(self, name: str) -> None:
         """``name`` is pruned: drop the summed statistic it reads once every layer sharing it
         is released (a block's largest Hessian is then the only one left when it is used)."""
         self._released.add(name)
         owner = self.alias.get(name)
-        readers = [reader for reader, shared in self.alias.items() if shared == owner]
-        if owner is not None and all(reader in self._released for reader in readers):
+        if owner is not None and all(reader in self._released for reader in self._readers(owner)):
             self.sums.pop(owner, None)
 
     def tokens_of(self, name: str) -> int:

@@ -83,7 +83,7 @@ def _call(routine: str, matrix: Tensor, uplo: bytes) -> int:
 
 
 def mirror_upper_to_lower(rows: Tensor) -> None:
-    """Copy the upper triangle of the row-major square ``rows`` onto its strict lower one."""
+    """Copy the upper triangle of the square ``rows`` onto its strict lower one."""
     n = rows.shape[0]
     for start in range(0, n, SLAB):
         stop = min(start + SLAB, n)
@@ -93,13 +93,8 @@ def mirror_upper_to_lower(rows: Tensor) -> None:
 
 
 def mirror_lower_to_upper(rows: Tensor) -> None:
-    """Copy the lower triangle of the row-major square ``rows`` onto its strict upper one."""
-    n = rows.shape[0]
-    for start in range(0, n, SLAB):
-        stop = min(start + SLAB, n)
-        rows[:start, start:stop] = rows[start:stop, :start].T
-        block = rows[start:stop, start:stop]
-        block.copy_(block.tril() + block.tril(-1).T)
+    """Copy the lower triangle of the square ``rows`` onto its strict upper one."""
+    mirror_upper_to_lower(rows.T)  # the transpose's upper triangle is this lower one
 
 
 def swap_triangles(rows: Tensor) -> None:
